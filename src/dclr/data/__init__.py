@@ -1,0 +1,1 @@
+"""Evaluation data (SentEval layout), training corpora and downloads."""

@@ -1,0 +1,34 @@
+"""Strict UTF-8 line reading with errors that name the file and the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dclr.errors import InputError
+
+
+def decode_utf8(raw: bytes, path: str | Path) -> str:
+    """Decode `raw` as UTF-8; on failure name the 1-based line holding the bad bytes."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise InputError(
+            f"bytes {raw[err.start : err.end]!r} are not valid UTF-8",
+            path=path,
+            line=line,
+            fix="re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line",
+        ) from None
+
+
+def read_text(path: str | Path) -> str:
+    """Read a whole file as strict UTF-8."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", path=path, fix="check the path and the data layout")
+    return decode_utf8(path.read_bytes(), path)
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 file, split as SentEval does (`str.splitlines`)."""
+    return read_text(path).splitlines()

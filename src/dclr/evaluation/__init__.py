@@ -1,0 +1,1 @@
+"""Evaluators: STS (SentEval-exact), embedding geometry (alignment, uniformity)."""

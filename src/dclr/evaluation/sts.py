@@ -1,0 +1,123 @@
+"""STS evaluation with SentEval's procedure, each distinct sentence encoded once.
+
+Numbers are Spearman x 100 of cosine similarity against gold scores:
+- STS12..STS16: SentEval's "all" setting, one Spearman over the concatenation of every subset's
+  scored pairs (SimCSE's `results[task]["all"]["spearman"]["all"]`);
+- STSBenchmark, SICKRelatedness: the test split (`--mode test`) or dev split (`--mode dev`).
+Also reported: alignment (STS-B dev pairs with gold > 4) and uniformity (all STS-B dev sentences).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from dclr.data.paths import resolve_data_dir
+from dclr.data.sts import STS_SUBSETS, STS_TASKS, StsPairs, load_task, read_stsb
+from dclr.evaluation.geometry import alignment, uniformity
+
+Mode = Literal["test", "dev"]
+EncodeFn = Callable[[list[str]], np.ndarray]
+ALIGN_MIN_SCORE = 4.0  # SimCSE: positive pairs are STS-B pairs with gold score > 4
+DEV_TASKS = ("STSBenchmark", "SICKRelatedness")
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine, with SentEval's nan_to_num (a zero vector scores 0)."""
+    a, b = np.nan_to_num(a.astype(np.float64)), np.nan_to_num(b.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sims = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return np.nan_to_num(sims)
+
+
+def spearman100(sys_scores: np.ndarray, gold: np.ndarray) -> float:
+    return float(spearmanr(sys_scores, gold).correlation * 100)
+
+
+@dataclass
+class StsEvaluator:
+    """Evaluate an encoder on the STS tasks; `encode` maps sentences to an (n, d) array.
+
+    `tasks` defaults to the 7 tasks in test mode and to STS-B + SICK dev in dev mode.
+    The primary metric is `avg` (mean of the task scores).
+    """
+
+    data_dir: str | Path | None = None
+    mode: Mode = "test"
+    tasks: Sequence[str] | None = None
+    geometry: bool = True
+    pairs: dict[str, list[StsPairs]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        root = resolve_data_dir(self.data_dir)
+        if self.tasks is None:
+            self.tasks = STS_TASKS if self.mode == "test" else DEV_TASKS
+        unknown = [t for t in self.tasks if t not in STS_TASKS]
+        if unknown:
+            raise ValueError(f"unknown STS tasks {unknown}; choose from {STS_TASKS}")
+        if self.mode == "dev" and any(t in STS_SUBSETS for t in self.tasks):
+            raise ValueError("STS12-16 have no dev split; use mode='test' for them")
+        self.pairs = {t: load_task(root, t, self.mode) for t in self.tasks}
+        self._stsb_dev = read_stsb(root, "dev") if self.geometry else None
+
+    def sentences(self) -> list[str]:
+        """Every distinct sentence needed, in first-seen order."""
+        seen: dict[str, None] = {}
+        groups = [p for ps in self.pairs.values() for p in ps]
+        if self._stsb_dev is not None:
+            groups.append(self._stsb_dev)
+        for p in groups:
+            for s in (*p.sentences1, *p.sentences2):
+                seen.setdefault(s, None)
+        return list(seen)
+
+    def __call__(self, encode: EncodeFn) -> dict[str, float]:
+        start = time.perf_counter()
+        sentences = self.sentences()
+        vectors = np.asarray(encode(sentences))
+        if vectors.shape[0] != len(sentences):
+            raise ValueError(
+                f"encode returned {vectors.shape[0]} rows for {len(sentences)} sentences"
+            )
+        index = {s: i for i, s in enumerate(sentences)}
+        results: dict[str, float] = {}
+        for task, groups in self.pairs.items():
+            sys_all, gold_all = [], []
+            for p in groups:
+                sims = cosine_rows(
+                    vectors[[index[s] for s in p.sentences1]],
+                    vectors[[index[s] for s in p.sentences2]],
+                )
+                sys_all.append(sims)
+                gold_all.append(p.scores)
+                if len(groups) > 1:
+                    results[f"{task}/{p.subset}"] = spearman100(sims, p.scores)
+            results[task] = spearman100(np.concatenate(sys_all), np.concatenate(gold_all))
+        results["avg"] = float(np.mean([results[t] for t in self.tasks]))
+        if self._stsb_dev is not None:
+            results.update(self._geometry(vectors, index))
+        results["n_sentences"] = float(len(sentences))
+        results["seconds"] = time.perf_counter() - start
+        return results
+
+    def _geometry(self, vectors: np.ndarray, index: dict[str, int]) -> dict[str, float]:
+        p = self._stsb_dev
+        assert p is not None
+        keep = p.scores > ALIGN_MIN_SCORE
+        x = torch.from_numpy(vectors[[index[s] for s, k in zip(p.sentences1, keep, strict=True) if k]])
+        y = torch.from_numpy(vectors[[index[s] for s, k in zip(p.sentences2, keep, strict=True) if k]])
+        distinct = list(dict.fromkeys((*p.sentences1, *p.sentences2)))
+        all_x = torch.from_numpy(vectors[[index[s] for s in distinct]])
+        return {"alignment": alignment(x, y), "uniformity": uniformity(all_x)}
+
+
+def main_scores(results: dict[str, float], tasks: Sequence[str]) -> dict[str, float]:
+    """The per-task numbers and their average, in task order."""
+    return {t: results[t] for t in (*tasks, "avg")}

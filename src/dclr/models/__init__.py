@@ -1,0 +1,1 @@
+"""Encoders (backbone + pooler), loading and export."""

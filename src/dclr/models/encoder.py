@@ -1,0 +1,251 @@
+"""A sentence encoder: any Hugging Face encoder + a pooler (+ SimCSE's train-only MLP head).
+
+`SentenceEncoder.build(name_or_path, pooler)` starts training from a backbone;
+`SentenceEncoder.from_pretrained(path)` loads a dclr / sentence-transformers / plain HF folder
+for inference. Weights load from safetensors only and remote code is never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+
+from dclr.errors import ConfigError, InputError
+from dclr.models.pooling import POOLERS, MLPHead, needs_hidden_states, pool
+
+DCLR_CONFIG = "dclr.json"
+# sentence-transformers pooling mode -> dclr pooler, for folders saved by other tools.
+_ST_POOLING = {"mean": "mean", "cls": "cls_before_pooler"}
+
+
+def check_pooler(pooler: str) -> str:
+    if pooler not in POOLERS:
+        raise ConfigError(f"unknown pooler {pooler!r}; choose from {', '.join(POOLERS)}")
+    return pooler
+
+
+def _is_local(name_or_path: str) -> bool:
+    return (
+        os.path.sep in name_or_path or name_or_path.startswith(".") or Path(name_or_path).exists()
+    )
+
+
+def load_backbone(name_or_path: str, **config_overrides: object) -> tuple[PreTrainedModel, object]:
+    """Load (model, tokenizer) from a local folder or a hub id, safetensors only, no remote code."""
+    path = Path(name_or_path)
+    if _is_local(name_or_path):
+        if not path.exists():
+            raise InputError(
+                "model folder does not exist",
+                path=path,
+                fix="pass a folder holding config.json and model.safetensors, or a hub id",
+            )
+        if not (path / "config.json").is_file():
+            raise InputError(
+                "not a model folder (no config.json)",
+                path=path,
+                fix="pass a folder saved by `save_pretrained` / sentence-transformers / dclr",
+            )
+    try:
+        config = AutoConfig.from_pretrained(
+            name_or_path, trust_remote_code=False, **config_overrides
+        )
+        model = AutoModel.from_pretrained(
+            name_or_path, config=config, trust_remote_code=False, use_safetensors=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
+    except OSError as err:
+        if _is_local(name_or_path):
+            raise InputError(
+                f"could not load the model: {err}",
+                path=path,
+                fix="the folder needs config.json, model.safetensors (pickled .bin weights are "
+                "refused for safety: convert them with safetensors) and tokenizer files",
+            ) from None
+        raise InputError(
+            f"could not load {name_or_path!r} from the Hugging Face Hub: {err}",
+            fix="check the id and your connection; offline, download it elsewhere and pass the "
+            "local folder, or set HF_HOME to a cache that holds it",
+        ) from None
+    return model, tokenizer
+
+
+class SentenceEncoder(nn.Module):
+    """Backbone + pooler. Input: tokenized batch; output: (batch, hidden) sentence vectors.
+
+    With pooler `cls` and `mlp_head=True` (SimCSE's unsupervised recipe, `mlp_only_train`), the
+    [CLS] vector passes through a dense + tanh head while training only; at inference and in every
+    exported model the representation is the [CLS] vector itself (`cls_before_pooler`).
+    """
+
+    def __init__(
+        self,
+        backbone: PreTrainedModel,
+        tokenizer: object,
+        pooler: str = "cls_before_pooler",
+        mlp_head: bool = False,
+        max_length: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_pooler(pooler)
+        if mlp_head and pooler != "cls":
+            raise ConfigError("the MLP head is SimCSE's [CLS] head: use it only with pooler 'cls'")
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.pooler = pooler
+        self.mlp_head = MLPHead(backbone.config.hidden_size) if mlp_head else None
+        self.max_length = max_length
+
+    @classmethod
+    def build(
+        cls,
+        name_or_path: str,
+        pooler: str = "cls",
+        mlp_head: bool = True,
+        max_length: int | None = None,
+        **config_overrides: object,
+    ) -> SentenceEncoder:
+        """A fresh training encoder from a backbone (local folder or hub id)."""
+        check_pooler(pooler)
+        backbone, tokenizer = load_backbone(str(name_or_path), **config_overrides)
+        return cls(backbone, tokenizer, pooler, mlp_head=mlp_head, max_length=max_length)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, pooler: str | None = None, max_length: int | None = None
+    ) -> SentenceEncoder:
+        """Load for inference; the pooler defaults to what the folder records (dclr or ST)."""
+        if pooler is None:
+            pooler = saved_pooler(Path(path))
+        if pooler is None:
+            raise ConfigError(
+                f"{path} does not record a pooler; pass one of {', '.join(POOLERS)} (--pooler)"
+            )
+        check_pooler(pooler)
+        backbone, tokenizer = load_backbone(str(path))
+        if pooler == "cls" and getattr(backbone, "pooler", None) is None:
+            raise ConfigError(f"{path} has no pooler layer; use pooler 'cls_before_pooler'")
+        return cls(backbone, tokenizer, pooler, max_length=max_length).eval()
+
+    @property
+    def inference_pooler(self) -> str:
+        """The pooler an exported copy uses (the MLP head never leaves training)."""
+        return "cls_before_pooler" if self.mlp_head is not None else self.pooler
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.backbone.config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.parameters()).device
+
+    def tokenize(
+        self, sentences: Sequence[str], max_length: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        limit = max_length or self.max_length or _model_limit(self.tokenizer)
+        return dict(
+            self.tokenizer(
+                list(sentences),
+                padding=True,
+                truncation=True,
+                max_length=limit,
+                return_tensors="pt",
+            )
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: torch.Tensor
+    ) -> torch.Tensor:
+        """(b, L) token ids and mask -> (b, d) sentence vectors."""
+        want_hidden = needs_hidden_states(self.pooler)
+        out = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=want_hidden,
+            return_dict=True,
+            **inputs,
+        )
+        if self.mlp_head is not None:  # pooler == "cls": SimCSE's head, in training only
+            vectors = out.last_hidden_state[:, 0]
+            return self.mlp_head(vectors) if self.training else vectors
+        return pool(
+            self.pooler,
+            attention_mask,
+            out.last_hidden_state,
+            hidden_states=out.hidden_states if want_hidden else None,
+            pooler_output=getattr(out, "pooler_output", None),
+        )
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 128,
+        max_length: int | None = None,
+        normalize: bool = False,
+        show_progress: bool = False,
+    ) -> np.ndarray:
+        """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length."""
+        if batch_size < 1:
+            raise ConfigError("batch_size must be >= 1")
+        was_training = self.training
+        self.eval()
+        limit = max_length or self.max_length or _model_limit(self.tokenizer)
+        distinct = list(dict.fromkeys(sentences))
+        ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
+        order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
+        out = np.empty((len(distinct), self.hidden_size), dtype=np.float32)
+        bar = tqdm(total=len(distinct), desc="encode", unit="sent", disable=not show_progress)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            vectors = self(**batch).float()
+            if normalize:
+                vectors = torch.nn.functional.normalize(vectors, dim=-1)
+            out[rows] = vectors.cpu().numpy()
+            bar.update(len(rows))
+        bar.close()
+        self.train(was_training)
+        index = {s: i for i, s in enumerate(distinct)}
+        return out[[index[s] for s in sentences]]
+
+
+def _model_limit(tokenizer: object) -> int:
+    """The tokenizer's length limit, capped at 512 (BERT's position table; some report 1e30)."""
+    return int(min(getattr(tokenizer, "model_max_length", 512) or 512, 512))
+
+
+def saved_pooler(path: Path) -> str | None:
+    """The pooler a folder records: dclr.json, else sentence-transformers' 1_Pooling config."""
+    if (path / DCLR_CONFIG).is_file():
+        return json.loads((path / DCLR_CONFIG).read_text())["pooler"]
+    modules = path / "modules.json"
+    if modules.is_file():
+        for module in json.loads(modules.read_text()):
+            if module.get("type", "").endswith("Pooling"):
+                cfg = json.loads((path / module["path"] / "config.json").read_text())
+                mode = cfg.get("pooling_mode")
+                if mode is None:  # older sentence-transformers: one boolean flag per mode
+                    mode = next(
+                        (
+                            m
+                            for m in _ST_POOLING
+                            if cfg.get(f"pooling_mode_{m}_tokens")
+                            or cfg.get(f"pooling_mode_{m}_token")
+                        ),
+                        None,
+                    )
+                if isinstance(mode, list | tuple):
+                    mode = mode[0] if len(mode) == 1 else None
+                return _ST_POOLING.get(mode) if mode else None
+    return None
