@@ -1,0 +1,120 @@
+"""Training corpora: a one-sentence-per-line text file, or the built-in STS corpus.
+
+`TextFileCorpus` memory-maps the file and keeps only two int64 arrays (line start and end byte
+offsets), so SimCSE's `wiki1m_for_simcse.txt` (1M lines) costs ~16 MB of index, not a million
+Python strings. Empty and whitespace-only lines are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dclr.data.text import decode_utf8
+from dclr.errors import InputError
+
+BUILTIN_STS = "sts"  # the corpus name for every sentence of the STS/SICK evaluation data
+
+
+class TextFileCorpus(Sequence[str]):
+    """Sentences of a UTF-8 text file, one per line, read lazily from a memory map."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise InputError(
+                "corpus file not found",
+                path=self.path,
+                fix="pass a UTF-8 text file with one sentence per line",
+            )
+        raw = self.path.read_bytes() if self.path.stat().st_size == 0 else None
+        if raw is not None:
+            raise InputError(
+                "corpus is empty",
+                path=self.path,
+                fix="the file needs at least 2 non-empty lines (one sentence each)",
+            )
+        with self.path.open("rb") as fh:
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = np.frombuffer(self._map, dtype=np.uint8)
+        newlines = np.flatnonzero(buf == ord("\n"))
+        starts = np.concatenate([[0], newlines + 1])
+        ends = np.concatenate([newlines, [len(buf)]])
+        if starts[-1] == len(buf):  # file ends with a newline: no last line
+            starts, ends = starts[:-1], ends[:-1]
+        keep = self._validate(starts, ends)
+        self.n_skipped = int((~keep).sum())
+        self._starts, self._ends = starts[keep], ends[keep]
+        if len(self._starts) < 2:
+            raise InputError(
+                f"corpus has {len(self._starts)} usable line(s) ({self.n_skipped} empty skipped)",
+                path=self.path,
+                fix="contrastive training needs at least 2 sentences",
+            )
+
+    def _validate(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Check UTF-8 chunk by chunk (naming the bad line) and mark non-blank lines."""
+        keep = np.ones(len(starts), dtype=bool)
+        chunk = 1 << 16  # lines per validation chunk: bounded memory for huge files
+        for lo in range(0, len(starts), chunk):
+            hi = min(lo + chunk, len(starts))
+            block = self._map[starts[lo] : ends[hi - 1]]
+            try:
+                text = block.decode("utf-8")
+            except UnicodeDecodeError:
+                decode_utf8_at(block, self.path, first_line=lo + 1)
+            lines = text.split("\n")
+            keep[lo:hi] = [bool(line.strip()) for line in lines]
+        return keep
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self._map[self._starts[i] : self._ends[i]].decode("utf-8").rstrip("\r").strip()
+
+
+def decode_utf8_at(block: bytes, path: Path, first_line: int) -> None:
+    """Raise the InputError for `block`, with line numbers offset to the whole file."""
+    try:
+        decode_utf8(block, path)
+    except InputError as err:
+        raise InputError(
+            "invalid UTF-8 bytes",
+            path=path,
+            line=(err.line or 1) + first_line - 1,
+            fix="re-encode the file as UTF-8 or remove that line",
+        ) from None
+
+
+class ListCorpus(Sequence[str]):
+    """An in-memory list of sentences (the built-in STS corpus, few-shot subsets)."""
+
+    def __init__(self, sentences: list[str], name: str = "list") -> None:
+        self.sentences = [s for s in sentences if s.strip()]
+        self.n_skipped = len(sentences) - len(self.sentences)
+        self.name = name
+        if len(self.sentences) < 2:
+            raise InputError(
+                f"corpus {name!r} has fewer than 2 sentences",
+                fix="contrastive training needs at least 2 sentences",
+            )
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self.sentences[i]
+
+
+def load_corpus(corpus: str, data_dir: str | Path | None = None) -> Sequence[str]:
+    """`sts` -> every STS/SICK sentence (needs the data folder); anything else -> a text file."""
+    if corpus == BUILTIN_STS:
+        from dclr.data.paths import resolve_data_dir
+        from dclr.data.sts import all_sentences
+
+        return ListCorpus(all_sentences(resolve_data_dir(data_dir)), name=BUILTIN_STS)
+    return TextFileCorpus(corpus)

@@ -1,0 +1,47 @@
+"""torch.distributed helpers: world info and a gather that keeps gradients for local rows.
+
+Under `torchrun` every rank encodes its slice of the global batch; `gather_with_grad` concatenates
+all slices (rank order) so each rank sees the global batch as negatives. Only the local slice carries
+gradients; each rank computes the same global loss, and the trainer scales it by the world size so
+that DDP's gradient averaging yields exactly the single-process gradient of the global batch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def init_from_env() -> bool:
+    """Join the process group that `torchrun` describes in the environment; False when alone."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
+        return is_distributed()
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend=backend)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return True
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """(n_local, ...) on every rank -> (n_global, ...); gradients flow into the local slice only."""
+    if not is_distributed():
+        return x
+    parts = [torch.empty_like(x) for _ in range(world_size())]
+    dist.all_gather(parts, x.detach().contiguous())
+    parts[rank()] = x
+    return torch.cat(parts, dim=0)

@@ -1,0 +1,1 @@
+"""Configuration, checkpoints and the training loop."""

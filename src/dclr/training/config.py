@@ -1,0 +1,174 @@
+"""Training configuration: one typed dataclass, loaded from a YAML recipe plus `key=value` overrides.
+
+The resolved config is written into every run folder and every checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from dclr.errors import ConfigError
+from dclr.models.pooling import POOLERS
+
+Method = Literal["simcse"]
+Precision = Literal["fp32", "fp16", "bf16"]
+EvalMetric = Literal["stsb", "stsb_sick"]
+
+
+@dataclass
+class TrainConfig:
+    """Every option of `dclr train`. Field comments are the `--help` text."""
+
+    model: str = ""  # backbone: a local folder or a Hugging Face hub id
+    method: Method = "simcse"  # training objective
+    pooler: str = "cls"  # cls | cls_before_pooler | mean | avg_first_last | avg_top2
+    mlp_head: bool = True  # SimCSE's dense+tanh head on [CLS], in training only (pooler cls)
+    corpus: str = "sts"  # 'sts' (every STS/SICK sentence) or a text file, one sentence per line
+    data_dir: str | None = None  # evaluation data root (holds senteval/); else $DCLR_DATA_DIR
+    max_length: int = 32  # training tokens per sentence (SimCSE: 32)
+    batch_size: int = 64  # global batch: sentences per step over all ranks
+    epochs: float = 1.0  # passes over the corpus (ignored when max_steps is set)
+    max_steps: int | None = None  # stop after this many optimizer steps
+    learning_rate: float = 3e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = (
+        1.0  # gradient clipping (the Hugging Face Trainer default SimCSE ran); 0: off
+    )
+    warmup_ratio: float = 0.0  # SimCSE: linear decay from the start, no warmup
+    temperature: float = 0.05  # tau of InfoNCE
+    dropout: float | None = None  # override hidden/attention dropout (None: the model's own)
+    seed: int = 42
+    eval_steps: int = 125  # evaluate on the dev sets every N steps (0: never)
+    eval_metric: EvalMetric = "stsb"  # stsb: STS-B dev; stsb_sick: mean of STS-B and SICK dev
+    save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
+    log_steps: int = 10  # write training metrics every N steps
+    test_eval: bool = True  # 7-task STS test table before and after training
+    output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
+
+    def validate(self) -> TrainConfig:
+        if not self.model:
+            raise ConfigError("`model` is required: a local model folder or a hub id")
+        if self.pooler not in POOLERS:
+            raise ConfigError(f"unknown pooler {self.pooler!r}; choose from {', '.join(POOLERS)}")
+        if self.mlp_head and self.pooler != "cls":
+            raise ConfigError("mlp_head applies to pooler 'cls' only; set mlp_head: false")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if self.batch_size < 2:
+            raise ConfigError(
+                f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}"
+            )
+        if self.max_length < 2:
+            raise ConfigError(f"max_length must be >= 2, got {self.max_length}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.max_steps is None and not self.epochs > 0:
+            raise ConfigError(f"epochs must be > 0, got {self.epochs}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.eval_steps < 0 or (self.save_steps is not None and self.save_steps < 1):
+            raise ConfigError("eval_steps must be >= 0 and save_steps >= 1")
+        if self.max_grad_norm < 0:
+            raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        if self.keep_checkpoints < 1:
+            raise ConfigError("keep_checkpoints must be >= 1")
+        for name in ("method", "precision", "eval_metric"):
+            allowed = get_args(_hints()[name])
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        return self
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.save_steps or self.eval_steps or 100
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Convert a YAML / command-line value to the field's declared type."""
+    hint = _hints()[name]
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        if value is None or value == "null" or value == "None":
+            return None
+        hint = options[0]
+        origin = get_origin(hint)
+    if origin is Literal or hint is str:
+        return str(value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("true", "1", "yes"):
+            return True
+        if str(value).lower() in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if hint in (int, float):
+        try:
+            number = hint(float(value)) if hint is int else float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        if hint is int and float(value) != number:
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return number
+    return value
+
+
+def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainConfig:
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown option(s) {unknown}; known: {sorted(known)}")
+    return TrainConfig(**{k: _coerce(k, v) for k, v in values.items()})
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """['lr=1e-5', 'max_steps=10'] -> {'lr': 1e-5, 'max_steps': 10} (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} must look like key=value")
+        key, raw = pair.split("=", 1)
+        out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
+    return out
+
+
+def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Recipe YAML (may be None) + overrides -> validated TrainConfig."""
+    values: dict[str, Any] = {}
+    source = "overrides"
+    if recipe is not None:
+        path = Path(recipe)
+        if not path.is_file():
+            raise ConfigError(f"recipe {path} not found")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: a recipe is a mapping of option: value")
+        values.update(loaded)
+        source = str(path)
+    values.update(overrides or {})
+    return config_from_dict(values, source).validate()
