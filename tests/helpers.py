@@ -8,8 +8,13 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 # Small enough to train a step in milliseconds, deep enough for every pooler (2 layers).
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-            max_position_embeddings=512)
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    max_position_embeddings=512,
+)
 
 
 def minilm_path() -> Path:
@@ -22,8 +27,13 @@ def make_tiny_model_dir(path: Path, seed: int = 0, dropout: float = 0.1) -> Path
     """A random 2-layer BERT with MiniLM's tokenizer, saved as safetensors at `path`."""
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout, **TINY)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_dropout_prob=dropout,
+        initializer_range=0.2,  # spread-out vectors (0.02 makes all cosines ~1)
+        attention_probs_dropout_prob=dropout,
+        **TINY,
+    )
     BertModel(config).save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path

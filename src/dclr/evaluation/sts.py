@@ -111,8 +111,12 @@ class StsEvaluator:
         p = self._stsb_dev
         assert p is not None
         keep = p.scores > ALIGN_MIN_SCORE
-        x = torch.from_numpy(vectors[[index[s] for s, k in zip(p.sentences1, keep, strict=True) if k]])
-        y = torch.from_numpy(vectors[[index[s] for s, k in zip(p.sentences2, keep, strict=True) if k]])
+        x = torch.from_numpy(
+            vectors[[index[s] for s, k in zip(p.sentences1, keep, strict=True) if k]]
+        )
+        y = torch.from_numpy(
+            vectors[[index[s] for s, k in zip(p.sentences2, keep, strict=True) if k]]
+        )
         distinct = list(dict.fromkeys((*p.sentences1, *p.sentences2)))
         all_x = torch.from_numpy(vectors[[index[s] for s in distinct]])
         return {"alignment": alignment(x, y), "uniformity": uniformity(all_x)}

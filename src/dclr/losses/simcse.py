@@ -26,7 +26,9 @@ def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch
     """InfoNCE over in-batch negatives. z1, z2: (n, d) -> scalar mean loss."""
     logits = cosine_matrix(z1, z2) / temperature  # (n, n), positives on the diagonal
     labels = torch.arange(z1.shape[0], device=z1.device)
-    return F.cross_entropy(logits.float(), labels)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # softmax in fp32 under autocast
+        logits = logits.float()
+    return F.cross_entropy(logits, labels)
 
 
 def check_temperature(temperature: float) -> float:

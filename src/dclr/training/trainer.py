@@ -23,7 +23,7 @@ from dclr.data.corpus import load_corpus
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.evaluation.sts import StsEvaluator
 from dclr.losses.simcse import SimCSELoss
-from dclr.models.encoder import SentenceEncoder
+from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.export import save_encoder
 from dclr.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
@@ -53,7 +53,7 @@ def build_encoder(config: TrainConfig) -> SentenceEncoder:
     if config.dropout is not None:
         from transformers import AutoConfig
 
-        hf = AutoConfig.from_pretrained(config.model, trust_remote_code=False)
+        hf = AutoConfig.from_pretrained(resolve_model(config.model), trust_remote_code=False)
         overrides = {k: config.dropout for k in DROPOUT_KEYS if hasattr(hf, k)}
     return SentenceEncoder.build(
         config.model, pooler=config.pooler, mlp_head=config.mlp_head, **overrides

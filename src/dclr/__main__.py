@@ -1,0 +1,3 @@
+from dclr.cli import app
+
+app(prog_name="dclr")

@@ -1,0 +1,228 @@
+"""The `dclr` command line: train, eval, encode, data."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dclr.errors import DclrError
+
+app = typer.Typer(
+    help="Train, evaluate and use sentence encoders (SimCSE, DCLR, ...).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(
+    help="Get and check the evaluation data (SentEval layout).", no_args_is_help=True
+)
+app.add_typer(data_app, name="data")
+console = Console(stderr=True)
+out = Console()
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Folder holding senteval/ (else $DCLR_DATA_DIR, else ~/.cache/dclr/data).",
+    ),
+]
+Pooler = Annotated[
+    str | None,
+    typer.Option(
+        help="cls | cls_before_pooler | mean | avg_first_last | avg_top2 (default: what the model "
+        "folder records)."
+    ),
+]
+
+
+def _quiet_hf() -> None:
+    """Hide per-file Hugging Face progress bars; dclr shows its own."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _fail(err: Exception) -> None:
+    console.print(f"[bold red]error:[/] {err}", highlight=False)
+    raise typer.Exit(2)
+
+
+def scores_table(title: str, columns: dict[str, dict[str, float]], tasks: list[str]) -> Table:
+    table = Table(title=title)
+    table.add_column("task")
+    for name in columns:
+        table.add_column(name, justify="right")
+    for key in [*tasks, "avg", "alignment", "uniformity"]:
+        if all(key in c for c in columns.values()):
+            fmt = "{:.2f}" if key not in ("alignment", "uniformity") else "{:.3f}"
+            table.add_row(key, *(fmt.format(c[key]) for c in columns.values()))
+    return table
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[
+        str, typer.Argument(help="Model folder (dclr, sentence-transformers or HF) or hub id.")
+    ],
+    data_dir: DataDir = None,
+    pooler: Pooler = None,
+    mode: Annotated[
+        str, typer.Option(help="test: STS12-16, STS-B, SICK-R test; dev: STS-B and SICK dev.")
+    ] = "test",
+    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write all results here.")] = None,
+) -> None:
+    """Spearman x100 of cosine similarity on the STS tasks, computed as SentEval does."""
+    _quiet_hf()
+    from dclr.evaluation.sts import StsEvaluator
+    from dclr.models.encoder import SentenceEncoder
+
+    if mode not in ("test", "dev"):
+        _fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
+    try:
+        evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
+        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler)
+        results = evaluator(lambda s: encoder.encode(s, batch_size=batch_size, show_progress=True))
+    except DclrError as err:
+        _fail(err)
+    results = {"model": model, "pooler": encoder.pooler, "mode": mode, **results}
+    out.print(
+        scores_table(
+            f"STS ({mode}) — {model} [{encoder.pooler}]",
+            {"Spearman x100": results},
+            list(evaluator.tasks or []),
+        )
+    )
+    console.print(f"{int(results['n_sentences'])} distinct sentences in {results['seconds']:.1f} s")
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+@app.command("train")
+def train_cmd(
+    recipe: Annotated[Path | None, typer.Argument(help="YAML recipe (see recipes/).")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override a recipe option: --set learning_rate=1e-5 (repeatable)."
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Backbone folder or hub id.")] = None,
+    data_dir: DataDir = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", "-o", help="Run folder.")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="Resume the run in this folder from its newest checkpoint (its config.yaml is "
+            "used; --set still applies)."
+        ),
+    ] = None,
+) -> None:
+    """Train an encoder; evaluates before and after and prints the table."""
+    _quiet_hf()
+    from dclr.training.config import load_config, parse_overrides
+    from dclr.training.driver import run_training
+
+    try:
+        overrides = parse_overrides(set_ or [])
+        for key, value in (
+            ("model", model),
+            ("data_dir", data_dir),
+            ("output_dir", output_dir),
+            ("max_steps", max_steps),
+        ):
+            if value is not None:
+                overrides[key] = str(value) if isinstance(value, Path) else value
+        if resume is not None:
+            recipe = resume / "config.yaml"
+            overrides.setdefault("output_dir", str(resume))
+        config = load_config(recipe, overrides)
+        summary = run_training(config, resume=resume is not None)
+    except DclrError as err:
+        _fail(err)
+    if summary.get("table"):
+        out.print(summary["table"])
+
+
+@app.command("encode")
+def encode_cmd(
+    model: Annotated[str, typer.Argument(help="Model folder or hub id.")],
+    input_file: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line.")],
+    output: Annotated[Path, typer.Argument(help="Where to write the (n, d) float32 .npy.")],
+    pooler: Pooler = None,
+    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
+    normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
+) -> None:
+    """Encode a file of sentences (one per line; blank lines skipped) into a .npy array."""
+    _quiet_hf()
+    import numpy as np
+
+    from dclr.data.corpus import TextFileCorpus
+    from dclr.models.encoder import SentenceEncoder
+
+    try:
+        corpus = TextFileCorpus(input_file)
+        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler)
+        vectors = encoder.encode(
+            list(corpus), batch_size=batch_size, normalize=normalize, show_progress=True
+        )
+    except DclrError as err:
+        _fail(err)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    np.save(output, vectors)
+    console.print(f"wrote {vectors.shape} to {output} ({corpus.n_skipped} blank lines skipped)")
+
+
+@data_app.command("download")
+def data_download(
+    data_dir: DataDir = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Archive URL (default: SimCSE's SentEval tarball, or $DCLR_DATA_URL)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Download again even if present.")] = False,
+) -> None:
+    """Download the STS/SICK evaluation data and lay it out as SentEval does."""
+    from dclr.data.download import download_data
+    from dclr.data.paths import default_cache_dir
+
+    target = data_dir or Path(os.environ.get("DCLR_DATA_DIR") or default_cache_dir())
+    try:
+        path = download_data(target, base_urls={"senteval": url} if url else None, force=force)
+    except DclrError as err:
+        _fail(err)
+    console.print(f"evaluation data ready in {path}")
+
+
+@data_app.command("check")
+def data_check(data_dir: DataDir = None) -> None:
+    """Read every STS task and report its size (fails with the file and line on bad input)."""
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.sts import STS_TASKS, load_task
+
+    try:
+        root = resolve_data_dir(data_dir)
+        table = Table(title=f"STS data in {root}")
+        table.add_column("task")
+        table.add_column("scored pairs", justify="right")
+        for task in STS_TASKS:
+            table.add_row(task, str(sum(len(p) for p in load_task(root, task, "test"))))
+    except DclrError as err:
+        _fail(err)
+    out.print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    sys.exit(app())

@@ -1,0 +1,101 @@
+"""`dclr train`: evaluate the starting model, train, evaluate the best model, write results.json."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dclr import __version__
+from dclr import distributed as dist
+from dclr.data.sts import STS_TASKS
+from dclr.evaluation.sts import StsEvaluator
+from dclr.models.encoder import SentenceEncoder
+from dclr.training.config import TrainConfig
+from dclr.training.trainer import Trainer
+
+
+def environment() -> dict[str, Any]:
+    """Versions, device and the git commit of the tool, saved with every run."""
+    import sentence_transformers
+    import transformers
+
+    try:
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).parent,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "dclr": __version__,
+        "git_commit": commit,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "sentence_transformers": sentence_transformers.__version__,
+        "device": torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else platform.processor() or "cpu",
+        "world_size": dist.world_size(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, float]:
+    encoder = SentenceEncoder.from_pretrained(path, pooler=pooler)
+    return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
+
+
+def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
+    """Run `config` end to end; returns a summary (and a rich table on rank 0)."""
+    from dclr.cli import scores_table
+
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config)
+    main = trainer.rank == 0
+    before_file = run_dir / "before.json"
+    before: dict[str, float] | None = None
+    # The inference representation of the starting model: SimCSE's train-only head is not used.
+    pooler = trainer.encoder.inference_pooler
+    if main:
+        (run_dir / "env.json").write_text(json.dumps(environment(), indent=2) + "\n")
+        if config.test_eval and not (resume and before_file.exists()):
+            before = evaluate_model(config.model, pooler, config.data_dir)
+            before_file.write_text(json.dumps(before, indent=2) + "\n")
+        elif before_file.exists():
+            before = json.loads(before_file.read_text())
+    result = trainer.train(resume=resume)
+    summary: dict[str, Any] = {
+        "steps": result.steps,
+        "best_step": result.best_step,
+        "best_dev_metric": result.best_metric,
+        "best_dir": str(result.best_dir),
+        "final_dir": str(result.final_dir),
+    }
+    if main and config.test_eval:
+        after = evaluate_model(str(result.best_dir), pooler, config.data_dir)
+        summary.update(before=before, after=after)
+        columns = {"before": before or {}, "after": after}
+        summary_table = scores_table(
+            f"STS test, Spearman x100 — {config.method} "
+            f"({result.steps} steps, best at {result.best_step})",
+            columns,
+            list(STS_TASKS),
+        )
+        (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        summary["table"] = summary_table
+    elif main:
+        (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

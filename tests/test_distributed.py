@@ -1,0 +1,59 @@
+"""DDP on CPU (gloo, 2 processes): same loss and gradients as one process on the global batch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dclr.losses.simcse import SimCSELoss
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ddp_check import SENTENCES, build, grads  # noqa: E402
+from helpers import make_tiny_model_dir  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+
+
+def test_gather_is_identity_without_a_process_group():
+    from dclr.distributed import gather_with_grad
+
+    x = torch.randn(3, 4)
+    assert gather_with_grad(x) is x
+
+
+def test_two_ranks_equal_one_process(model_dir, tmp_path):
+    out = tmp_path / "ddp.safetensors"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        "--master_port=0",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=127.0.0.1:0",
+        str(Path(__file__).parent / "ddp_check.py"),
+        str(model_dir),
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = load_file(str(out))
+
+    encoder = build(str(model_dir)).train()
+    features = encoder.tokenize(SENTENCES, max_length=32)
+    loss = SimCSELoss(encoder, temperature=0.05)(features)["loss"]
+    loss.backward()
+    single = grads(encoder)
+
+    assert ddp["loss"].item() == pytest.approx(loss.item(), abs=1e-6)
+    assert set(single) <= set(ddp)
+    for name, grad in single.items():
+        torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert any(g.abs().sum() > 0 for g in single.values())
