@@ -1,5 +1,6 @@
 """DDP on CPU (gloo, 2 processes): same loss and gradients as one process on the global batch."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from dclr.losses.simcse import SimCSELoss
+from dclr.training.tracking import read_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ddp_check import SENTENCES, build, grads  # noqa: E402
@@ -57,3 +59,27 @@ def test_two_ranks_equal_one_process(model_dir, tmp_path):
     for name, grad in single.items():
         torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=1e-4, msg=name)
     assert any(g.abs().sum() > 0 for g in single.values())
+
+
+@pytest.mark.slow
+def test_torchrun_training_follows_the_single_process_trajectory(model_dir, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES * 8) + "\n")
+    sets = [f"--set={k}={v}" for k, v in {
+        "model": model_dir, "corpus": corpus, "batch_size": 8, "max_steps": 6, "eval_steps": 0,
+        "log_steps": 1, "test_eval": False, "dropout": 0.0, "learning_rate": 1e-3}.items()]
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    one = subprocess.run([sys.executable, "-m", "dclr", "train", *sets, "-o", str(tmp_path / "one")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0", "-m", "dclr",
+                          "train", *sets, "-o", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    single = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "one", "train")}
+    ddp = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "two", "train")}
+    assert sorted(ddp) == list(range(1, 7))
+    for step, loss in single.items():
+        assert ddp[step] == pytest.approx(loss, abs=1e-4), step
+    assert single[6] != pytest.approx(single[1], abs=1e-3)  # it did learn something
