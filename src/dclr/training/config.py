@@ -17,7 +17,11 @@ import yaml
 from dclr.errors import ConfigError
 from dclr.models.pooling import POOLERS
 
-Method = Literal["simcse"]
+Method = Literal["simcse", "dclr"]
+NoiseMode = Literal["optimized", "random", "none"]
+Weighting = Literal["complementary", "self", "none", "distill"]
+LossForm = Literal["paper", "official"]
+ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 Precision = Literal["fp32", "fp16", "bf16"]
 EvalMetric = Literal["stsb", "stsb_sick"]
 
@@ -53,6 +57,20 @@ class TrainConfig:
     log_steps: int = 10  # write training metrics every N steps
     test_eval: bool = True  # 7-task STS test table before and after training
     output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models
+    # ---- DCLR (method: dclr); paper values for BERT-base ----
+    noise_ratio: float = 1.0  # k = round(ratio * batch_size) noise negatives
+    noise_std: float = 1.0  # sigma of the Gaussian the noise starts from
+    noise_steps: int = 4  # t gradient-ascent steps on the non-uniformity loss
+    noise_step_size: float = 1e-3  # beta, the size of each normalised step
+    noise_temperature: float | None = None  # tau_u of the non-uniformity loss (None: temperature)
+    noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
+    false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
+    weighting: Weighting = "complementary"  # complementary | self | none | distill
+    dclr_form: LossForm = "paper"  # paper equations, or what the official code computes
+    complementary_model: str | None = None  # frozen scorer (None: the starting model itself)
+    complementary_pooler: str | None = None  # its pooler (None: what its folder records)
+    complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
+    complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
 
     def validate(self) -> TrainConfig:
@@ -86,7 +104,30 @@ class TrainConfig:
             raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
         if self.keep_checkpoints < 1:
             raise ConfigError("keep_checkpoints must be >= 1")
-        for name in ("method", "precision", "eval_metric"):
+        if not -1 <= self.false_negative_threshold <= 1:
+            raise ConfigError(
+                "false_negative_threshold (phi) is a cosine in [-1, 1], got "
+                f"{self.false_negative_threshold}"
+            )
+        if self.noise_ratio < 0:
+            raise ConfigError(f"noise_ratio must be >= 0, got {self.noise_ratio}")
+        if self.noise_steps < 0:
+            raise ConfigError(f"noise_steps (t) must be >= 0, got {self.noise_steps}")
+        if not self.noise_std > 0:
+            raise ConfigError(f"noise_std (sigma) must be > 0, got {self.noise_std}")
+        if self.noise_temperature is not None and not self.noise_temperature > 0:
+            raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
+        if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
+            raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
+        for name in (
+            "method",
+            "precision",
+            "eval_metric",
+            "noise_mode",
+            "weighting",
+            "dclr_form",
+            "complementary_mode",
+        ):
             allowed = get_args(_hints()[name])
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")

@@ -22,6 +22,12 @@ from dclr import distributed as dist
 from dclr.data.corpus import load_corpus
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.evaluation.sts import StsEvaluator
+from dclr.losses.complementary import (
+    CachedComplementary,
+    OnTheFlyComplementary,
+    TwoViewComplementary,
+)
+from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.export import save_encoder
@@ -60,9 +66,50 @@ def build_encoder(config: TrainConfig) -> SentenceEncoder:
     )
 
 
-def build_loss(config: TrainConfig, model: Any) -> torch.nn.Module:
+def build_complementary(
+    config: TrainConfig, corpus: Sequence[str], device: torch.device, show_progress: bool = True
+) -> Any:
+    """The frozen complementary model of DCLR, in the configured mode (None if not needed)."""
+    if config.method != "dclr" or config.weighting not in ("complementary", "distill"):
+        return None
+    spec = config.complementary_model or config.model
+    encoder = SentenceEncoder.from_pretrained(spec, pooler=config.complementary_pooler)
+    encoder = encoder.to(device)
+    if config.complementary_mode == "cached":
+        cache = Path(config.complementary_cache) if config.complementary_cache else None
+        return CachedComplementary.build_or_load(
+            cache,
+            encoder,
+            corpus,
+            spec,
+            config.max_length,
+            device=device,
+            show_progress=show_progress,
+        )
+    if config.complementary_mode == "on_the_fly":
+        return OnTheFlyComplementary(encoder, config.max_length)
+    return TwoViewComplementary(encoder, config.max_length)
+
+
+def build_loss(config: TrainConfig, model: Any, complementary: Any = None) -> torch.nn.Module:
     if config.method == "simcse":
         return SimCSELoss(model, temperature=config.temperature)
+    if config.method == "dclr":
+        return DCLRLoss(
+            model,
+            complementary,
+            temperature=config.temperature,
+            noise_ratio=config.noise_ratio,
+            noise_std=config.noise_std,
+            noise_steps=config.noise_steps,
+            noise_step_size=config.noise_step_size,
+            noise_temperature=config.noise_temperature,
+            noise_mode=config.noise_mode,
+            false_negative_threshold=config.false_negative_threshold,
+            weighting=config.weighting,
+            form=config.dclr_form,
+            seed=config.seed,
+        )
     raise ConfigError(f"unknown method {config.method!r}")
 
 
@@ -114,6 +161,12 @@ class Trainer:
     # ---- data -------------------------------------------------------------------------------
     def batch_sentences(self, step: int) -> list[str]:
         """This rank's sentences for 0-based `step`."""
+        ids = self.global_batch(step)
+        local = self.config.batch_size // self.world
+        return [self.corpus[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
+
+    def global_batch(self, step: int) -> torch.Tensor:
+        """Corpus indices of the global batch of 0-based `step`, (batch_size,)."""
         epoch, index = divmod(step, self.steps_per_epoch)
         if epoch != self._perm_epoch:
             gen = torch.Generator().manual_seed(self.config.seed + epoch)
@@ -142,7 +195,8 @@ class Trainer:
             model = torch.nn.parallel.DistributedDataParallel(
                 self.encoder, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        loss_fn = build_loss(cfg, model)
+        complementary = build_complementary(cfg, self.corpus, self.device, show_progress=main)
+        loss_fn = build_loss(cfg, model, complementary)
         optimizer = torch.optim.AdamW(
             param_groups(self.encoder, cfg.weight_decay), lr=cfg.learning_rate
         )
@@ -172,11 +226,19 @@ class Trainer:
         tic, seen = time.perf_counter(), 0
         try:
             for step in range(start, self.total_steps):
+                global_ids = self.global_batch(step)
                 sentences = self.batch_sentences(step)
                 features = self.encoder.tokenize(sentences, max_length=cfg.max_length)
                 features = {k: v.to(self.device) for k, v in features.items()}
                 with self._autocast():
-                    parts = loss_fn(features)
+                    parts = loss_fn(
+                        features,
+                        indices=global_ids,
+                        step=step,
+                        sentences=[self.corpus[int(i)] for i in global_ids]
+                        if cfg.method == "dclr"
+                        else None,
+                    )
                 loss = parts["loss"]
                 if not torch.isfinite(loss):
                     raise TrainingDiverged(step + 1, last_ckpt)

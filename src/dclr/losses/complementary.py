@@ -1,0 +1,181 @@
+"""The complementary model of DCLR: a frozen encoder that scores in-batch negatives.
+
+It is never a submodule of the trained encoder: it is frozen (`requires_grad_(False)`, `eval()`,
+run under `no_grad`) and passed to the loss. Three ways to get its cosine similarities:
+
+* `CachedComplementary` (default): its embeddings of the whole training corpus are computed once
+  and stored as a memory-mapped fp16 `.npy` beside a JSON fingerprint of the corpus and model, so
+  a DCLR step costs no extra forward pass.
+* `OnTheFlyComplementary`: encodes each batch (eval mode, no dropout).
+* `TwoViewComplementary`: the released code's structure, two dropout views per step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from dclr.data.corpus import TextFileCorpus
+from dclr.errors import InputError
+from dclr.losses.simcse import cosine_matrix
+from dclr.models.encoder import SentenceEncoder
+
+
+class Complementary(Protocol):
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        """(n, n) cosine similarities among the global batch (corpus indices / their texts)."""
+        ...
+
+
+def freeze(encoder: SentenceEncoder) -> SentenceEncoder:
+    encoder.requires_grad_(False)
+    return encoder.eval()
+
+
+def corpus_fingerprint(corpus: Sequence[str]) -> dict[str, object]:
+    """What identifies a corpus: its file (path, size, content hash) or its sentences' hash."""
+    digest = hashlib.sha256()
+    if isinstance(corpus, TextFileCorpus):
+        with corpus.path.open("rb") as fh:
+            while block := fh.read(1 << 22):  # 4 MiB reads
+                digest.update(block)
+        return {
+            "source": str(corpus.path.resolve()),
+            "bytes": corpus.path.stat().st_size,
+            "sha256": digest.hexdigest(),
+            "sentences": len(corpus),
+        }
+    for s in corpus:
+        digest.update(s.encode("utf-8") + b"\n")
+    return {
+        "source": getattr(corpus, "name", "list"),
+        "sha256": digest.hexdigest(),
+        "sentences": len(corpus),
+    }
+
+
+def default_cache_root() -> Path:
+    from dclr.data.paths import default_cache_dir
+
+    return default_cache_dir().parent / "complementary"
+
+
+class CachedComplementary:
+    """Cosines from precomputed, memory-mapped fp16 embeddings of the training corpus."""
+
+    def __init__(self, vectors: np.ndarray, device: torch.device | str = "cpu") -> None:
+        self.vectors = vectors  # (N, d) fp16, memory-mapped
+        self.device = torch.device(device)
+
+    @classmethod
+    def build_or_load(
+        cls,
+        cache: Path | None,
+        encoder: SentenceEncoder,
+        corpus: Sequence[str],
+        model_id: str,
+        max_length: int,
+        device: torch.device | str = "cpu",
+        batch_size: int = 256,
+        show_progress: bool = True,
+    ) -> CachedComplementary:
+        """Load `cache` if it matches (corpus, model, pooler, max_length), else build it.
+
+        With `cache=None` the file is `~/.cache/dclr/complementary/<key>.npy`, keyed by a hash of
+        that fingerprint, so runs on the same corpus and complementary model share it.
+        """
+        expected = {
+            "corpus": corpus_fingerprint(corpus),
+            "model": model_id,
+            "pooler": encoder.pooler,
+            "max_length": max_length,
+        }
+        if cache is None:
+            key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:20]
+            cache = default_cache_root() / f"{key}.npy"
+        meta_path = cache.with_suffix(".json")
+        if cache.exists() and meta_path.exists():
+            return cls.load(cache, expected, device)
+        freeze(encoder)
+        vectors = encoder.encode(
+            list(corpus),
+            batch_size=batch_size,
+            max_length=max_length,
+            normalize=True,
+            show_progress=show_progress,
+        )
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(cache.stem + ".tmp.npy")
+        np.save(tmp, vectors.astype(np.float16))
+        tmp.replace(cache)
+        meta_path.write_text(json.dumps(expected, indent=2) + "\n")
+        return cls.load(cache, expected, device)
+
+    @classmethod
+    def load(
+        cls, cache: Path, expected: dict[str, object], device: torch.device | str = "cpu"
+    ) -> CachedComplementary:
+        meta_path = cache.with_suffix(".json")
+        found = json.loads(meta_path.read_text())
+        if found != expected:
+            diff = [k for k in expected if found.get(k) != expected[k]]
+            detail = "; ".join(
+                f"{k}: cache has {found.get(k)!r}, run needs {expected[k]!r}" for k in diff
+            )
+            raise InputError(
+                f"complementary cache does not match this run ({detail})",
+                path=cache,
+                fix="delete the cache (and its .json) to rebuild it, or point "
+                "complementary_cache at the cache built for this corpus and model",
+            )
+        vectors = np.load(cache, mmap_mode="r")
+        rows = int(found["corpus"]["sentences"])  # type: ignore[index]
+        if vectors.shape[0] != rows:
+            raise InputError(
+                f"cache holds {vectors.shape[0]} rows for {rows} sentences",
+                path=cache,
+                fix="delete it to rebuild",
+            )
+        return cls(vectors, device)
+
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        rows = torch.from_numpy(np.asarray(self.vectors[indices.cpu().numpy()], dtype=np.float32))
+        rows = rows.to(self.device)  # (n, d), unit norm up to fp16 rounding
+        return cosine_matrix(rows, rows)
+
+
+class OnTheFlyComplementary:
+    """Encode each batch with the frozen complementary model (eval mode: no dropout)."""
+
+    def __init__(self, encoder: SentenceEncoder, max_length: int) -> None:
+        self.encoder = freeze(encoder)
+        self.max_length = max_length
+
+    @torch.no_grad()
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        features = self.encoder.tokenize(sentences, max_length=self.max_length)
+        z = self.encoder(**{k: v.to(self.encoder.device) for k, v in features.items()})
+        return cosine_matrix(z, z)
+
+
+class TwoViewComplementary:
+    """The released code's structure: two dropout views of the batch, cos(view1_i, view2_j)."""
+
+    def __init__(self, encoder: SentenceEncoder, max_length: int) -> None:
+        encoder.requires_grad_(False)
+        self.encoder = encoder.train()  # dropout on, as in the released code; no gradients
+        self.max_length = max_length
+
+    @torch.no_grad()
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        features = self.encoder.tokenize(sentences, max_length=self.max_length)
+        features = {k: torch.cat([v, v]).to(self.encoder.device) for k, v in features.items()}
+        z = self.encoder(**features)
+        n = len(sentences)
+        return cosine_matrix(z[:n], z[n:])

@@ -1,0 +1,281 @@
+"""DCLR (Zhou et al., ACL 2022): noise-based negatives + complementary-model instance weighting.
+
+Notation: z1, z2 (n, d) are two dropout views of n sentences (h_i, h_i+); tau the temperature.
+
+* Noise-based negatives. Draw k = round(ratio * n) vectors from N(0, sigma^2 I_d) and push each t
+  times along its normalised gradient of the non-uniformity loss
+      L_U = mean_i -log( exp(cos(h_i, h_i+)/tau_u) / sum_j exp(cos(h_i, noise_j)/tau_u) ),
+  noise_j <- noise_j + beta * g_j / ||g_j||_2. The encoder gets no gradient from this loop.
+* Instance weighting. A frozen complementary model scores every in-batch negative; alpha_ij = 0
+  when its cosine is >= phi (a likely false negative), else 1. Noise negatives keep weight 1.
+
+Two loss forms, chosen explicitly:
+* `paper` (the paper's equation): L = mean_i -log( e^{s_ii/tau} /
+  (sum_j alpha_ij e^{s_ij/tau} + sum_k e^{cos(z1_i, noise_k)/tau}) ); alpha = 0 removes the term
+  from the denominator. phi is compared with raw cosine similarity.
+* `official` (what RUCAIBox/DCLR's released `cl_vat_forward` computes, as documented in
+  docs/dclr-loss-forms.md): weights multiply the logits (a dropped negative still adds exp(0) = 1),
+  the threshold is applied to teacher *logits* as phi * 20 (i.e. it assumes tau = 0.05), noise
+  negatives are never dropped, and the loss is a softmax followed by element-wise binary
+  cross-entropy against the one-hot target, averaged over all n * (n + k) entries.
+
+With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly SimCSE.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from dclr.losses.simcse import cosine_matrix
+
+LossForm = Literal["paper", "official"]
+# The released DCLR code compares teacher logits with `phi * 20`: 20 = 1 / 0.05, a hard-wired tau.
+OFFICIAL_LOGIT_SCALE = 20.0
+
+
+def non_uniformity_loss(
+    anchors: torch.Tensor, positives: torch.Tensor, noise: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """L_U. anchors, positives: (n, d); noise: (k, d) -> scalar."""
+    pos = F.cosine_similarity(anchors, positives, dim=-1) / temperature  # (n,)
+    neg = cosine_matrix(anchors, noise) / temperature  # (n, k)
+    return (torch.logsumexp(neg, dim=1) - pos).mean()
+
+
+def noise_negatives(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    k: int,
+    std: float,
+    steps: int,
+    step_size: float,
+    temperature: float,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """k noise vectors (k, d), each moved `steps` times by a normalised ascent step on L_U.
+
+    The anchors are detached: nothing here reaches the encoder. A zero gradient (e.g. a noise
+    vector orthogonal to everything) leaves that vector in place instead of dividing by zero.
+    """
+    anchors, positives = anchors.detach().float(), positives.detach().float()
+    d = anchors.shape[1]
+    noise = torch.randn(k, d, generator=generator, device=anchors.device) * std  # (k, d)
+    for _ in range(steps):
+        noise.requires_grad_(True)
+        with torch.enable_grad():
+            (grad,) = torch.autograd.grad(
+                non_uniformity_loss(anchors, positives, noise, temperature), noise
+            )
+        norm = grad.norm(dim=1, keepdim=True)  # (k, 1)
+        direction = torch.where(
+            norm > 0, grad / norm.clamp_min(torch.finfo(grad.dtype).tiny), torch.zeros_like(grad)
+        )
+        noise = (noise + step_size * direction).detach()
+        if not torch.isfinite(noise).all():  # never let a NaN reach the loss
+            raise FloatingPointError("non-finite noise negatives after an ascent step")
+    return noise
+
+
+def false_negative_weights(teacher_cos: torch.Tensor, threshold: float | None) -> torch.Tensor:
+    """alpha (n, n) in {0, 1}: 0 where the complementary cosine >= threshold, off the diagonal.
+
+    `threshold` is a cosine in [-1, 1]; None disables weighting (all ones).
+    """
+    n = teacher_cos.shape[0]
+    weights = torch.ones_like(teacher_cos)
+    if threshold is None:
+        return weights
+    drop = teacher_cos.clamp(-1, 1) >= threshold
+    drop.fill_diagonal_(False)  # the positive is never a false negative
+    return weights.masked_fill(drop, 0.0).reshape(n, n)
+
+
+def dclr_paper_loss(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    noise: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    temperature: float,
+) -> torch.Tensor:
+    """The paper's weighted InfoNCE. z1, z2: (n, d); noise: (k, d) or None; weights: (n, n)."""
+    logits = cosine_matrix(z1, z2) / temperature  # (n, n), positives on the diagonal
+    if weights is not None:
+        logits = logits.masked_fill(weights == 0, float("-inf"))  # alpha = 0: out of the sum
+    if noise is not None and noise.shape[0] > 0:
+        noise_logits = cosine_matrix(z1, noise.to(z1.dtype)) / temperature  # (n, k)
+        logits = torch.cat([logits, noise_logits], dim=1)  # (n, n + k)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    labels = torch.arange(z1.shape[0], device=z1.device)
+    return F.cross_entropy(logits, labels)
+
+
+def official_weights(teacher_cos: torch.Tensor, phi: float, temperature: float) -> torch.Tensor:
+    """The released code's rule: teacher logits (cos / tau) >= phi * 20 -> weight 0, else 1."""
+    teacher_logits = teacher_cos / temperature
+    drop = teacher_logits >= phi * OFFICIAL_LOGIT_SCALE
+    drop.fill_diagonal_(False)
+    return torch.ones_like(teacher_cos).masked_fill(drop, 0.0)
+
+
+def dclr_official_loss(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    noise: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    temperature: float,
+) -> torch.Tensor:
+    """Softmax + element-wise BCE over (n, n + k) logits whose batch part is multiplied by weights."""
+    logits = cosine_matrix(z1, z2) / temperature  # (n, n)
+    if weights is not None:
+        logits = logits * weights  # a dropped negative becomes logit 0, i.e. exp(0) = 1
+    if noise is not None and noise.shape[0] > 0:
+        logits = torch.cat([logits, cosine_matrix(z1, noise.to(z1.dtype)) / temperature], dim=1)
+    probs = logits.float().softmax(dim=1)  # (n, n + k)
+    target = torch.zeros_like(probs)
+    target[:, : z1.shape[0]].fill_diagonal_(1.0)
+    return F.binary_cross_entropy(probs, target)
+
+
+def distillation_loss(
+    student_logits: torch.Tensor, teacher_cos: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """KL(teacher || student) over each row's in-batch distribution (Table 6's KD ablation)."""
+    teacher = F.softmax(teacher_cos / temperature, dim=1)
+    return F.kl_div(F.log_softmax(student_logits.float(), dim=1), teacher, reduction="batchmean")
+
+
+# ---- module -----------------------------------------------------------------------------------
+NoiseMode = Literal["optimized", "random", "none"]
+Weighting = Literal["complementary", "self", "none", "distill"]
+
+
+class DCLRLoss(torch.nn.Module):
+    """DCLR around an encoder.
+
+    Args:
+        model: maps tokenized features to (n, d) vectors (under DDP, the wrapped model).
+        complementary: frozen scorer of in-batch negatives (`dclr.losses.complementary`); needed
+            for weighting 'complementary' and 'distill'.
+        temperature: tau (paper: 0.05).
+        noise_ratio: k = round(ratio * global batch size) noise negatives (paper: 1 for BERT-base).
+        noise_std, noise_steps, noise_step_size: sigma, t, beta (paper: 1, 4, 1e-3).
+        noise_temperature: tau_u of L_U (default: tau).
+        noise_mode: 'optimized' (paper), 'random' (t = 0, Table 6 ablation) or 'none'.
+        false_negative_threshold: phi, a cosine in [-1, 1] (paper: 0.9 BERT, 0.85 RoBERTa).
+        weighting: 'complementary' (paper), 'self' (the trained model scores its own negatives,
+            no gradient), 'none', or 'distill' (KL to the complementary model's in-batch
+            distribution instead of weighting).
+        form: 'paper' or 'official' (see the module docstring and docs/dclr-loss-forms.md).
+        seed: noise is drawn from a generator seeded by (seed, step): reproducible, resumable and
+            identical on every rank (noise negatives are global: each rank computes the same
+            global loss, see `dclr.distributed`).
+    With noise_mode 'none' and weighting 'none' the paper form equals SimCSE in value and gradient.
+    Returns a dict: loss, and its parts (contrastive, distill, dropped_fraction, noise_count).
+    """
+
+    def __init__(
+        self,
+        model,
+        complementary=None,
+        temperature: float = 0.05,
+        noise_ratio: float = 1.0,
+        noise_std: float = 1.0,
+        noise_steps: int = 4,
+        noise_step_size: float = 1e-3,
+        noise_temperature: float | None = None,
+        noise_mode: NoiseMode = "optimized",
+        false_negative_threshold: float = 0.9,
+        weighting: Weighting = "complementary",
+        form: LossForm = "paper",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        from dclr.errors import ConfigError
+        from dclr.losses.simcse import check_temperature
+
+        self.temperature = check_temperature(temperature)
+        if noise_ratio < 0:
+            raise ConfigError(f"noise_ratio must be >= 0, got {noise_ratio}")
+        if not noise_std > 0:
+            raise ConfigError(f"noise_std (sigma) must be > 0, got {noise_std}")
+        if noise_steps < 0:
+            raise ConfigError(f"noise_steps (t) must be >= 0, got {noise_steps}")
+        if not -1 <= false_negative_threshold <= 1:
+            raise ConfigError(
+                f"false_negative_threshold (phi) is a cosine in [-1, 1], got {false_negative_threshold}"
+            )
+        if weighting in ("complementary", "distill") and complementary is None:
+            raise ConfigError(f"weighting {weighting!r} needs a complementary model")
+        if form == "official" and weighting not in ("complementary", "none"):
+            raise ConfigError("the official form implements complementary weighting only")
+        self.model = model
+        self.complementary = complementary  # frozen; never a parameter of this loss
+        self.noise_ratio, self.noise_std, self.noise_steps = noise_ratio, noise_std, noise_steps
+        self.noise_step_size = noise_step_size
+        self.noise_temperature = noise_temperature or temperature
+        self.noise_mode, self.weighting, self.form = noise_mode, weighting, form
+        self.threshold = false_negative_threshold
+        self.seed = seed
+
+    def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
+        k = round(self.noise_ratio * z1.shape[0])
+        if self.noise_mode == "none" or k == 0:
+            return None
+        gen = torch.Generator(device=z1.device).manual_seed(self.seed * 1_000_003 + step)
+        steps = self.noise_steps if self.noise_mode == "optimized" else 0
+        return noise_negatives(
+            z1,
+            z2,
+            k,
+            self.noise_std,
+            steps,
+            self.noise_step_size,
+            self.noise_temperature,
+            generator=gen,
+        )
+
+    def forward(
+        self,
+        features: dict[str, torch.Tensor],
+        indices: torch.Tensor | None = None,
+        sentences: list[str] | None = None,
+        step: int = 0,
+    ) -> dict[str, torch.Tensor]:
+        from dclr.distributed import gather_with_grad
+        from dclr.losses.simcse import two_views
+
+        z1, z2 = two_views(self.model, features)
+        z1, z2 = gather_with_grad(z1), gather_with_grad(z2)  # (n_global, d)
+        noise = self.noise(z1, z2, step)
+        teacher = None
+        if self.weighting in ("complementary", "distill"):
+            teacher = self.complementary.similarities(indices, sentences).to(z1.device)
+        elif self.weighting == "self":
+            with torch.no_grad():
+                teacher = cosine_matrix(z1.detach(), z2.detach())
+        weights = None
+        if teacher is not None and self.weighting != "distill":
+            weights = (
+                official_weights(teacher, self.threshold, self.temperature)
+                if self.form == "official"
+                else false_negative_weights(teacher, self.threshold)
+            )
+        loss_fn = dclr_official_loss if self.form == "official" else dclr_paper_loss
+        contrastive = loss_fn(z1, z2, noise, weights, self.temperature)
+        parts = {"contrastive": contrastive.detach()}
+        loss = contrastive
+        if self.weighting == "distill":
+            kd = distillation_loss(
+                cosine_matrix(z1, z2) / self.temperature, teacher, self.temperature
+            )
+            loss = loss + kd
+            parts["distill"] = kd.detach()
+        n = z1.shape[0]
+        dropped = 0.0 if weights is None else float((weights == 0).sum()) / max(n * (n - 1), 1)
+        parts["dropped_fraction"] = torch.tensor(dropped)
+        parts["noise_count"] = torch.tensor(0 if noise is None else noise.shape[0])
+        return {"loss": loss, **parts}
