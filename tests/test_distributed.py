@@ -65,17 +65,49 @@ def test_two_ranks_equal_one_process(model_dir, tmp_path):
 def test_torchrun_training_follows_the_single_process_trajectory(model_dir, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES * 8) + "\n")
-    sets = [f"--set={k}={v}" for k, v in {
-        "model": model_dir, "corpus": corpus, "batch_size": 8, "max_steps": 6, "eval_steps": 0,
-        "log_steps": 1, "test_eval": False, "dropout": 0.0, "learning_rate": 1e-3}.items()]
+    sets = [
+        f"--set={k}={v}"
+        for k, v in {
+            "model": model_dir,
+            "corpus": corpus,
+            "batch_size": 8,
+            "max_steps": 6,
+            "eval_steps": 0,
+            "log_steps": 1,
+            "test_eval": False,
+            "dropout": 0.0,
+            "learning_rate": 1e-3,
+        }.items()
+    ]
     env = {**os.environ, "TQDM_DISABLE": "1"}
-    one = subprocess.run([sys.executable, "-m", "dclr", "train", *sets, "-o", str(tmp_path / "one")],
-                         capture_output=True, text=True, timeout=300, env=env)
+    one = subprocess.run(
+        [sys.executable, "-m", "dclr", "train", *sets, "-o", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                          "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0", "-m", "dclr",
-                          "train", *sets, "-o", str(tmp_path / "two")],
-                         capture_output=True, text=True, timeout=300, env=env)
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=127.0.0.1:0",
+            "-m",
+            "dclr",
+            "train",
+            *sets,
+            "-o",
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     single = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "one", "train")}
     ddp = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "two", "train")}

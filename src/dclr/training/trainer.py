@@ -172,9 +172,7 @@ class Trainer:
             gen = torch.Generator().manual_seed(self.config.seed + epoch)
             self._perm, self._perm_epoch = torch.randperm(len(self.corpus), generator=gen), epoch
         size = self.config.batch_size
-        ids = self._perm[index * size : (index + 1) * size]  # the global batch
-        local = size // self.world
-        return [self.corpus[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
+        return self._perm[index * size : (index + 1) * size]
 
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:

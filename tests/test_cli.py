@@ -1,0 +1,122 @@
+"""The command line on a tiny model: eval's JSON contract, encode, data check, clear errors."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dclr.cli import app
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir  # noqa: E402
+
+SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_eval_writes_the_contract_json(model_dir, data_dir, tmp_path):
+    out = tmp_path / "r.json"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            str(model_dir),
+            "--data-dir",
+            str(data_dir),
+            "--pooler",
+            "mean",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    scores = json.loads(out.read_text())
+    for key in [*SEVEN, "avg", "alignment", "uniformity"]:
+        assert isinstance(scores[key], float), key
+    assert scores["avg"] == pytest.approx(np.mean([scores[t] for t in SEVEN]))
+    assert "STSBenchmark" in result.output
+
+
+def test_eval_dev_mode(model_dir, data_dir, tmp_path):
+    out = tmp_path / "d.json"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            str(model_dir),
+            "--data-dir",
+            str(data_dir),
+            "--pooler",
+            "cls_before_pooler",
+            "--mode",
+            "dev",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert set(SEVEN[5:]) <= set(json.loads(out.read_text()))
+
+
+def test_eval_unknown_pooler_is_a_clear_error(model_dir, data_dir):
+    result = runner.invoke(
+        app, ["eval", str(model_dir), "--data-dir", str(data_dir), "--pooler", "max"]
+    )
+    assert result.exit_code == 2
+    assert "unknown pooler" in result.output
+
+
+def test_eval_missing_data_says_how_to_get_it(model_dir, tmp_path):
+    result = runner.invoke(app, ["eval", str(model_dir), "--data-dir", str(tmp_path / "none")])
+    assert result.exit_code == 2
+    assert "dclr data download" in result.output
+
+
+def test_eval_not_a_model(tmp_path, data_dir):
+    result = runner.invoke(
+        app, ["eval", str(tmp_path), "--data-dir", str(data_dir), "--pooler", "mean"]
+    )
+    assert result.exit_code == 2
+    assert "config.json" in result.output
+
+
+def test_encode_writes_npy(model_dir, tmp_path):
+    src = tmp_path / "s.txt"
+    src.write_text("a man plays guitar\n\nthe cat sleeps\nthe cat sleeps\n")
+    out = tmp_path / "v.npy"
+    result = runner.invoke(
+        app, ["encode", str(model_dir), str(src), str(out), "--pooler", "mean", "--normalize"]
+    )
+    assert result.exit_code == 0, result.output
+    vectors = np.load(out)
+    assert vectors.shape == (3, 32) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(vectors[1], vectors[2])
+
+
+def test_data_check(data_dir):
+    result = runner.invoke(app, ["data", "check", "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "3108" in result.output  # STS12 scored pairs
+
+
+def test_train_rejects_bad_options(model_dir):
+    result = runner.invoke(app, ["train", "--model", str(model_dir), "--set", "temperature=0"])
+    assert result.exit_code == 2
+    assert "temperature" in result.output
+    result = runner.invoke(app, ["train", "--model", str(model_dir), "--set", "batch_size=1"])
+    assert result.exit_code == 2 and "batch_size" in result.output
+
+
+def test_help_explains_options():
+    result = runner.invoke(app, ["train", "--help"])
+    assert result.exit_code == 0
+    assert "--resume" in result.output and "--set" in result.output
