@@ -40,7 +40,7 @@ def sentence_transformers_encode(path: Path, sentences: list[str]) -> np.ndarray
     return model.encode(sentences, convert_to_numpy=True)
 
 
-@pytest.mark.parametrize("pooler", ["mean", "cls_before_pooler"])
+@pytest.mark.parametrize("pooler", ["mean", "cls_before_pooler", "avg_first_last", "avg_top2"])
 def test_saved_encoder_loads_in_sentence_transformers(tiny_encoder, tmp_path, pooler):
     encoder = tiny_encoder(pooler)
     path = save_encoder(encoder, tmp_path / "model")

@@ -15,7 +15,15 @@ from pathlib import Path
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, _model_limit
 
 # dclr pooler -> sentence-transformers Pooling mode (stock modules only).
-ST_POOLING_MODE = {"mean": "mean", "cls_before_pooler": "cls"}
+ST_POOLING_MODE = {
+    "mean": "mean",
+    "cls_before_pooler": "cls",
+    "avg_first_last": "mean",
+    "avg_top2": "mean",
+}
+# Layer-averaging poolers become a stock WeightedLayerPooling (weights 1 on the two layers averaged,
+# 0 elsewhere) in front of mean pooling; the saved config asks the backbone for hidden states.
+LAYER_AVERAGING = ("avg_first_last", "avg_top2")
 
 
 def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None = None) -> Path:
@@ -29,8 +37,20 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
     max_length = encoder.max_length or _model_limit(encoder.tokenizer)
     encoder.backbone.save_pretrained(tmp, safe_serialization=True)
     encoder.tokenizer.save_pretrained(tmp)
+    if pooler in LAYER_AVERAGING:
+        config_path = tmp / "config.json"
+        config = json.loads(config_path.read_text())
+        config["output_hidden_states"] = True
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
     if pooler in ST_POOLING_MODE:
-        _write_sentence_transformers(tmp, ST_POOLING_MODE[pooler], encoder.hidden_size, max_length)
+        layers = int(encoder.backbone.config.num_hidden_layers)
+        _write_sentence_transformers(
+            tmp,
+            ST_POOLING_MODE[pooler],
+            encoder.hidden_size,
+            max_length,
+            layer_weights=_layer_weights(pooler, layers),
+        )
     info = {
         "pooler": pooler,
         "max_length": max_length,
@@ -48,13 +68,37 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
     return path
 
 
-def _write_sentence_transformers(folder: Path, mode: str, dim: int, max_length: int) -> None:
-    """Add the stock sentence-transformers module files, built by sentence-transformers itself."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.models import Pooling, Transformer
+def _layer_weights(pooler: str, layers: int) -> tuple[int, list[float]] | None:
+    """(layer_start, weights) over hidden_states[layer_start:] (index 0 = embeddings)."""
+    if pooler == "avg_first_last":  # hidden_states[1] and hidden_states[-1]
+        return 1, [1.0] + [0.0] * (layers - 2) + [1.0]
+    if pooler == "avg_top2":  # hidden_states[-2] and hidden_states[-1]
+        return layers - 1, [1.0, 1.0]
+    return None
 
-    transformer = Transformer(str(folder), max_seq_length=max_length)
-    model = SentenceTransformer(
-        modules=[transformer, Pooling(dim, pooling_mode=mode)], device="cpu"
-    )
-    model.save(str(folder))
+
+def _write_sentence_transformers(
+    folder: Path,
+    mode: str,
+    dim: int,
+    max_length: int,
+    layer_weights: tuple[int, list[float]] | None = None,
+) -> None:
+    """Add the stock sentence-transformers module files, built by sentence-transformers itself."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Pooling, Transformer, WeightedLayerPooling
+
+    modules: list[torch.nn.Module] = [Transformer(str(folder), max_seq_length=max_length)]
+    if layer_weights is not None:
+        start, weights = layer_weights
+        modules.append(
+            WeightedLayerPooling(
+                dim,
+                num_hidden_layers=start + len(weights) - 1,
+                layer_start=start,
+                layer_weights=torch.nn.Parameter(torch.tensor(weights), requires_grad=False),
+            )
+        )
+    modules.append(Pooling(dim, pooling_mode=mode))
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder))

@@ -193,7 +193,11 @@ class Trainer:
             model = torch.nn.parallel.DistributedDataParallel(
                 self.encoder, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        complementary = build_complementary(cfg, self.corpus, self.device, show_progress=main)
+        # Rank 0 builds the complementary cache first; the other ranks then load it.
+        complementary = build_complementary(cfg, self.corpus, self.device) if main else None
+        self._barrier()
+        if not main:
+            complementary = build_complementary(cfg, self.corpus, self.device, show_progress=False)
         loss_fn = build_loss(cfg, model, complementary)
         optimizer = torch.optim.AdamW(
             param_groups(self.encoder, cfg.weight_decay), lr=cfg.learning_rate
