@@ -224,5 +224,25 @@ def data_check(data_dir: DataDir = None) -> None:
     out.print(table)
 
 
+# Command groups that live with their feature; each module defines `register(app)`.
+EXTENSIONS = ("dclr.serving.cli", "dclr.dualcse.cli")
+
+
+def _register_extensions() -> None:
+    import importlib
+
+    for name in EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name and name.startswith(err.name):  # the feature is not there: skip it
+                continue
+            raise
+        module.register(app)
+
+
+_register_extensions()
+
+
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())
