@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,9 +20,17 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from dclr.errors import ConfigError, InputError
+from dclr.models.packing import pack, position_offset, segment_first, segment_mean, unpad
 from dclr.models.pooling import POOLERS, MLPHead, needs_hidden_states, pool
 
 DCLR_CONFIG = "dclr.json"
+# Sentences of different lengths to check that packed and padded forwards agree.
+PACKING_PROBE = [
+    "a short one .",
+    "x",
+    "a somewhat longer probe sentence , with more tokens in it .",
+]
+PACKING_TOLERANCE = 1e-4  # float32 reassociation across layouts stays ~1e-6; a wrong layout is O(1)
 # sentence-transformers pooling mode -> dclr pooler, for folders saved by other tools.
 _ST_POOLING = {"mean": "mean", "cls": "cls_before_pooler"}
 
@@ -133,6 +142,7 @@ class SentenceEncoder(nn.Module):
         pooler: str = "cls_before_pooler",
         mlp_head: bool = False,
         max_length: int | None = None,
+        packing: bool = False,
     ) -> None:
         super().__init__()
         check_pooler(pooler)
@@ -149,6 +159,31 @@ class SentenceEncoder(nn.Module):
         backbone_pooler = getattr(backbone, "pooler", None)
         if isinstance(backbone_pooler, nn.Module) and (pooler != "cls" or mlp_head):
             backbone_pooler.requires_grad_(False)
+        self.packing = False
+        if packing:
+            self.enable_packing()
+
+    def enable_packing(self) -> bool:
+        """Use padding-free packed forwards if this backbone gives the same vectors both ways.
+
+        Checked on a probe batch (max |delta| <= PACKING_TOLERANCE); returns whether it is on.
+        Pooler 'cls' without the MLP head needs the backbone's per-row pooler and stays padded.
+        """
+        if self.pooler == "cls" and self.mlp_head is None:
+            return False
+        was_training = self.training
+        self.eval()
+        with torch.inference_mode():
+            features = {k: v.to(self.device) for k, v in self.tokenize(PACKING_PROBE).items()}
+            padded = self._forward_padded(**features)
+            packed = self._forward_packed(features["input_ids"], features["attention_mask"])
+        self.train(was_training)
+        self.packing = bool((padded - packed).abs().max() <= PACKING_TOLERANCE)
+        if not self.packing:
+            warnings.warn(
+                "this backbone does not honour packed inputs; using padded batches", stacklevel=2
+            )
+        return self.packing
 
     @classmethod
     def build(
@@ -213,7 +248,51 @@ class SentenceEncoder(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: torch.Tensor
     ) -> torch.Tensor:
-        """(b, L) token ids and mask -> (b, d) sentence vectors."""
+        """(b, L) token ids and mask -> (b, d) sentence vectors (packed internally if enabled)."""
+        token_types = inputs.get("token_type_ids")
+        if (
+            self.packing
+            and set(inputs) <= {"token_type_ids"}
+            and (token_types is None or not bool(token_types.any()))
+        ):
+            return self._forward_packed(input_ids, attention_mask)
+        return self._forward_padded(input_ids, attention_mask, **inputs)
+
+    def _forward_packed(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Unpad, pack several sentences per row, run the backbone once, pool per sentence."""
+        dtype = next(self.backbone.parameters()).dtype
+        batch = pack(
+            unpad(input_ids, attention_mask),
+            pad_id=self.tokenizer.pad_token_id or 0,
+            position_offset=position_offset(self.backbone),
+            dtype=dtype,
+        ).to(self.device)
+        want_hidden = needs_hidden_states(self.pooler)
+        out = self.backbone(
+            input_ids=batch.input_ids,
+            position_ids=batch.position_ids,
+            attention_mask=batch.attention_mask,
+            token_type_ids=torch.zeros_like(batch.input_ids),
+            output_hidden_states=want_hidden,
+            return_dict=True,
+        )
+        n = batch.n
+        if self.mlp_head is not None or self.pooler == "cls_before_pooler":
+            vectors = segment_first(out.last_hidden_state, batch.segment, n)
+            if self.mlp_head is not None and self.training:
+                return self.mlp_head(vectors)
+            return vectors
+        if self.pooler == "mean":
+            return segment_mean(out.last_hidden_state, batch.segment, n)
+        hidden = out.hidden_states
+        first = hidden[1] if self.pooler == "avg_first_last" else hidden[-2]
+        return segment_mean((first + hidden[-1]) / 2.0, batch.segment, n)
+
+    def _forward_padded(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: torch.Tensor
+    ) -> torch.Tensor:
         want_hidden = needs_hidden_states(self.pooler)
         out = self.backbone(
             input_ids=input_ids,
