@@ -6,7 +6,11 @@ median seconds per step and the ratio to dclr's SimCSE step:
   - simcse:        dclr's SimCSE (InfoNCE over two dropout views, one forward of 2n rows);
   - dclr_cached:   DCLR, complementary embeddings precomputed once (default), ratio 1, t = 4;
   - dclr_official: DCLR with the released code's structure: the complementary model encodes two
-                   dropout views every step.
+                   dropout views every step;
+  - simcse_padded: dclr's SimCSE with padded batches (packing off), the plain PyTorch step;
+  - st_mnrl:       the peer, sentence-transformers' SimCSE recipe: MultipleNegativesRankingLoss
+                   (scale 20 = 1/0.05) on (s, s) pairs, its own tokenisation and forwards.
+Every dclr variant except simcse_padded runs padding-free packed forwards.
 Writes benchmarks/results/train_step.json.
 
     python benchmarks/train_step.py --data-dir ../shared/data [--reps 10]
@@ -52,13 +56,26 @@ def main() -> None:
     two_view = TwoViewComplementary(
         SentenceEncoder.from_pretrained(MODEL, pooler="mean"), args.max_length
     )
+    assert encoder.enable_packing()
     variants = {
         "simcse": SimCSELoss(encoder, 0.05),
         "dclr_cached": DCLRLoss(encoder, cached, 0.05, noise_ratio=1.0, noise_steps=4),
         "dclr_official": DCLRLoss(
             encoder, two_view, 0.05, noise_ratio=1.0, noise_steps=4, form="official"
         ),
+        "simcse_padded": SimCSELoss(encoder, 0.05),
+        "st_mnrl": None,
     }
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.models import Pooling, Transformer
+
+    st_transformer = Transformer(resolve_model(MODEL), max_seq_length=args.max_length)
+    peer = SentenceTransformer(
+        modules=[st_transformer, Pooling(encoder.hidden_size, pooling_mode="cls")], device="cpu"
+    ).train()
+    peer_loss = MultipleNegativesRankingLoss(peer, scale=20.0)
+    peer_optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-6)
     times: dict[str, list[float]] = {name: [] for name in variants}
     gen = torch.Generator().manual_seed(0)
     names = list(variants)
@@ -68,11 +85,19 @@ def main() -> None:
         order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate who goes first
         for name in order:
             start = time.perf_counter()
-            features = encoder.tokenize(sentences, max_length=args.max_length)
-            loss = variants[name](features, indices=ids, sentences=sentences, step=rep)["loss"]
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            if name == "st_mnrl":
+                features = peer.tokenize(sentences)
+                loss = peer_loss([features, dict(features)], None)
+                loss.backward()
+                peer_optimizer.step()
+                peer_optimizer.zero_grad(set_to_none=True)
+            else:
+                encoder.packing = name != "simcse_padded"
+                features = encoder.tokenize(sentences, max_length=args.max_length)
+                out = variants[name](features, indices=ids, sentences=sentences, step=rep)
+                out["loss"].backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
             if rep >= args.warmup:
                 times[name].append(time.perf_counter() - start)
     medians = {name: statistics.median(t) for name, t in times.items()}
@@ -84,6 +109,8 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "median_seconds": medians,
         "ratio_to_simcse": {n: medians[n] / medians["simcse"] for n in medians},
+        "sentences_per_s": {n: args.batch_size / medians[n] for n in medians},
+        "speedup_simcse_vs_st_mnrl": medians["st_mnrl"] / medians["simcse"],
         "all_seconds": times,
         "command": " ".join(["python", *sys.argv]),
     }

@@ -79,6 +79,12 @@ def eval_cmd(
     ] = "test",
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write all results here.")] = None,
+    packing: Annotated[
+        bool,
+        typer.Option(
+            help="Padding-free packed forwards (checked against padded ones on a probe first)."
+        ),
+    ] = True,
 ) -> None:
     """Spearman x100 of cosine similarity on the STS tasks, computed as SentEval does."""
     _quiet_hf()
@@ -89,7 +95,7 @@ def eval_cmd(
         _fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
     try:
         evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
-        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler)
+        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
         results = evaluator(lambda s: encoder.encode(s, batch_size=batch_size, show_progress=True))
     except DclrError as err:
         _fail(err)
@@ -164,6 +170,7 @@ def encode_cmd(
     pooler: Pooler = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
     normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
+    packing: Annotated[bool, typer.Option(help="Padding-free packed forwards.")] = True,
 ) -> None:
     """Encode a file of sentences (one per line; blank lines skipped) into a .npy array."""
     _quiet_hf()
@@ -174,7 +181,7 @@ def encode_cmd(
 
     try:
         corpus = TextFileCorpus(input_file)
-        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler)
+        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
         vectors = encoder.encode(
             list(corpus), batch_size=batch_size, normalize=normalize, show_progress=True
         )

@@ -201,9 +201,16 @@ class SentenceEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, pooler: str | None = None, max_length: int | None = None
+        cls,
+        path: str | Path,
+        pooler: str | None = None,
+        max_length: int | None = None,
+        packing: bool = False,
     ) -> SentenceEncoder:
-        """Load for inference; the pooler defaults to what the folder records (dclr or ST)."""
+        """Load for inference; the pooler defaults to what the folder records (dclr or ST).
+
+        `packing=True` turns on padding-free forwards when the backbone passes the probe check.
+        """
         path = resolve_model(str(path))
         check_model_folder(path)  # before reading the pooler, so a bad path says what is wrong
         if pooler is None:
@@ -216,7 +223,10 @@ class SentenceEncoder(nn.Module):
         backbone, tokenizer = load_backbone(str(path))
         if pooler == "cls" and getattr(backbone, "pooler", None) is None:
             raise ConfigError(f"{path} has no pooler layer; use pooler 'cls_before_pooler'")
-        return cls(backbone, tokenizer, pooler, max_length=max_length).eval()
+        encoder = cls(backbone, tokenizer, pooler, max_length=max_length).eval()
+        if packing:
+            encoder.enable_packing()
+        return encoder
 
     @property
     def inference_pooler(self) -> str:

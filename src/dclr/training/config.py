@@ -22,6 +22,7 @@ NoiseMode = Literal["optimized", "random", "none"]
 Weighting = Literal["complementary", "self", "none", "distill"]
 LossForm = Literal["paper", "official"]
 ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
+Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
 EvalMetric = Literal["stsb", "stsb_sick"]
 
@@ -54,6 +55,7 @@ class TrainConfig:
     save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
+    packing: Packing = "auto"  # padding-free packed forwards (auto: on CPU; GPU untested here)
     log_steps: int = 10  # write training metrics every N steps
     test_eval: bool = True  # 7-task STS test table before and after training
     output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models
@@ -127,6 +129,7 @@ class TrainConfig:
             "weighting",
             "dclr_form",
             "complementary_mode",
+            "packing",
         ):
             allowed = get_args(_hints()[name])
             if getattr(self, name) not in allowed:

@@ -53,7 +53,9 @@ def environment() -> dict[str, Any]:
 
 
 def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, float]:
-    encoder = SentenceEncoder.from_pretrained(path, pooler=pooler)
+    encoder = SentenceEncoder.from_pretrained(
+        path, pooler=pooler, packing=not torch.cuda.is_available()
+    )
     return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
 
 

@@ -144,6 +144,8 @@ class Trainer:
             f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
         )
         self.encoder = (encoder or build_encoder(config)).to(self.device)
+        if config.packing == "on" or (config.packing == "auto" and self.device.type == "cpu"):
+            self.encoder.enable_packing()
         self.corpus = corpus if corpus is not None else load_corpus(config.corpus, config.data_dir)
         if len(self.corpus) < config.batch_size:
             raise ConfigError(
