@@ -188,3 +188,17 @@ def train_losses_safe(run: Path) -> dict[int, float]:
         if row.get("kind") == "train":
             out[row["step"]] = row["loss"]
     return out
+
+
+def test_grad_cache_training_follows_the_uncached_trajectory(tmp_path, corpus_file):
+    model = make_tiny_model_dir(tmp_path / "m", dropout=0.0)
+    plain = load_config(None, base_overrides(model, corpus_file, tmp_path / "a", max_steps=5))
+    cached = load_config(
+        None, base_overrides(model, corpus_file, tmp_path / "b", max_steps=5, grad_cache_chunk=3)
+    )
+    Trainer(plain).train()
+    Trainer(cached).train()
+    a, b = train_losses(tmp_path / "a"), train_losses(tmp_path / "b")
+    assert a.keys() == b.keys()
+    for step in a:
+        assert b[step] == pytest.approx(a[step], abs=1e-5)

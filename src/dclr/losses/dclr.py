@@ -245,10 +245,22 @@ class DCLRLoss(torch.nn.Module):
         sentences: list[str] | None = None,
         step: int = 0,
     ) -> dict[str, torch.Tensor]:
-        from dclr.distributed import gather_with_grad
         from dclr.losses.simcse import two_views
 
         z1, z2 = two_views(self.model, features)
+        return self.objective(z1, z2, indices=indices, sentences=sentences, step=step)
+
+    def objective(
+        self,
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        indices: torch.Tensor | None = None,
+        sentences: list[str] | None = None,
+        step: int = 0,
+    ) -> dict[str, torch.Tensor]:
+        """The loss from this rank's two views (n_local, d); gathered across ranks here."""
+        from dclr.distributed import gather_with_grad
+
         z1, z2 = gather_with_grad(z1), gather_with_grad(z2)  # (n_global, d)
         noise = self.noise(z1, z2, step)
         teacher = None

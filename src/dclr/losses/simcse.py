@@ -62,6 +62,12 @@ class SimCSELoss(nn.Module):
         self.model = model
         self.temperature = check_temperature(temperature)
 
-    def forward(self, features: dict[str, torch.Tensor], **_: object) -> dict[str, torch.Tensor]:
+    def forward(
+        self, features: dict[str, torch.Tensor], **context: object
+    ) -> dict[str, torch.Tensor]:
         z1, z2 = two_views(self.model, features)
+        return self.objective(z1, z2, **context)
+
+    def objective(self, z1: torch.Tensor, z2: torch.Tensor, **_: object) -> dict[str, torch.Tensor]:
+        """The loss from this rank's two views (n_local, d); gathered across ranks here."""
         return {"loss": simcse_loss(gather_with_grad(z1), gather_with_grad(z2), self.temperature)}

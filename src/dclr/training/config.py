@@ -55,6 +55,7 @@ class TrainConfig:
     save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
+    grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size
     packing: Packing = "auto"  # padding-free packed forwards (auto: on CPU; GPU untested here)
     log_steps: int = 10  # write training metrics every N steps
     test_eval: bool = True  # 7-task STS test table before and after training
@@ -102,6 +103,8 @@ class TrainConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.eval_steps < 0 or (self.save_steps is not None and self.save_steps < 1):
             raise ConfigError("eval_steps must be >= 0 and save_steps >= 1")
+        if self.grad_cache_chunk is not None and self.grad_cache_chunk < 1:
+            raise ConfigError(f"grad_cache_chunk must be >= 1, got {self.grad_cache_chunk}")
         if self.max_grad_norm < 0:
             raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
         if self.keep_checkpoints < 1:

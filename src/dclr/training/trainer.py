@@ -28,6 +28,7 @@ from dclr.losses.complementary import (
     TwoViewComplementary,
 )
 from dclr.losses.dclr import DCLRLoss
+from dclr.losses.gradcache import GradCache
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.export import save_encoder
@@ -234,24 +235,28 @@ class Trainer:
                 sentences = self.batch_sentences(step)
                 features = self.encoder.tokenize(sentences, max_length=cfg.max_length)
                 features = {k: v.to(self.device) for k, v in features.items()}
+                context = {
+                    "indices": global_ids,
+                    "step": step,
+                    "sentences": [self.corpus[int(i)] for i in global_ids]
+                    if cfg.method == "dclr"
+                    else None,
+                }
+                # DDP averages gradients while every rank's loss is already global: scale by W.
+                backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
                 with self._autocast():
-                    parts = loss_fn(
-                        features,
-                        indices=global_ids,
-                        step=step,
-                        sentences=[self.corpus[int(i)] for i in global_ids]
-                        if cfg.method == "dclr"
-                        else None,
-                    )
+                    if cfg.grad_cache_chunk:
+                        cached = GradCache(loss_fn, cfg.grad_cache_chunk, backward_scale)
+                        parts = cached(features, **context)  # runs backward itself
+                    else:
+                        parts = loss_fn(features, **context)
                 loss = parts["loss"]
                 if not torch.isfinite(loss):
                     raise TrainingDiverged(step + 1, last_ckpt)
-                scaled = loss * self.world  # DDP averages gradients; the loss is already global
+                if not cfg.grad_cache_chunk:
+                    (loss * backward_scale).backward()
                 if scaler is not None:
-                    scaler.scale(scaled).backward()
                     scaler.unscale_(optimizer)
-                else:
-                    scaled.backward()
                 if cfg.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), cfg.max_grad_norm)
                 if scaler is not None:
