@@ -120,3 +120,39 @@ def test_help_explains_options():
     result = runner.invoke(app, ["train", "--help"])
     assert result.exit_code == 0
     assert "--resume" in result.output and "--set" in result.output
+
+
+@pytest.mark.slow
+def test_gpu_throughput_script_runs_on_cpu(model_dir, tmp_path):
+    """The GPU benchmark is ready to ship: it runs end to end on the CPU with tiny sizes."""
+    import subprocess
+
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_throughput.py"
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--model",
+            str(model_dir),
+            "--device",
+            "cpu",
+            "--batch-size",
+            "8",
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--encode-sentences",
+            "64",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["sentences_per_s"]) == {"train_simcse", "train_dclr", "encode"}
+    assert all(v > 0 for v in result["sentences_per_s"].values())
