@@ -1,0 +1,356 @@
+"""Bulk encoding: a large file -> vector shards, streaming, resumable, in one or more processes.
+
+Input rows are cut into fixed blocks of `shard_size` rows; block k becomes shard k (blank rows
+skipped, their row numbers absent from the shard). Because a shard is a function of the input alone,
+its vectors do not depend on how many processes ran, and a job killed midway resumes by encoding
+only the shards whose files are missing. With N processes (`processes=N`, through
+`torch.multiprocessing`, or N ranks under `torchrun`) process r encodes the shards k with
+k % N == r, each on its own GPU when there are GPUs. `manifest.json` records the model (spec and
+fingerprint), the input (path, size, mtime), the settings, and whether every shard is done; a
+resumed job with a different model, input or setting is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dclr.errors import ConfigError, InputError
+from dclr.models.encoder import SentenceEncoder
+from dclr.serving.fingerprint import model_fingerprint
+from dclr.serving.readers import TextSource, is_blank
+from dclr.serving.shards import (
+    ShardFormat,
+    StorageDtype,
+    check_choice,
+    is_done,
+    shard_name,
+    write_shard,
+)
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = "dclr-bulk-1"
+# Rows per shard: 10k x 384-d float32 = 15 MB per shard, small enough to redo after a kill.
+DEFAULT_SHARD_SIZE = 10_000
+# Texts handed to `encode` at once (a multiple of the batch size): the progress bar's step, and
+# large enough for the length sorting inside `encode` to cut padding.
+CHUNK_BATCHES = 8
+Device = Literal["auto", "cpu", "cuda"]
+# Manifest keys that must match for a job to resume into an existing folder.
+_RESUME_KEYS = ("format", "model_fingerprint", "input", "shard_size", "shard_format", "dtype")
+
+
+@dataclass(frozen=True)
+class BulkSettings:
+    """How vectors are written.
+
+    shard_size: input rows per shard; shard_format: "npy" (vectors + `.rows.npy`) or "parquet"
+    (columns `row`, `embedding`); dtype: storage dtype ("float16" halves the disk, the model still
+    runs in float32); normalize: L2-normalise before storing; batch_size: texts per forward pass.
+    """
+
+    shard_size: int = DEFAULT_SHARD_SIZE
+    shard_format: ShardFormat = "npy"
+    dtype: StorageDtype = "float32"
+    normalize: bool = False
+    batch_size: int = 128
+
+    def __post_init__(self) -> None:
+        if self.shard_size < 1 or self.batch_size < 1:
+            raise ConfigError("shard_size and batch_size must be >= 1")
+        check_choice(self.shard_format, ShardFormat, "--format")
+        check_choice(self.dtype, StorageDtype, "--dtype")
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    path = Path(out_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
+    tmp = out_dir / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, out_dir / MANIFEST)
+
+
+def plan(
+    out_dir: Path,
+    model: str,
+    fingerprint: str,
+    pooler: str,
+    source: TextSource,
+    settings: BulkSettings,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Create the manifest in `out_dir`, or check an existing one matches (to resume)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n_rows = source.count()
+    manifest: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "model": model,
+        "model_fingerprint": fingerprint,
+        "pooler": pooler,
+        "input": source.identity(),
+        "rows": n_rows,
+        "n_shards": -(-n_rows // settings.shard_size),  # ceil
+        **asdict(settings),
+        "complete": False,
+    }
+    old = read_manifest(out_dir)
+    if old is not None and overwrite:
+        _remove_outputs(out_dir, old)
+        old = None
+    if old is not None:
+        changed = [key for key in (*_RESUME_KEYS, "normalize") if old.get(key) != manifest[key]]
+        if changed:
+            raise InputError(
+                f"this folder holds a bulk job with other {', '.join(changed)}",
+                path=out_dir / MANIFEST,
+                fix="use another output folder, or pass --overwrite to start over",
+            )
+        manifest = {**old, "batch_size": settings.batch_size}
+    _write_manifest(out_dir, manifest)
+    return manifest
+
+
+def _remove_outputs(out_dir: Path, manifest: dict[str, Any]) -> None:
+    """Delete this job's own files only (never the folder or anything else in it)."""
+    for index in range(int(manifest.get("n_shards", 0))):
+        for name in (f"shard-{index:05d}.npy", f"shard-{index:05d}.rows.npy"):
+            (out_dir / name).unlink(missing_ok=True)
+        (out_dir / f"shard-{index:05d}.parquet").unlink(missing_ok=True)
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+
+
+def pending_shards(out_dir: Path, manifest: dict[str, Any], rank: int, world: int) -> list[int]:
+    """Shards this rank owns (k % world == rank) that have no file yet."""
+    fmt = manifest["shard_format"]
+    return [
+        k for k in range(manifest["n_shards"]) if k % world == rank and not is_done(out_dir, k, fmt)
+    ]
+
+
+def encode_shards(
+    encoder: SentenceEncoder,
+    source: TextSource,
+    out_dir: Path,
+    manifest: dict[str, Any],
+    rank: int = 0,
+    world: int = 1,
+    show_progress: bool = False,
+) -> int:
+    """Encode this rank's missing shards, streaming the input once; returns texts encoded."""
+    todo = set(pending_shards(out_dir, manifest, rank, world))
+    if not todo:
+        return 0
+    size, n_rows = manifest["shard_size"], manifest["rows"]
+    total = sum(min(size, n_rows - k * size) for k in todo)
+    bar = tqdm(
+        total=total,
+        desc=f"encode (rank {rank})" if world > 1 else "encode",
+        unit="row",
+        position=rank,
+        disable=not show_progress,
+    )
+    last_row = (max(todo) + 1) * size  # nothing past this row is ours
+    rows: list[int] = []
+    texts: list[str] = []
+    current = 0
+    encoded = 0
+    for row, text in enumerate(source.rows()):
+        if row >= last_row:
+            break
+        shard = row // size
+        if shard != current:
+            if current in todo:
+                encoded += _finish(encoder, out_dir, current, rows, texts, manifest, bar)
+            rows, texts, current = [], [], shard
+        if shard in todo and not is_blank(text):
+            rows.append(row)
+            texts.append(text)
+    if current in todo:
+        encoded += _finish(encoder, out_dir, current, rows, texts, manifest, bar)
+    bar.close()
+    return encoded
+
+
+def _finish(
+    encoder: SentenceEncoder,
+    out_dir: Path,
+    shard: int,
+    rows: list[int],
+    texts: list[str],
+    manifest: dict[str, Any],
+    bar: tqdm,
+) -> int:
+    """Encode one shard's texts chunk by chunk and write the shard."""
+    batch = manifest["batch_size"]
+    chunk = batch * CHUNK_BATCHES
+    parts = [np.empty((0, encoder.hidden_size), dtype=np.float32)]
+    for start in range(0, len(texts), chunk):
+        part = texts[start : start + chunk]
+        parts.append(encoder.encode(part, batch_size=batch, normalize=manifest["normalize"]))
+        bar.update(len(part))
+    n_rows = min(manifest["shard_size"], manifest["rows"] - shard * manifest["shard_size"])
+    bar.update(n_rows - len(texts))  # the blank rows
+    vectors = np.concatenate(parts)  # (m, d)
+    write_shard(
+        out_dir, shard, np.asarray(rows), vectors, manifest["shard_format"], manifest["dtype"]
+    )
+    return len(texts)
+
+
+def finalize(out_dir: Path) -> dict[str, Any]:
+    """Mark the job complete once every shard exists; record the count and the dimension."""
+    from dclr.serving.shards import read_shard
+
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        raise InputError("no bulk job here (manifest.json missing)", path=out_dir)
+    fmt = manifest["shard_format"]
+    missing = [k for k in range(manifest["n_shards"]) if not is_done(out_dir, k, fmt)]
+    if missing:
+        raise InputError(
+            f"{len(missing)} shard(s) missing, first {shard_name(missing[0], fmt)}",
+            path=out_dir,
+            fix="run the same command again to resume",
+        )
+    count, dim = 0, None
+    for k in range(manifest["n_shards"]):
+        rows, vectors = read_shard(out_dir, k, fmt)
+        count += len(rows)
+        dim = int(vectors.shape[1]) if dim is None else dim
+    manifest.update(complete=True, vectors=count, dim=dim)
+    _write_manifest(out_dir, manifest)
+    return manifest
+
+
+def pick_device(device: Device, rank: int) -> torch.device:
+    """`auto`: the rank's own GPU when there are GPUs, else the CPU."""
+    check_choice(device, Device, "--device")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda, but no GPU is visible")
+        return torch.device(f"cuda:{rank % torch.cuda.device_count()}")
+    return torch.device("cpu")
+
+
+def load_encoder(model: str, pooler: str | None, device: torch.device) -> SentenceEncoder:
+    return SentenceEncoder.from_pretrained(model, pooler=pooler).to(device)
+
+
+def _spawned_worker(
+    rank: int,
+    world: int,
+    model: str,
+    pooler: str | None,
+    source: TextSource,
+    out_dir: Path,
+    device: Device,
+    show_progress: bool,
+) -> None:
+    """One process of `bulk_encode(processes=N)` (torch.multiprocessing.spawn)."""
+    target = pick_device(device, rank)
+    if target.type == "cpu":  # share the cores instead of oversubscribing them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    encoder = load_encoder(model, pooler, target)
+    manifest = read_manifest(out_dir)
+    assert manifest is not None
+    encode_shards(encoder, source, out_dir, manifest, rank, world, show_progress)
+
+
+def bulk_encode(
+    model: str,
+    source: TextSource,
+    out_dir: str | Path,
+    settings: BulkSettings,
+    pooler: str | None = None,
+    processes: int = 1,
+    device: Device = "auto",
+    overwrite: bool = False,
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """Encode `source` into shards in `out_dir`; returns the final manifest.
+
+    Under `torchrun` (WORLD_SIZE > 1) every rank calls this; rank 0 plans and finalizes.
+    Otherwise `processes` > 1 spawns that many workers with torch.multiprocessing.
+    """
+    from dclr import distributed
+
+    out_dir = Path(out_dir)
+    model = _stable_spec(model)
+    if distributed.init_from_env():
+        return _bulk_torchrun(model, source, out_dir, settings, pooler, device, overwrite)
+    if processes < 1:
+        raise ConfigError("--processes must be >= 1")
+    encoder = load_encoder(model, pooler, pick_device(device, 0))
+    plan(
+        out_dir,
+        model,
+        model_fingerprint(encoder),
+        encoder.inference_pooler,
+        source,
+        settings,
+        overwrite,
+    )
+    manifest = read_manifest(out_dir)
+    assert manifest is not None
+    if processes == 1:
+        encode_shards(encoder, source, out_dir, manifest, show_progress=show_progress)
+    else:
+        import torch.multiprocessing as mp
+
+        del encoder  # each worker loads its own copy
+        mp.spawn(
+            _spawned_worker,
+            args=(processes, model, pooler, source, out_dir, device, show_progress),
+            nprocs=processes,
+            join=True,
+        )
+    return finalize(out_dir)
+
+
+def _bulk_torchrun(
+    model: str,
+    source: TextSource,
+    out_dir: Path,
+    settings: BulkSettings,
+    pooler: str | None,
+    device: Device,
+    overwrite: bool,
+) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from dclr import distributed
+
+    rank, world = distributed.rank(), distributed.world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    encoder = load_encoder(model, pooler, pick_device(device, local_rank))
+    if rank == 0:
+        fingerprint = model_fingerprint(encoder)
+        plan(out_dir, model, fingerprint, encoder.inference_pooler, source, settings, overwrite)
+    dist.barrier()
+    manifest = read_manifest(out_dir)
+    assert manifest is not None
+    encode_shards(encoder, source, out_dir, manifest, rank, world)
+    dist.barrier()
+    result = finalize(out_dir) if rank == 0 else manifest
+    dist.barrier()
+    return result
+
+
+def _stable_spec(model: str) -> str:
+    """A model spec that names the same model from any working directory."""
+    if model.startswith("python-package:"):
+        return model
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model

@@ -1,0 +1,301 @@
+"""Commands `dclr encode-bulk`, `dclr index build|info`, `dclr search`, `dclr serve`.
+
+`register(app)` adds them to the main typer app (see `dclr.cli.EXTENSIONS`). Heavy imports
+(FAISS, FastAPI, pyarrow, the model) happen inside the commands, so `dclr --help` stays fast and
+works without the `serve` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dclr.errors import DclrError
+from dclr.serving.index import EXACT_MAX_VECTORS
+from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
+
+console = Console(stderr=True)
+out = Console()
+index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
+
+Model = Annotated[str, typer.Argument(help="Model folder, hub id, or python-package:NAME.")]
+Pooler = Annotated[
+    str | None, typer.Option(help="Pooler (default: what the model folder records).")
+]
+Column = Annotated[
+    str | None, typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text.")
+]
+InputFormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
+    ),
+]
+BatchSize = Annotated[int, typer.Option(help="Texts per forward pass.")]
+Processes = Annotated[
+    int,
+    typer.Option(
+        help="Worker processes (one per GPU when there are GPUs). Under torchrun, the ranks are "
+        "the workers and this is ignored."
+    ),
+]
+Overwrite = Annotated[
+    bool, typer.Option(help="Discard a previous job in the output folder instead of resuming.")
+]
+
+
+def _quiet_hf() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _fail(err: Exception) -> None:
+    console.print(f"[bold red]error:[/] {err}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _need_extra(err: ModuleNotFoundError) -> None:
+    _fail(
+        RuntimeError(
+            f"{err.name} is not installed; this command needs the serve extra: "
+            "pip install 'dclr[serve]'"
+        )
+    )
+
+
+def encode_bulk(
+    model: Model,
+    input_file: Annotated[
+        Path, typer.Argument(help="Text file (one per line), CSV/TSV, JSONL or Parquet.")
+    ],
+    out_dir: Annotated[Path, typer.Argument(help="Folder for the shards and manifest.json.")],
+    column: Column = None,
+    input_format: InputFormatOpt = "auto",
+    shard_format: Annotated[
+        str,
+        typer.Option("--format", help="npy (vectors + row numbers) | parquet (row, embedding)."),
+    ] = "npy",
+    dtype: Annotated[str, typer.Option(help="float32 | float16 (storage only).")] = "float32",
+    shard_size: Annotated[int, typer.Option(help="Input rows per shard.")] = 10_000,
+    normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
+    pooler: Pooler = None,
+    batch_size: BatchSize = 128,
+    processes: Processes = 1,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    overwrite: Overwrite = False,
+) -> None:
+    """Encode a large file into vector shards; run it again after an interruption to resume."""
+    _quiet_hf()
+    from dclr import distributed
+    from dclr.serving.bulk import BulkSettings, bulk_encode
+    from dclr.serving.readers import open_source
+
+    try:
+        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
+        settings = BulkSettings(shard_size, shard_format, dtype, normalize, batch_size)  # type: ignore[arg-type]
+        manifest = bulk_encode(
+            model,
+            source,
+            out_dir,
+            settings,
+            pooler=pooler,
+            processes=processes,
+            device=device,  # type: ignore[arg-type]
+            overwrite=overwrite,
+            show_progress=True,
+        )
+    except ModuleNotFoundError as err:
+        _need_extra(err)
+    except DclrError as err:
+        _fail(err)
+    if distributed.rank() == 0:
+        console.print(
+            f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {manifest['rows']} "
+            f"rows in {manifest['n_shards']} shard(s) in {out_dir}"
+        )
+
+
+@index_app.command("build")
+def index_build(
+    model: Model,
+    input_file: Annotated[
+        Path, typer.Argument(help="Texts to index (same formats as encode-bulk).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
+    kind: Annotated[
+        str,
+        typer.Option(
+            help=f"auto (flat up to {EXACT_MAX_VECTORS:,} vectors, else hnsw) | flat (exact) | "
+            "hnsw | ivf"
+        ),
+    ] = "auto",
+    column: Column = None,
+    input_format: InputFormatOpt = "auto",
+    pooler: Pooler = None,
+    batch_size: BatchSize = 128,
+    processes: Processes = 1,
+    hnsw_m: Annotated[int, typer.Option(help="HNSW links per node.")] = 32,
+    ef_construction: Annotated[int, typer.Option(help="HNSW build candidate list.")] = 200,
+    ef_search: Annotated[int, typer.Option(help="HNSW query candidate list.")] = 128,
+    nlist: Annotated[int | None, typer.Option(help="IVF cells (default 4*sqrt(n)).")] = None,
+    nprobe: Annotated[int, typer.Option(help="IVF cells searched per query.")] = 16,
+    overwrite: Overwrite = False,
+) -> None:
+    """Encode a corpus and build a FAISS index (cosine similarity) tied to the model."""
+    _quiet_hf()
+    try:
+        from dclr.serving.index import IndexParams, build_index
+        from dclr.serving.readers import open_source
+
+        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
+        params = IndexParams(kind, hnsw_m, ef_construction, ef_search, nlist, nprobe)  # type: ignore[arg-type]
+        meta = build_index(
+            model,
+            source,
+            out,
+            params,
+            pooler=pooler,
+            batch_size=batch_size,
+            processes=processes,
+            overwrite=overwrite,
+            show_progress=True,
+        )
+    except ModuleNotFoundError as err:
+        _need_extra(err)
+    except DclrError as err:
+        _fail(err)
+    console.print(
+        f"{meta['params']['kind']} index of {meta['count']} vectors ({meta['dim']}-d) in {out}"
+    )
+
+
+@index_app.command("info")
+def index_info(folder: Annotated[Path, typer.Argument(help="Index folder.")]) -> None:
+    """Print an index's model, fingerprint, kind and size."""
+    from dclr.serving.index import read_meta
+
+    try:
+        meta = read_meta(folder)
+    except DclrError as err:
+        _fail(err)
+    out.print_json(json.dumps(meta))
+
+
+def search(
+    query: Annotated[str, typer.Argument(help="The text to search for.")],
+    index: Annotated[Path, typer.Option("--index", "-i", help="Index folder.")],
+    model: Annotated[
+        str | None,
+        typer.Option(help="Query encoder (default: the model that built the index)."),
+    ] = None,
+    k: Annotated[int, typer.Option("-k", help="Number of results.")] = 10,
+    pooler: Pooler = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Top-k texts of an index by cosine similarity; refuses a model other than the index's."""
+    _quiet_hf()
+    try:
+        from dclr.models.encoder import SentenceEncoder
+        from dclr.serving.fingerprint import model_fingerprint
+        from dclr.serving.index import SearchIndex, read_meta
+
+        if k < 1:
+            raise ValueError("-k must be >= 1")
+        meta = read_meta(index)
+        name = model or meta["model"]
+        encoder = SentenceEncoder.from_pretrained(name, pooler=pooler or meta["pooler"])
+        searcher = SearchIndex(index)
+        searcher.check_model(model_fingerprint(encoder), name)
+        vector = encoder.encode([query], normalize=True)  # (1, d)
+        hits = searcher.search(vector, k)[0]
+    except ModuleNotFoundError as err:
+        _need_extra(err)
+    except (DclrError, ValueError) as err:
+        _fail(err)
+    if json_out:
+        rows = [{"rank": r + 1, **hit.__dict__} for r, hit in enumerate(hits)]
+        out.print_json(json.dumps({"query": query, "model": name, "results": rows}))
+        return
+    table = Table(title=f"{query!r} — {meta['count']} texts, {meta['params']['kind']} index")
+    for column, justify in (("#", "right"), ("score", "right"), ("row", "right"), ("text", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r, hit in enumerate(hits, start=1):
+        table.add_row(str(r), f"{hit.score:.4f}", str(hit.row), hit.text)
+    out.print(table)
+
+
+def serve(
+    model: Model,
+    index: Annotated[
+        Path | None, typer.Option(help="Index folder to serve POST /search from.")
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but loopback exposes the service.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: any free port, printed).")] = 8000,
+    pooler: Pooler = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    max_texts: Annotated[int, typer.Option(help="Texts per request.")] = MAX_TEXTS,
+    max_chars: Annotated[int, typer.Option(help="Characters per text.")] = MAX_CHARS,
+    max_body_bytes: Annotated[int, typer.Option(help="Request body bytes.")] = MAX_BODY_BYTES,
+    max_k: Annotated[int, typer.Option(help="Search results per query.")] = MAX_K,
+    max_batch: Annotated[
+        int, typer.Option(help="Texts per forward pass across batched requests.")
+    ] = 64,
+    max_pending: Annotated[int, typer.Option(help="Queued texts before requests get 503.")] = 512,
+    max_connections: Annotated[
+        int, typer.Option(help="Open connections before new ones get 503.")
+    ] = 128,
+) -> None:
+    """Serve embeddings over HTTP (OpenAI-compatible), similarity, search and a web page.
+
+    Routes: POST /v1/embeddings, POST /similarity, POST /search (with --index), GET /health,
+    the page at /, the OpenAPI schema at /openapi.json. Binds 127.0.0.1 unless told otherwise.
+    """
+    _quiet_hf()
+    try:
+        from dclr.serving.bulk import load_encoder, pick_device
+        from dclr.serving.fingerprint import model_fingerprint
+        from dclr.serving.index import SearchIndex
+        from dclr.serving.limits import Limits
+        from dclr.serving.server import is_loopback, run
+        from dclr.serving.service import BatchOptions, create_app
+
+        limits = Limits(max_texts, max_chars, max_body_bytes, max_k)
+        batching = BatchOptions(max_batch_texts=max_batch, max_pending_texts=max_pending)
+        encoder = load_encoder(model, pooler, pick_device(device, 0))  # type: ignore[arg-type]
+        fingerprint = model_fingerprint(encoder)
+        searcher = SearchIndex(index) if index is not None else None
+        if searcher is not None:
+            searcher.check_model(fingerprint, model)
+        app = create_app(encoder, model, fingerprint, searcher, limits, batching)
+    except ModuleNotFoundError as err:
+        _need_extra(err)
+    except (DclrError, ValueError) as err:
+        _fail(err)
+    if not is_loopback(host):
+        console.print(
+            f"[yellow]warning:[/] binding {host} exposes the service (no authentication) beyond "
+            "this machine"
+        )
+    try:
+        run(app, host, port, max_connections)
+    except OSError as err:
+        _fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this feature's commands to the main `dclr` app."""
+    app.command("encode-bulk")(encode_bulk)
+    app.add_typer(index_app, name="index")
+    app.command("search")(search)
+    app.command("serve")(serve)

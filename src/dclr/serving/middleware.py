@@ -1,0 +1,84 @@
+"""ASGI middleware that refuses request bodies over a byte limit, before and while reading them.
+
+A declared `Content-Length` over the limit is answered 413 without reading a byte; a body sent
+without one (chunked) is counted as it arrives and cut off at the limit, so no more than
+`max_bytes` of a body is ever held. The answer is a JSON
+error in OpenAI's shape naming the limit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+
+def error_json(message: str, type_: str, param: str | None, code: str | None) -> bytes:
+    """The body of every error the service sends."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return json.dumps(body).encode()
+
+
+class BodyLimitMiddleware:
+    """Wrap an ASGI app; bodies over `max_bytes` get HTTP 413."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                await self._reject(send, 400, "Content-Length is not a number", "bad_length")
+                return
+            if size > self.max_bytes:
+                await self._reject(send, 413, self._message(f"{size} bytes"), "body_too_large")
+                return
+        # Read the whole body (it is bounded) so an overflow is answered here, not turned into a
+        # parsing error by the framework; the app then reads the buffered copy.
+        chunks: list[bytes] = []
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > self.max_bytes:
+                text = self._message(f"more than {self.max_bytes} bytes")
+                await self._reject(send, 413, text, "body_too_large")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # later calls wait for the disconnect, as usual
+
+        await self.app(scope, replay, send)
+
+    def _message(self, size: str) -> str:
+        return (
+            f"request body is {size}; the limit is {self.max_bytes} bytes (max_body_bytes): "
+            "send fewer or shorter texts per request"
+        )
+
+    async def _reject(self, send: Any, status: int, message: str, code: str) -> None:
+        body = error_json(message, "invalid_request_error", "body", code)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,234 @@
+"""Stream the texts of a large file, one row at a time, in a fixed order.
+
+A *row* is a line of a .txt file, a record of a .csv/.tsv file (after the header), a line of a
+.jsonl file, or a row of a .parquet file; rows are numbered from 0 in file order. Every row yields
+one string: blank lines, empty fields and nulls yield "" (callers skip them with `is_blank`), so
+row numbers always match the file. Nothing is read into memory beyond one row (one record batch for
+Parquet).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from dclr.errors import InputError
+
+InputFormat = Literal["auto", "txt", "csv", "tsv", "jsonl", "parquet"]
+_SUFFIXES = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_TABULAR = ("csv", "tsv", "jsonl", "parquet")
+# Bytes read at a time when counting lines: large enough for disk speed, small for memory.
+_COUNT_CHUNK = 1 << 22
+# Rows per Parquet record batch: bounded memory, few Python calls.
+_PARQUET_BATCH = 8192
+# csv's default field limit is 128 KiB; one text of a bulk file may legitimately be longer.
+_CSV_FIELD_LIMIT = 1 << 26
+
+
+def is_blank(text: str) -> bool:
+    """True for rows that are not encoded (empty or whitespace only)."""
+    return not text.strip()
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """The texts of one file. Build it with `open_source`, which validates path and column.
+
+    `format` is resolved (never "auto"); `column` names the CSV/JSONL field or Parquet column
+    (None for .txt).
+    """
+
+    path: Path
+    format: str
+    column: str | None
+
+    def identity(self) -> dict[str, object]:
+        """What a resumed job checks to know the file has not changed since it started."""
+        stat = self.path.stat()
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "column": self.column,
+            "bytes": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+        }
+
+    def rows(self) -> Iterator[str]:
+        """Every row's text, in file order (blank rows as "")."""
+        if self.format == "txt":
+            return _txt_rows(self.path)
+        if self.format in ("csv", "tsv"):
+            return _csv_rows(self.path, self.column, "\t" if self.format == "tsv" else ",")
+        if self.format == "jsonl":
+            return _jsonl_rows(self.path, self.column)
+        return _parquet_rows(self.path, self.column)
+
+    def count(self) -> int:
+        """The number of rows (a fast byte scan for .txt/.jsonl, metadata for Parquet)."""
+        if self.format in ("txt", "jsonl"):
+            return _count_lines(self.path)
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            return int(pq.ParquetFile(self.path).metadata.num_rows)
+        return sum(1 for _ in self.rows())
+
+
+def open_source(
+    path: str | Path, column: str | None = None, input_format: InputFormat = "auto"
+) -> TextSource:
+    """Check `path` and `column` and return the source; the format comes from the suffix."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise InputError("input file not found", path=path, fix="pass an existing file")
+    if input_format not in get_args(InputFormat):
+        raise InputError(
+            f"unknown input format {input_format!r}",
+            fix=f"choose from {', '.join(get_args(InputFormat))}",
+        )
+    fmt = _SUFFIXES.get(path.suffix.lower(), "txt") if input_format == "auto" else input_format
+    if fmt in _TABULAR and not column:
+        raise InputError(
+            f"a {fmt} file needs --column to say which field holds the text",
+            path=path,
+            fix=f"pass --column NAME (columns: {', '.join(_columns(path, fmt)) or 'none found'})",
+        )
+    if fmt == "txt" and column:
+        raise InputError(
+            "--column applies to csv/tsv/jsonl/parquet files, not to text files",
+            path=path,
+            fix="drop --column, or pass --input-format to read the file as a table",
+        )
+    if fmt in ("csv", "tsv", "parquet"):
+        available = _columns(path, fmt)
+        if column not in available:
+            raise InputError(
+                f"no column {column!r}",
+                path=path,
+                line=1 if fmt != "parquet" else None,
+                fix=f"choose one of: {', '.join(available)}",
+            )
+    return TextSource(path, fmt, column)
+
+
+def _columns(path: Path, fmt: str) -> list[str]:
+    """Column names of a table file (for error messages and validation)."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        except Exception as err:  # pyarrow raises several types for a file that is not Parquet
+            raise InputError(f"not a Parquet file: {err}", path=path) from None
+    if fmt in ("csv", "tsv"):
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            return next(csv.reader(fh, delimiter="\t" if fmt == "tsv" else ","), [])
+    if fmt == "jsonl":
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.strip():
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        return []
+                    return list(record) if isinstance(record, dict) else []
+    return []
+
+
+def _count_lines(path: Path) -> int:
+    n = 0
+    last = b"\n"
+    with path.open("rb") as fh:
+        while chunk := fh.read(_COUNT_CHUNK):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")  # a last line without a newline still counts
+
+
+def _decode(raw: bytes, path: Path, line: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"bytes {raw[err.start : err.end]!r} are not valid UTF-8",
+            path=path,
+            line=line,
+            fix="re-encode the file as UTF-8 or fix that line",
+        ) from None
+
+
+def _txt_rows(path: Path) -> Iterator[str]:
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            yield _decode(raw, path, number).rstrip("\r\n").strip()
+
+
+def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
+    csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh, delimiter=delimiter)
+        try:
+            header = next(reader, [])
+            position = header.index(column) if column in header else None
+            if position is None:
+                raise InputError(f"no column {column!r}", path=path, line=1)
+            for record in reader:
+                yield record[position].strip() if position < len(record) else ""
+        except UnicodeDecodeError:
+            raise InputError(
+                "invalid UTF-8 bytes",
+                path=path,
+                line=reader.line_num + 1,
+                fix="re-encode the file as UTF-8 or fix that line",
+            ) from None
+        except csv.Error as err:
+            raise InputError(f"malformed CSV: {err}", path=path, line=reader.line_num) from None
+
+
+def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            line = _decode(raw, path, number).strip()
+            if not line:
+                yield ""
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
+            if not isinstance(record, dict):
+                raise InputError("each line must be a JSON object", path=path, line=number)
+            value = record.get(column)
+            if value is not None and not isinstance(value, str):
+                raise InputError(
+                    f"field {column!r} is a {type(value).__name__}, not a string",
+                    path=path,
+                    line=number,
+                )
+            yield (value or "").strip()
+
+
+def _parquet_rows(path: Path, column: str | None) -> Iterator[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    handle = pq.ParquetFile(path)
+    kind = handle.schema_arrow.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputError(
+            f"column {column!r} holds {kind}, not strings", path=path, fix="pick a text column"
+        )
+    for batch in handle.iter_batches(batch_size=_PARQUET_BATCH, columns=[column]):
+        for value in batch.column(0).to_pylist():
+            yield (value or "").strip()

@@ -1,0 +1,278 @@
+"""The embeddings HTTP service: a FastAPI app around one encoder (and optionally one index).
+
+Routes: `POST /v1/embeddings` (OpenAI-compatible), `POST /similarity` (pairs -> cosines, or
+sentences -> cosine matrix), `POST /search` (when an index is loaded), `GET /health`, the web page
+at `/` (with `/static/app.js`, `/static/app.css`), and FastAPI's `/openapi.json` and `/docs`.
+Vectors are L2-normalised, so a dot product is a cosine. Every error is JSON in OpenAI's shape
+(`{"error": {"message", "type", "param", "code"}}`): 400 for a broken limit (the message names it),
+413 for an oversized body, 422 for a malformed request, 404 when no index is loaded, 503 when the
+queue is full (with Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass
+from importlib import resources
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dclr.models.encoder import SentenceEncoder, _model_limit
+from dclr.serving.batcher import (
+    MAX_BATCH_TEXTS,
+    MAX_PENDING_TEXTS,
+    MAX_WAIT_S,
+    EmbeddingBatcher,
+    EncodeFn,
+    Overloaded,
+)
+from dclr.serving.fingerprint import SHORT
+from dclr.serving.index import SearchIndex
+from dclr.serving.limits import LimitError, Limits
+from dclr.serving.middleware import BodyLimitMiddleware, error_json
+from dclr.serving.schemas import (
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    ErrorResponse,
+    HealthResponse,
+    SearchRequest,
+    SearchResponse,
+    SimilarityRequest,
+    SimilarityResponse,
+)
+
+# The page's files, served from the package; nothing else under /static is reachable.
+STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css"}
+# The page loads only its own files and talks only to this server.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+# Validation problems listed in one error message: the first few are enough to fix a request.
+MAX_PROBLEMS = 5
+# Seconds a client told "overloaded" should wait: about one batch's time on a CPU.
+RETRY_AFTER_S = 1
+ERRORS = {
+    400: {"model": ErrorResponse, "description": "A limit was broken (the message names it)."},
+    413: {"model": ErrorResponse, "description": "Request body over max_body_bytes."},
+    422: {"model": ErrorResponse, "description": "Malformed request."},
+    503: {"model": ErrorResponse, "description": "Queue full; retry after Retry-After seconds."},
+}
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Batcher settings (see `dclr.serving.batcher`)."""
+
+    max_batch_texts: int = MAX_BATCH_TEXTS
+    max_wait_s: float = MAX_WAIT_S
+    max_pending_texts: int = MAX_PENDING_TEXTS
+
+
+def make_encode_fn(encoder: SentenceEncoder, batch_size: int) -> EncodeFn:
+    """texts -> (unit vectors (n, d) float32, token counts (n,)) for the batcher."""
+    limit = encoder.max_length or _model_limit(encoder.tokenizer)
+
+    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        vectors = encoder.encode(texts, batch_size=batch_size, normalize=True)
+        ids = encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
+        return vectors, np.array([len(x) for x in ids], dtype=np.int64)
+
+    return encode
+
+
+def describe_validation(problems: Sequence[dict]) -> tuple[str, str | None, str | None]:
+    """FastAPI's validation errors -> (message, offending field, code) people can act on."""
+    if not problems:
+        return "malformed request", None, None
+    first = problems[0]
+    if first.get("type") == "json_invalid":
+        position = first.get("loc", (None, "?"))[-1]
+        return f"request body is not valid JSON (at character {position})", "body", "json_invalid"
+    parts: list[str] = []
+    for problem in problems:
+        # Union members appear in `loc` as type tags ('str', 'list[str]'): keep only field names
+        # and list positions.
+        path = [str(p) for p in problem.get("loc", ())[1:] if not _is_type_tag(p)]
+        text = f"{'.'.join(path) or 'body'}: {problem.get('msg')}"
+        if text not in parts:
+            parts.append(text)
+    field = next((str(p) for p in first.get("loc", ())[1:2]), None)
+    if field == "input" and first.get("type") in ("string_type", "list_type"):
+        parts = ["input must be a string or a list of strings (token-id input is not supported)"]
+    return "; ".join(parts[:MAX_PROBLEMS]), field, first.get("type")
+
+
+def _is_type_tag(part: object) -> bool:
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
+
+
+def _error(status: int, message: str, type_: str, param: str | None, code: str | None) -> Response:
+    return Response(
+        error_json(message, type_, param, code), status_code=status, media_type="application/json"
+    )
+
+
+def create_app(
+    encoder: SentenceEncoder,
+    model_name: str,
+    fingerprint: str,
+    index: SearchIndex | None = None,
+    limits: Limits | None = None,
+    batching: BatchOptions | None = None,
+) -> FastAPI:
+    """The ASGI app. `index`, if given, must have been checked against `fingerprint`."""
+    limits = limits or Limits()
+    batching = batching or BatchOptions()
+    if index is not None:
+        index.check_model(fingerprint, model_name)
+    batcher = EmbeddingBatcher(
+        make_encode_fn(encoder, batching.max_batch_texts),
+        batching.max_batch_texts,
+        batching.max_wait_s,
+        batching.max_pending_texts,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.close()
+
+    app = FastAPI(
+        title="dclr embeddings service",
+        description=f"Sentence embeddings from {model_name}.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.batcher = batcher
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+
+    @app.exception_handler(LimitError)
+    async def _limit(_: Request, err: LimitError) -> Response:
+        return _error(err.status, err.message, "invalid_request_error", err.param, err.code)
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(_: Request, err: Overloaded) -> Response:
+        response = _error(503, str(err), "server_overloaded", None, "queue_full")
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> Response:
+        message, param, code = describe_validation(err.errors())
+        return _error(422, message, "invalid_request_error", param, code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> Response:
+        return _error(err.status_code, str(err.detail), "invalid_request_error", None, None)
+
+    async def embed(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        vectors, tokens = await batcher.submit(texts)
+        return vectors, tokens
+
+    @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS)
+    async def embeddings(request: EmbeddingsRequest) -> Response:
+        """OpenAI-compatible embeddings (unit-length vectors)."""
+        texts = [request.input] if isinstance(request.input, str) else request.input
+        limits.check_texts(texts, "input")
+        if request.dimensions is not None and request.dimensions != encoder.hidden_size:
+            raise LimitError(
+                400,
+                f"dimensions: this model returns {encoder.hidden_size}-dimensional vectors "
+                "and does not truncate them",
+                "dimensions",
+                "unsupported_dimensions",
+            )
+        vectors, tokens = await embed(texts)
+        if request.encoding_format == "base64":
+            values: list = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors]
+        else:
+            values = vectors.tolist()
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
+        total = int(tokens.sum())
+        body = {
+            "object": "list",
+            "data": data,
+            "model": model_name,
+            "usage": {"prompt_tokens": total, "total_tokens": total},
+        }
+        return JSONResponse(body)
+
+    @app.post("/similarity", response_model=SimilarityResponse, responses=ERRORS)
+    async def similarity(request: SimilarityRequest) -> Response:
+        """Cosine similarity of each pair, or the cosine matrix of a list of sentences."""
+        if request.pairs is not None:
+            texts = [text for pair in request.pairs for text in pair]
+            limits.check_texts(texts, "pairs")
+            vectors, _ = await embed(texts)
+            scores = np.einsum("pd,pd->p", vectors[0::2], vectors[1::2])  # (pairs,)
+            return JSONResponse({"model": model_name, "scores": scores.tolist()})
+        assert request.sentences is not None
+        limits.check_texts(request.sentences, "sentences")
+        vectors, _ = await embed(request.sentences)
+        matrix = vectors @ vectors.T  # (n, n)
+        return JSONResponse({"model": model_name, "matrix": matrix.tolist()})
+
+    @app.post("/search", response_model=SearchResponse, responses={**ERRORS, 404: ERRORS[422]})
+    async def search(request: SearchRequest) -> Response:
+        """Top-k texts of the loaded index by cosine similarity to the query."""
+        if index is None:
+            return _error(
+                404,
+                "no index is loaded: start the server with --index DIR",
+                "invalid_request_error",
+                None,
+                "no_index",
+            )
+        limits.check_texts([request.query], "query")
+        limits.check_k(request.k)
+        vectors, _ = await embed([request.query])
+        loop = asyncio.get_running_loop()
+        hits = (await loop.run_in_executor(batcher.executor, index.search, vectors, request.k))[0]
+        results = [{"rank": r + 1, **asdict(hit)} for r, hit in enumerate(hits)]
+        return JSONResponse({"model": model_name, "query": request.query, "results": results})
+
+    @app.get("/health", response_model=HealthResponse)
+    async def health() -> HealthResponse:
+        """Liveness, the model and index served, the limits, and batching counters."""
+        index_info = None
+        if index is not None:
+            index_info = {"count": index.meta["count"], **index.meta["params"]}
+        return HealthResponse(
+            model=model_name,
+            fingerprint=fingerprint[:SHORT],
+            dim=encoder.hidden_size,
+            index=index_info,
+            limits=asdict(limits),
+            batcher=asdict(batcher.stats),
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        return Response(_static("index.html"), media_type="text/html", headers=PAGE_HEADERS)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(status_code=204)  # no icon, and no 404 in the browser console
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name not in STATIC_FILES:
+            return _error(404, "not found", "invalid_request_error", None, None)
+        return Response(_static(name), media_type=STATIC_FILES[name], headers=PAGE_HEADERS)
+
+    return app
+
+
+def _static(name: str) -> bytes:
+    return (resources.files("dclr.serving") / "static" / name).read_bytes()
