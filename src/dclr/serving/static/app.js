@@ -70,7 +70,7 @@ function renderHeatmap(sentences, matrix) {
   const legend = document.createElement("div");
   legend.className = "legend";
   const low = document.createElement("span");
-  low.textContent = "0";
+  low.textContent = "≤ 0";
   const bar = document.createElement("span");
   bar.className = "bar";
   const high = document.createElement("span");
@@ -106,6 +106,8 @@ async function compare() {
     $("compare-status").textContent = "";
   } finally {
     $("compare-button").disabled = false;
+    // a counter of finished comparisons, for scripts (and tests) waiting on a fresh result
+    document.body.dataset.compares = String(Number(document.body.dataset.compares || 0) + 1);
   }
 }
 
@@ -132,6 +134,8 @@ async function search(event) {
   } catch (err) {
     showError(err.message);
     $("search-status").textContent = "";
+  } finally {
+    document.body.dataset.searches = String(Number(document.body.dataset.searches || 0) + 1);
   }
 }
 
