@@ -232,7 +232,7 @@ def data_check(data_dir: DataDir = None) -> None:
 
 
 # Command groups that live with their feature; each module defines `register(app)`.
-EXTENSIONS = ("dclr.serving.cli", "dclr.dualcse.cli")
+EXTENSIONS = ("dclr.serving.cli", "dclr.dualcse.cli", "dclr.experiments.cli")
 
 
 def _register_extensions() -> None:

@@ -1,0 +1,325 @@
+"""`dclr runs ...`, `dclr experiment ...` and `dclr report`: the reproduction harness commands."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dclr.errors import DclrError
+
+runs_app = typer.Typer(
+    help="The run registry: an SQLite index of run folders.", no_args_is_help=True
+)
+experiment_app = typer.Typer(
+    help="Paper experiments (main, ablation, uniformity, few-shot, sensitivity, augmentations) and "
+    "hyper-parameter search.",
+    no_args_is_help=True,
+)
+console = Console(stderr=True)
+out = Console()
+ROOT_ENV = "DCLR_EXPERIMENTS_DIR"
+
+Root = Annotated[
+    Path,
+    typer.Option(
+        "--root",
+        envvar=ROOT_ENV,
+        help=f"Experiments folder: run folders under runs/ and index.sqlite (env ${ROOT_ENV}).",
+    ),
+]
+DEFAULT_ROOT = Path("experiments")
+
+
+def register(parent: typer.Typer) -> None:
+    """Add `runs`, `experiment` and `report` to the `dclr` app."""
+    parent.add_typer(runs_app, name="runs")
+    parent.add_typer(experiment_app, name="experiment")
+    parent.command("report")(report_cmd)
+
+
+def _fail(err: Exception) -> None:
+    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+# ---- runs ---------------------------------------------------------------------------------------
+@runs_app.command("list")
+def runs_list(
+    root: Root = DEFAULT_ROOT,
+    experiment: Annotated[str | None, typer.Option(help="Only runs this experiment uses.")] = None,
+    method: Annotated[str | None, typer.Option(help="simcse | dclr")] = None,
+    status: Annotated[str | None, typer.Option(help="complete | incomplete")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N rows.")] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="JSON lines instead of a table.")
+    ] = False,
+) -> None:
+    """One row per indexed run: status, method, seed, steps, STS test scores, experiments."""
+    from dclr.experiments.registry import Registry
+
+    with Registry(root) as registry:
+        rows = registry.list(experiment, method, status, limit)
+        labels = {r["run_id"]: sorted(registry.labels(r["run_id"])) for r in rows}
+    if json_out:
+        for r in rows:
+            keys = ("run_id", "status", "method", "model", "seed", "steps", "sts_avg", "stsb",
+                    "sickr", "config_hash")  # fmt: skip
+            typer.echo(json.dumps({**{k: r[k] for k in keys}, "experiments": labels[r["run_id"]]}))
+        return
+    table = Table(title=f"{len(rows)} run(s) in {root}")
+    for col in (
+        "run",
+        "status",
+        "method",
+        "seed",
+        "steps",
+        "STS avg",
+        "STS-B",
+        "SICK-R",
+        "experiments",
+    ):
+        table.add_column(
+            col,
+            justify="right" if col in ("seed", "steps", "STS avg", "STS-B", "SICK-R") else "left",
+        )
+    for r in rows:
+        table.add_row(r["run_id"], r["status"], r["method"], str(r["seed"]), str(r["steps"] or "—"),
+                      _num(r["sts_avg"]), _num(r["stsb"]), _num(r["sickr"]), ", ".join(labels[r["run_id"]]))  # fmt: skip
+    out.print(table)
+
+
+def _get(registry: object, run: str) -> object:
+    row = registry.get(run)  # type: ignore[attr-defined]
+    if row is None:
+        _fail(KeyError(f"no run {run!r} (or several match): see `dclr runs list`"))
+    return row
+
+
+@runs_app.command("show")
+def runs_show(
+    run: Annotated[
+        str,
+        typer.Argument(
+            help="Run id (folder under the root), or a unique prefix of it or of its config hash."
+        ),
+    ],
+    root: Root = DEFAULT_ROOT,
+) -> None:
+    """A run's config, environment, scores and the experiments that use it."""
+    from dclr.cli import scores_table
+    from dclr.data.sts import STS_TASKS
+    from dclr.experiments.registry import Registry
+
+    with Registry(root) as registry:
+        row = _get(registry, run)
+        labels = registry.labels(row["run_id"])
+    out.print(f"[bold]{row['run_id']}[/]  status {row['status']}  config {row['config_hash']}")
+    out.print(f"experiments: {json.dumps(labels)}")
+    out.print(f"env: {row['env_json']}")
+    config = Table(title="config")
+    config.add_column("option")
+    config.add_column("value")
+    for key, value in json.loads(row["config_json"]).items():
+        config.add_row(key, str(value))
+    out.print(config)
+    if row["results_json"]:
+        results = json.loads(row["results_json"])
+        columns = {k: results[k] for k in ("before", "after") if results.get(k)}
+        if columns:
+            out.print(
+                scores_table(
+                    f"STS test (best at step {results.get('best_step')})", columns, list(STS_TASKS)
+                )
+            )
+
+
+@runs_app.command("compare")
+def runs_compare(
+    run_a: Annotated[str, typer.Argument(help="First run (id or unique prefix).")],
+    run_b: Annotated[str, typer.Argument(help="Second run.")],
+    root: Root = DEFAULT_ROOT,
+) -> None:
+    """Config options that differ, and STS test scores side by side with B − A."""
+    from dclr.experiments.registry import Registry, compare
+
+    with Registry(root) as registry:
+        a, b = _get(registry, run_a), _get(registry, run_b)
+    diff, scores = compare(a, b)
+    table = Table(title="config differences")
+    for col in ("option", "A", "B"):
+        table.add_column(col)
+    for key, (va, vb) in diff.items():
+        table.add_row(key, str(va), str(vb))
+    out.print(f"A = {a['run_id']}\nB = {b['run_id']}")
+    out.print(table)
+    table = Table(title="STS test, Spearman x100")
+    for col in ("task", "A", "B", "B − A"):
+        table.add_column(col, justify="right")
+    for task, va, vb, delta in scores:
+        digits = 3 if task in ("alignment", "uniformity") else 2
+        table.add_row(
+            task,
+            _num(va, digits),
+            _num(vb, digits),
+            "—" if delta is None else f"{delta:+.{digits}f}",
+        )
+    out.print(table)
+
+
+@runs_app.command("rebuild")
+def runs_rebuild(root: Root = DEFAULT_ROOT) -> None:
+    """Re-create the index from the run folders under the root."""
+    from dclr.experiments.registry import Registry
+
+    with Registry(root) as registry:
+        n = registry.rebuild()
+    console.print(f"indexed {n} run folder(s) under {root}")
+
+
+# ---- experiments --------------------------------------------------------------------------------
+Scale = Annotated[str, typer.Option(help="cpu (MiniLM, STS corpus, minutes) | paper (GPU).")]
+Seeds = Annotated[int, typer.Option(help="Seeds per configuration (42, 43, ...).")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override an option of every run: --set data_dir=... (repeatable)."),
+]
+RecipesDir = Annotated[Path | None, typer.Option(help="Recipes folder (default: ./recipes).")]
+
+
+@experiment_app.command("list")
+def experiment_list() -> None:
+    """The experiments and what each reproduces."""
+    from dclr.experiments.specs import EXPERIMENTS
+
+    for name, (_, description) in EXPERIMENTS.items():
+        out.print(f"[bold]{name}[/]: {description}")
+
+
+@experiment_app.command("run")
+def experiment_run(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="main | ablation | uniformity | few-shot | sensitivity | augmentations"
+        ),
+    ],
+    scale: Scale = "cpu",
+    seeds: Seeds = 1,
+    root: Root = DEFAULT_ROOT,
+    set_: SetOpt = None,
+    recipes_dir: RecipesDir = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="Only print what would be skipped, resumed or started.")
+    ] = False,
+) -> None:
+    """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
+    from dclr.experiments.runner import plan, run_experiment
+    from dclr.training.config import parse_overrides
+
+    try:
+        overrides = parse_overrides(set_ or [])
+        if dry_run:
+            for item in plan(name, scale, seeds, root, recipes_dir, overrides):
+                out.print(
+                    f"{item.action:6} {item.run_dir.name}  {json.dumps(item.labels) if item.labels else '(dependency)'}"
+                )
+            return
+        _quiet_hf()
+        run_experiment(name, scale, seeds, root, recipes_dir, overrides, log=console.print)
+    except DclrError as err:
+        _fail(err)
+
+
+@experiment_app.command("search")
+def experiment_search(
+    recipe: Annotated[Path, typer.Argument(help="Base recipe YAML.")],
+    name: Annotated[
+        str, typer.Option(help="Search name; trials are registered as experiment search:NAME.")
+    ],
+    grid: Annotated[
+        list[str] | None, typer.Option(help="field=v1,v2,... (every combination; repeatable).")
+    ] = None,
+    uniform: Annotated[
+        list[str] | None, typer.Option(help="field=low:high (random search, uniform; repeatable).")
+    ] = None,
+    log_uniform: Annotated[
+        list[str] | None, typer.Option(help="field=low:high (random search, log-uniform).")
+    ] = None,
+    trials: Annotated[
+        int | None, typer.Option(help="Random trials (sampled on top of the grid).")
+    ] = None,
+    parallel: Annotated[int, typer.Option(help="Trials trained at once (processes).")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the random search's sampler.")] = 0,
+    root: Root = DEFAULT_ROOT,
+    set_: SetOpt = None,
+    dry_run: Annotated[bool, typer.Option(help="Only print the trials.")] = False,
+) -> None:
+    """Grid or random search over any recipe field; each trial is a registered run."""
+    from dclr.experiments.search import SearchSpace, run_search, trial_configs
+    from dclr.training.config import parse_overrides
+
+    try:
+        space = SearchSpace.parse(grid or [], uniform or [], log_uniform or [], trials, seed)
+        overrides = parse_overrides(set_ or [])
+        if dry_run:
+            for trial, params, config in trial_configs(recipe, space, root, overrides, name):
+                out.print(f"trial {trial}: {params} -> {Path(config.output_dir).name}")
+            return
+        _quiet_hf()
+        best = run_search(recipe, space, root, name, overrides, parallel, log=console.print)
+    except DclrError as err:
+        _fail(err)
+    if best is not None:
+        out.print(f"best trial: {best}")
+
+
+def _quiet_hf() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+# ---- report -------------------------------------------------------------------------------------
+def report_cmd(
+    experiment: Annotated[
+        str,
+        typer.Argument(
+            help="main | ablation | uniformity | few-shot | sensitivity | augmentations | search:NAME"
+        ),
+    ],
+    root: Root = DEFAULT_ROOT,
+    scale: Annotated[
+        str | None, typer.Option(help="Only runs of this scale (default: all).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Report folder (default: ROOT/reports/EXPERIMENT)."),
+    ] = None,
+    html: Annotated[
+        bool, typer.Option("--html", help="Also write a self-contained report.html.")
+    ] = False,
+) -> None:
+    """Markdown report of an experiment: our tables next to the paper's numbers, PNG plots."""
+    from dclr.experiments.registry import Registry
+    from dclr.experiments.report import build_report
+
+    target = output or root / "reports" / experiment.replace(":", "-")
+    try:
+        with Registry(root) as registry:
+            path = build_report(experiment, registry, target, scale, html)
+    except DclrError as err:
+        _fail(err)
+    console.print(f"wrote {path}" + (f" and {path.with_suffix('.html')}" if html else ""))
+    if os.environ.get("DCLR_REPORT_PRINT", "1") != "0":
+        out.print(path.read_text(), markup=False, highlight=False)

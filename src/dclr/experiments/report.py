@@ -1,0 +1,499 @@
+"""`dclr report EXPERIMENT`: Markdown (and optional self-contained HTML) with tables and PNG plots.
+
+Reads the runs an experiment registered in the SQLite index (scores from results.json, curves from
+metrics.jsonl), aggregates seeds as mean ± sample std, and puts the paper's reported numbers
+(`dclr.experiments.paper`) next to ours. A report is a list of blocks rendered twice: Markdown with
+PNG files beside it, and HTML with the PNGs inlined.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dclr.data.sts import STS_TASKS
+from dclr.errors import ConfigError
+from dclr.experiments import paper
+from dclr.experiments.registry import Registry
+from dclr.experiments.specs import ANALYSIS_BACKBONE, EXPERIMENTS
+from dclr.training.tracking import read_metrics
+
+TASK_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+METHOD_NAMES = {"simcse": "SimCSE", "dclr": "DCLR"}
+COLORS = {"simcse": "#1f77b4", "dclr": "#d62728", "paper": "#7f7f7f"}
+DPI = 120  # readable on screen, small files
+
+
+# ---- aggregation ------------------------------------------------------------------------------
+@dataclass
+class Stat:
+    """Mean and sample standard deviation (ddof 1; 0 for a single seed) of per-seed values."""
+
+    mean: float
+    std: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Stat | None:
+        vals = [float(v) for v in values if v is not None and math.isfinite(v)]
+        if not vals:
+            return None
+        std = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+        return cls(float(np.mean(vals)), std, len(vals))
+
+    def fmt(self, digits: int = 2) -> str:
+        if self.n == 1:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+
+
+def fmt(stat: Stat | None, digits: int = 2) -> str:
+    return "—" if stat is None else stat.fmt(digits)
+
+
+def fmt_num(value: float | None, digits: int = 2, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+@dataclass
+class RunData:
+    """One (run, place) pair of an experiment: labels, STS test scores, run folder."""
+
+    labels: dict[str, Any]
+    scores: dict[str, float]
+    run_dir: Path
+    seed: int
+
+
+def load_runs(registry: Registry, experiment: str, scale: str | None) -> tuple[list[RunData], int]:
+    """Complete runs of `experiment` (optionally one scale) and the count of incomplete ones."""
+    runs, incomplete = [], 0
+    for row, labels in registry.experiment_runs(experiment):
+        if scale is not None and labels.get("scale") != scale:
+            continue
+        if row["status"] != "complete":
+            incomplete += 1
+            continue
+        results = json.loads(row["results_json"])
+        run_dir = Path(row["run_id"])
+        run_dir = run_dir if run_dir.is_absolute() else registry.root / run_dir
+        runs.append(RunData(labels, results.get("after") or {}, run_dir, int(row["seed"])))
+    return runs, incomplete
+
+
+def group(runs: list[RunData], *keys: str) -> dict[tuple[Any, ...], list[RunData]]:
+    out: dict[tuple[Any, ...], list[RunData]] = defaultdict(list)
+    for run in runs:
+        out[tuple(run.labels.get(k) for k in keys)].append(run)
+    return dict(out)
+
+
+def stat(runs: list[RunData], key: str) -> Stat | None:
+    return Stat.of(r.scores.get(key) for r in runs)
+
+
+# ---- blocks -----------------------------------------------------------------------------------
+@dataclass
+class Report:
+    title: str
+    blocks: list[tuple[str, Any]]
+
+    def heading(self, text: str) -> None:
+        self.blocks.append(("h2", text))
+
+    def text(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def table(self, header: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append(("table", (header, rows)))
+
+    def image(self, path: Path, alt: str) -> None:
+        self.blocks.append(("img", (path, alt)))
+
+    def markdown(self) -> str:
+        lines = [f"# {self.title}", ""]
+        for kind, value in self.blocks:
+            if kind == "h2":
+                lines += [f"## {value}", ""]
+            elif kind == "p":
+                lines += [value, ""]
+            elif kind == "table":
+                header, rows = value
+                lines.append("| " + " | ".join(header) + " |")
+                lines.append("| " + " | ".join("---" for _ in header) + " |")
+                lines += ["| " + " | ".join(row) + " |" for row in rows]
+                lines.append("")
+            elif kind == "img":
+                path, alt = value
+                lines += [f"![{alt}]({path.name})", ""]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        parts = [
+            "<!doctype html><html><head><meta charset='utf-8'>",
+            f"<title>{html.escape(self.title)}</title><style>body{{font-family:sans-serif;"
+            "max-width:60em;margin:2em auto}table{border-collapse:collapse}td,th{border:1px "
+            "solid #ccc;padding:.2em .6em;text-align:right}img{max-width:100%}</style></head><body>",
+            f"<h1>{html.escape(self.title)}</h1>",
+        ]
+        for kind, value in self.blocks:
+            if kind == "h2":
+                parts.append(f"<h2>{html.escape(value)}</h2>")
+            elif kind == "p":
+                parts.append(f"<p>{html.escape(value)}</p>")
+            elif kind == "table":
+                header, rows = value
+                parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header))
+                for row in rows:
+                    cells = "".join(f"<td>{html.escape(c)}</td>" for c in row)
+                    parts.append(f"<tr>{cells}</tr>")
+                parts.append("</table>")
+            elif kind == "img":
+                path, alt = value
+                data = base64.b64encode(Path(path).read_bytes()).decode()
+                parts.append(f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>")
+        parts.append("</body></html>")
+        return "\n".join(parts)
+
+
+# ---- plots ------------------------------------------------------------------------------------
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    _pyplot().close(fig)
+    return path
+
+
+def _bars(
+    path: Path, title: str, labels: list[str], series: dict[str, list[Stat | None]], ylabel: str
+) -> Path:
+    """Grouped bars with std error bars; a series named 'paper' is drawn hatched grey."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels) + 2), 4))
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(labels))
+    for i, (name, stats) in enumerate(series.items()):
+        means = [s.mean if s else np.nan for s in stats]
+        errs = [s.std if s else 0 for s in stats]
+        key = name.split(" ")[0].lower()
+        ax.bar(
+            x + (i - (len(series) - 1) / 2) * width,
+            means,
+            width,
+            yerr=errs,
+            capsize=3,
+            label=name,
+            color=COLORS.get(key),
+            hatch="//" if key == "paper" else None,
+            edgecolor="black",
+            linewidth=0.5,
+        )
+    ax.set_xticks(x, labels, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+# ---- sections ---------------------------------------------------------------------------------
+def _short(task: str) -> str:
+    return TASK_NAMES.get(task, task)
+
+
+def _paper_ref(backbone: str) -> tuple[str, str]:
+    """The paper backbone to compare with: the same one, else BERT-base (the analyses' model)."""
+    return (backbone, "") if (backbone, "dclr") in paper.MAIN_AVG else ("bert-base", " (BERT-base)")
+
+
+def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
+    rep.heading("STS test, Spearman × 100 (mean ± std over seeds)")
+    header = ["backbone", "method", "seeds", *(_short(t) for t in STS_TASKS), "avg"]
+    rows, groups = [], group(runs, "backbone", "method")
+    for (backbone, method), members in sorted(groups.items()):
+        cells = [fmt(stat(members, t)) for t in (*STS_TASKS, "avg")]
+        rows.append([backbone, METHOD_NAMES.get(method, method), str(len(members)), *cells])
+    rep.table(header, rows)
+    rep.heading("Ours next to the paper (7-task avg)")
+    rows, labels, ours, theirs = [], [], {"simcse": [], "dclr": []}, []
+    for backbone in sorted({b for b, _ in groups}):
+        s = stat(groups.get((backbone, "simcse"), []), "avg")
+        d = stat(groups.get((backbone, "dclr"), []), "avg")
+        ref, note = _paper_ref(backbone)
+        ps, pd = paper.MAIN_AVG[(ref, "simcse")].value, paper.MAIN_AVG[(ref, "dclr")].value
+        delta = d.mean - s.mean if s and d else None
+        rows.append(
+            [backbone, fmt(s), fmt(d), fmt_num(delta, signed=True), f"{ps:.2f}{note}",
+             f"{pd:.2f}{note}", fmt_num(pd - ps, signed=True)]
+        )  # fmt: skip
+        labels.append(backbone)
+        ours["simcse"].append(s)
+        ours["dclr"].append(d)
+        theirs.append(Stat(pd - ps, 0.0, 1))
+    rep.table(
+        ["backbone", "SimCSE", "DCLR", "Δ ours", "paper SimCSE", "paper DCLR", "Δ paper"], rows
+    )
+    deltas = [Stat(d.mean - s.mean, math.hypot(s.std, d.std), min(s.n, d.n)) if s and d else None
+              for s, d in zip(ours["simcse"], ours["dclr"], strict=True)]  # fmt: skip
+    path = _bars(
+        out / "main_delta.png",
+        "DCLR − SimCSE, 7-task STS avg",
+        labels,
+        {"ours": deltas, "paper": theirs},
+        "Δ Spearman × 100 (DCLR − SimCSE)",
+    )
+    rep.image(path, "DCLR minus SimCSE, ours and the paper's")
+    rep.text(
+        "Δ ours error bars: √(std_SimCSE² + std_DCLR²). Rows without a paper backbone are "
+        "compared with the paper's BERT-base numbers; the absolute scores are not comparable "
+        "across backbones, the Δ is the quantity to compare."
+    )
+
+
+def section_ablation(rep: Report, runs: list[RunData], out: Path) -> None:
+    groups = group(runs, "variant")
+    full = stat(groups.get(("full",), []), "avg")
+    paper_full = paper.ABLATION_AVG["full"].value
+    rep.heading("Table 6: ablations, 7-task STS avg (mean ± std over seeds)")
+    rows, labels, ours, theirs = [], [], [], []
+    for variant, label in paper.ABLATION_LABELS.items():
+        s = stat(groups.get((variant,), []), "avg")
+        p = paper.ABLATION_AVG[variant].value
+        delta = s.mean - full.mean if s and full else None
+        n = len(groups.get((variant,), []))
+        rows.append([label, str(n), fmt(s), fmt_num(delta, signed=True), f"{p:.2f}",
+                     fmt_num(p - paper_full, signed=True)])  # fmt: skip
+        if variant != "full":
+            labels.append(label)
+            ours.append(Stat(delta, s.std, s.n) if s and delta is not None else None)
+            theirs.append(Stat(p - paper_full, 0.0, 1))
+    rep.table(["variant", "seeds", "ours", "Δ vs full (ours)", "paper", "Δ vs full (paper)"], rows)
+    path = _bars(
+        out / "ablation_delta.png",
+        "Ablations: change of the 7-task STS avg vs full DCLR",
+        labels,
+        {"ours": ours, "paper (BERT-base)": theirs},
+        "Δ Spearman × 100 vs full DCLR",
+    )
+    rep.image(path, "ablation deltas, ours and the paper's")
+    rep.text("Error bars on ours: the variant's std over seeds.")
+
+
+def _curves(runs: list[RunData], metric: str) -> dict[str, tuple[list[int], Stat | Any]]:
+    """method -> (steps, [Stat per step]) from the eval rows of metrics.jsonl."""
+    out = {}
+    for (method,), members in sorted(group(runs, "method").items()):
+        per_step: dict[int, list[float]] = defaultdict(list)
+        for run in members:
+            for row in read_metrics(run.run_dir, "eval"):
+                if metric in row:
+                    per_step[int(row["step"])].append(float(row[metric]))
+        steps = sorted(per_step)
+        out[method] = (steps, [Stat.of(per_step[s]) for s in steps])
+    return out
+
+
+def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
+    curves = _curves(runs, "uniformity")
+    rep.heading("Uniformity loss ℓ_uniform vs training step (STS-B dev sentences)")
+    rows = []
+    for method, (steps, stats) in curves.items():
+        for step, s in zip(steps, stats, strict=True):
+            rows.append([METHOD_NAMES.get(method, method), str(step), fmt(s, 3)])
+    rep.table(["method", "step", "ℓ_uniform (mean ± std)"], rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for method, (steps, stats) in curves.items():
+        mean = np.array([s.mean for s in stats])
+        std = np.array([s.std for s in stats])
+        ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=METHOD_NAMES[method])
+        ax.fill_between(steps, mean - std, mean + std, color=COLORS.get(method), alpha=0.2)
+    ax.set_xlabel("training step (optimizer updates)")
+    ax.set_ylabel("ℓ_uniform = log E exp(−2‖x−y‖²)  (lower: more uniform)")
+    ax.set_title("Uniformity during training (band: ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    rep.image(_save(fig, out / "uniformity.png"), "uniformity vs step")
+
+
+def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
+    groups = group(runs, "fraction", "method")
+    fractions = sorted({f for f, _ in groups}, reverse=True)
+    methods = sorted({m for _, m in groups})
+    rep.heading("Few-shot: STS test vs fraction of the training corpus")
+    rows = []
+    for f in fractions:
+        row = [f"{100 * f:g}%"]
+        for m in methods:
+            members = groups.get((f, m), [])
+            row += [fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness"))]
+        rows.append(row)
+    header = ["fraction"] + [f"{METHOD_NAMES.get(m, m)} {t}" for m in methods
+                             for t in ("STS-B", "SICK-R")]  # fmt: skip
+    rep.table(header, rows)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, task in zip(axes, ("STSBenchmark", "SICKRelatedness"), strict=True):
+        for m in methods:
+            xs, stats = [], []
+            for f in fractions:
+                s = stat(groups.get((f, m), []), task)
+                if s:
+                    xs.append(100 * f)
+                    stats.append(s)
+            ax.errorbar(xs, [s.mean for s in stats], yerr=[s.std for s in stats], marker="o",
+                        capsize=3, color=COLORS.get(m), label=METHOD_NAMES.get(m, m))  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel("training data used (% of corpus, log scale)")
+        ax.set_ylabel(f"{_short(task)} test Spearman × 100")
+        ax.set_title(_short(task))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+    rep.image(_save(fig, out / "few_shot.png"), "few-shot curves")
+    finding, source = paper.FINDINGS["few-shot"]
+    rep.text(f"Paper: {finding} ({source}). No per-point numbers are kept, so none is drawn.")
+
+
+def section_sensitivity(rep: Report, runs: list[RunData], out: Path) -> None:
+    groups = group(runs, "param", "value")
+    params = sorted({p for p, _ in groups})
+    rep.heading("Sensitivity: STS test vs φ and the noise ratio k")
+    rows = []
+    for p in params:
+        for value in sorted(v for q, v in groups if q == p):
+            members = groups[(p, value)]
+            rows.append([p, f"{value:g}", str(len(members)),
+                         *(fmt(stat(members, t)) for t in ("STSBenchmark", "SICKRelatedness", "avg"))])  # fmt: skip
+    rep.table(["parameter", "value", "seeds", "STS-B", "SICK-R", "avg"], rows)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, max(1, len(params)), figsize=(5.5 * max(1, len(params)), 4))
+    axes = np.atleast_1d(axes)
+    xlabels = {
+        "false_negative_threshold": "φ (complementary cosine above which a negative is dropped)",
+        "noise_ratio": "noise ratio k (noise negatives per batch sentence)",
+    }
+    for ax, p in zip(axes, params, strict=False):
+        values = sorted(v for q, v in groups if q == p)
+        for task, color in (("STSBenchmark", "#2ca02c"), ("SICKRelatedness", "#9467bd")):
+            stats = [stat(groups[(p, v)], task) for v in values]
+            ax.errorbar(values, [s.mean if s else np.nan for s in stats],
+                        yerr=[s.std if s else 0 for s in stats], marker="o", capsize=3,
+                        color=color, label=f"{_short(task)} (ours)")  # fmt: skip
+        if p in paper.PAPER_DEFAULTS:
+            ax.axvline(paper.PAPER_DEFAULTS[p].value, color=COLORS["paper"], linestyle="--",
+                       label="paper's choice")  # fmt: skip
+        if p == "noise_ratio":
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabels.get(p, p))
+        ax.set_ylabel("test Spearman × 100")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    rep.image(_save(fig, out / "sensitivity.png"), "sensitivity to phi and k")
+    finding, source = paper.FINDINGS["sensitivity"]
+    rep.text(f"Paper: {finding} ({source}).")
+
+
+def section_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
+    groups = group(runs, "view", "method")
+    views = sorted({v for v, _ in groups})
+    methods = sorted({m for _, m in groups})
+    rep.heading("Positive-view strategies with and without DCLR (7-task avg)")
+    rows = [[v, *(fmt(stat(groups.get((v, m), []), "avg")) for m in methods)] for v in views]
+    rep.table(["view", *(METHOD_NAMES.get(m, m) for m in methods)], rows)
+    series = {METHOD_NAMES.get(m, m): [stat(groups.get((v, m), []), "avg") for v in views]
+              for m in methods}  # fmt: skip
+    path = _bars(out / "augmentations.png", "7-task STS avg per positive view", views, series,
+                 "Spearman × 100")  # fmt: skip
+    rep.image(path, "augmentation bars")
+
+
+def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
+    """One row per trial: its sampled parameters and scores, best first."""
+    params = sorted({k for r in runs for k in r.labels.get("params", {})})
+    rep.heading("Trials, best 7-task avg first")
+    ranked = sorted(runs, key=lambda r: -r.scores.get("avg", -math.inf))
+    rows = [[str(r.labels.get("trial", "?")), *(str(r.labels["params"].get(p)) for p in params),
+             *(fmt_num(r.scores.get(t)) for t in ("STSBenchmark", "SICKRelatedness", "avg"))]
+            for r in ranked]  # fmt: skip
+    rep.table(["trial", *params, "STS-B", "SICK-R", "avg"], rows)
+
+
+SECTIONS = {
+    "main": section_main,
+    "ablation": section_ablation,
+    "uniformity": section_uniformity,
+    "few-shot": section_few_shot,
+    "sensitivity": section_sensitivity,
+    "augmentations": section_augmentations,
+}
+
+
+def build_report(
+    experiment: str,
+    registry: Registry,
+    out_dir: Path,
+    scale: str | None = None,
+    html_out: bool = False,
+) -> Path:
+    """Write OUT_DIR/report.md (+ report.html) and the PNGs; returns the Markdown path."""
+    if experiment not in SECTIONS and not experiment.startswith("search:"):
+        raise ConfigError(f"unknown experiment {experiment!r}; choose from {', '.join(SECTIONS)}")
+    runs, incomplete = load_runs(registry, experiment, scale)
+    if not runs:
+        raise ConfigError(
+            f"no complete run of {experiment!r}"
+            + (f" at scale {scale!r}" if scale else "")
+            + f" in the index {registry.db_path}; run `dclr experiment run {experiment}` first"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.png"):  # a report's folder holds only its current plots
+        old.unlink()
+    scales = sorted({r.labels.get("scale", "?") for r in runs})
+    rep = Report(f"DCLR reproduction: {experiment}", [])
+    description = EXPERIMENTS[experiment][1] if experiment in EXPERIMENTS else "search"
+    backbones = sorted({r.labels.get("backbone", "?") for r in runs})
+    rep.text(
+        f"{description}. Scale: {', '.join(scales)}; backbone(s): {', '.join(backbones)}; "
+        f"{len({r.run_dir for r in runs})} complete runs, seeds "
+        f"{', '.join(str(s) for s in sorted({r.seed for r in runs}))}"
+        + (f"; {incomplete} incomplete run(s) left out" if incomplete else "")
+        + ". Scores: Spearman × 100 of cosine similarity on the STS test sets of best/."
+    )
+    if scales == ["cpu"]:
+        rep.text(
+            f"CPU scale ({ANALYSIS_BACKBONE['cpu']} on the STS corpus, minutes per run) is a "
+            "smoke-scale reproduction: it checks the pipeline and the direction of effects, "
+            "not the paper's magnitudes (see docs/reproduction-log.md)."
+        )
+    section = section_search if experiment.startswith("search:") else SECTIONS[experiment]
+    section(rep, runs, out_dir)
+    rep.heading("Sources")
+    rep.text(
+        f"Paper numbers: {paper.PAPER}; {paper.UNVERIFIED}. Kept in dclr/experiments/paper.py."
+    )
+    md = out_dir / "report.md"
+    md.write_text(rep.markdown())
+    if html_out:
+        (out_dir / "report.html").write_text(rep.html())
+    return md

@@ -1,0 +1,162 @@
+"""Run an experiment: resolve its specs into configs, train what is missing, register every run.
+
+Run folders live under ROOT/runs/<method>-<model>-<config hash>: the folder name is a function of
+the config only, so experiments that need the same run share it. A run is
+- skipped when its folder holds results.json (complete);
+- resumed from its newest checkpoint when the folder has one (an interrupted run);
+- started from scratch otherwise.
+After each run the folder gets labels.json (which experiments use it) and the SQLite index
+(`dclr.experiments.registry`) is updated; the trainer itself knows nothing of either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dclr.experiments.registry import Registry, config_hash, set_labels
+from dclr.experiments.specs import RunSpec, default_recipes_dir, experiment_specs
+from dclr.training.checkpoint import latest_checkpoint
+from dclr.training.config import TrainConfig, load_config
+
+RUNS_DIR = "runs"
+CORPORA_DIR = "corpora"
+ROOT_TOKEN = "$ROOT"  # stands for the experiments root inside hashed configs
+
+
+@dataclass
+class Planned:
+    """A resolved run: its config and folder, its places in the experiment, and the action."""
+
+    spec: RunSpec
+    config: TrainConfig
+    run_dir: Path
+    action: str  # skip | resume | start
+    labels: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # empty: a dependency
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", Path(text.split(":")[-1]).name).strip("_")[:40]
+
+
+def portable_hash(config: TrainConfig, root: Path) -> str:
+    """Config hash with the root folder replaced by a token, so a moved root keeps its ids."""
+    prefix = str(root.resolve())
+    values = {
+        k: v.replace(prefix, ROOT_TOKEN) if isinstance(v, str) else v
+        for k, v in config.to_dict().items()
+    }
+    return config_hash(values)
+
+
+def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -> str:
+    """Write a seeded random `fraction` of the config's corpus (at least one batch) to a file."""
+    from dclr.data.corpus import load_corpus
+
+    name = f"{_slug(config.corpus)}-f{fraction:g}-s{seed}.txt"
+    path = root / CORPORA_DIR / name
+    if not path.is_file():
+        corpus = load_corpus(config.corpus, config.data_dir)
+        size = max(config.batch_size, round(fraction * len(corpus)))
+        rng = np.random.default_rng(seed)
+        chosen = np.sort(rng.choice(len(corpus), size=size, replace=False))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(" ".join(corpus[int(i)].split()) + "\n" for i in chosen))
+        tmp.replace(path)
+    return str(path.resolve())
+
+
+def resolve(
+    spec: RunSpec,
+    root: Path,
+    recipes_dir: Path,
+    overrides: dict[str, Any] | None = None,
+    materialize: bool = True,
+) -> tuple[TrainConfig, Path]:
+    """Spec -> validated TrainConfig and its run folder (creates corpus subsets if asked)."""
+    values = {"seed": spec.seed, **spec.overrides, **(overrides or {})}
+    if spec.complementary_from is not None:
+        _, dep_dir = resolve(spec.complementary_from, root, recipes_dir, overrides, materialize)
+        values["complementary_model"] = str((dep_dir / "best").resolve())
+        values["complementary_pooler"] = None  # what the SimCSE best/ folder records
+    config = load_config(recipes_dir / spec.recipe, values)
+    if spec.corpus_fraction < 1:
+        if materialize:
+            config.corpus = subset_corpus(config, spec.corpus_fraction, spec.seed, root)
+        else:  # planning only: the path the subset will have
+            slug = f"{_slug(config.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
+            config.corpus = str((root / CORPORA_DIR / slug).resolve())
+    name = f"{config.method}-{_slug(config.model)}-{portable_hash(config, root)}"
+    run_dir = (root / RUNS_DIR / name).resolve()
+    config.output_dir = str(run_dir)
+    return config, run_dir
+
+
+def action_for(run_dir: Path) -> str:
+    if (run_dir / "results.json").is_file():
+        return "skip"
+    if latest_checkpoint(run_dir / "checkpoints") is not None:
+        return "resume"
+    return "start"
+
+
+def plan(
+    name: str,
+    scale: str,
+    n_seeds: int,
+    root: Path,
+    recipes_dir: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    materialize: bool = False,
+) -> list[Planned]:
+    """Every run the experiment needs (dependencies first), deduplicated by run folder."""
+    recipes_dir = recipes_dir or default_recipes_dir()
+    planned: dict[Path, Planned] = {}
+    for spec in experiment_specs(name, scale, n_seeds):
+        chain = []
+        dep = spec.complementary_from
+        while dep is not None:  # complementary models are trained before the runs that use them
+            chain.insert(0, dep)
+            dep = dep.complementary_from
+        for item in [*chain, spec]:
+            config, run_dir = resolve(item, root, recipes_dir, overrides, materialize)
+            entry = planned.setdefault(run_dir, Planned(item, config, run_dir, action_for(run_dir)))
+            labels = {**item.labels, "scale": scale}
+            if item is spec and labels not in entry.labels:
+                entry.labels.append(labels)
+    return list(planned.values())
+
+
+def run_experiment(
+    name: str,
+    scale: str = "cpu",
+    n_seeds: int = 1,
+    root: Path = Path("experiments"),
+    recipes_dir: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    train: Callable[[TrainConfig, bool], Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[Planned]:
+    """Train every missing run of the experiment, then label and register each run folder."""
+    if train is None:
+        from dclr.training.driver import run_training
+
+        train = run_training
+    root = Path(root)
+    runs = plan(name, scale, n_seeds, root, recipes_dir, overrides, materialize=True)
+    with Registry(root) as registry:
+        for i, item in enumerate(runs, 1):
+            log(f"[{i}/{len(runs)}] {item.action} {item.run_dir.name} {item.labels}")
+            if item.action != "skip":
+                train(item.config, item.action == "resume")
+            if item.labels:  # a dependency (complementary model) is no cell of the experiment
+                set_labels(item.run_dir, name, item.labels)
+            registry.register(item.run_dir)
+    return runs

