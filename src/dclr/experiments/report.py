@@ -189,13 +189,13 @@ def _bars(
 ) -> Path:
     """Grouped bars with std error bars; a series named 'paper' is drawn hatched grey."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(labels) + 2), 4))
     width = 0.8 / max(1, len(series))
     x = np.arange(len(labels))
     for i, (name, stats) in enumerate(series.items()):
         means = [s.mean if s else np.nan for s in stats]
-        errs = [s.std if s else 0 for s in stats]
         key = name.split(" ")[0].lower()
+        errs = None if key == "paper" else [s.std if s else 0 for s in stats]  # one number
         ax.bar(
             x + (i - (len(series) - 1) / 2) * width,
             means,
@@ -208,7 +208,8 @@ def _bars(
             edgecolor="black",
             linewidth=0.5,
         )
-    ax.set_xticks(x, labels, rotation=20, ha="right")
+    long = any(len(label) > 12 for label in labels)
+    ax.set_xticks(x, labels, rotation=20 if long else 0, ha="right" if long else "center")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.axhline(0, color="black", linewidth=0.5)
@@ -247,7 +248,7 @@ def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
             [backbone, fmt(s), fmt(d), fmt_num(delta, signed=True), f"{ps:.2f}{note}",
              f"{pd:.2f}{note}", fmt_num(pd - ps, signed=True)]
         )  # fmt: skip
-        labels.append(backbone)
+        labels.append(f"{backbone}\n(paper: {ref})" if note else backbone)
         ours["simcse"].append(s)
         ours["dclr"].append(d)
         theirs.append(Stat(pd - ps, 0.0, 1))
@@ -330,8 +331,9 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
         ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=METHOD_NAMES[method])
         ax.fill_between(steps, mean - std, mean + std, color=COLORS.get(method), alpha=0.2)
     ax.set_xlabel("training step (optimizer updates)")
-    ax.set_ylabel("ℓ_uniform = log E exp(−2‖x−y‖²)  (lower: more uniform)")
-    ax.set_title("Uniformity during training (band: ± std over seeds)")
+    ax.set_ylabel("ℓ_uniform (log-scale loss; lower = more uniform)")
+    ax.set_title("ℓ_uniform = log E exp(−2‖x−y‖²) on STS-B dev, band ± std over seeds",
+                 fontsize=10)  # fmt: skip
     ax.grid(alpha=0.3)
     ax.legend()
     rep.image(_save(fig, out / "uniformity.png"), "uniformity vs step")
@@ -365,7 +367,10 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
             ax.errorbar(xs, [s.mean for s in stats], yerr=[s.std for s in stats], marker="o",
                         capsize=3, color=COLORS.get(m), label=METHOD_NAMES.get(m, m))  # fmt: skip
         ax.set_xscale("log")
-        ax.set_xlabel("training data used (% of corpus, log scale)")
+        ticks = sorted(100 * f for f in fractions)
+        ax.set_xticks(ticks, [f"{t:g}%" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("training data used (% of the corpus, log scale)")
         ax.set_ylabel(f"{_short(task)} test Spearman × 100")
         ax.set_title(_short(task))
         ax.grid(alpha=0.3, which="both")
@@ -405,6 +410,8 @@ def section_sensitivity(rep: Report, runs: list[RunData], out: Path) -> None:
                        label="paper's choice")  # fmt: skip
         if p == "noise_ratio":
             ax.set_xscale("log", base=2)
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.minorticks_off()
         ax.set_xlabel(xlabels.get(p, p))
         ax.set_ylabel("test Spearman × 100")
         ax.grid(alpha=0.3)
