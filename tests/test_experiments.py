@@ -64,6 +64,8 @@ def test_identical_configs_share_one_run(tmp_path: Path) -> None:
         p.labels[0]["variant"]: p.run_dir for p in plan("ablation", "cpu", 1, tmp_path, RECIPES)
     }
     assert ablation["full"] in main
+    uniformity = {p.run_dir for p in plan("uniformity", "cpu", 1, tmp_path, RECIPES)}
+    assert uniformity == main  # every CPU run logs a uniformity curve
     sensitivity = plan("sensitivity", "cpu", 1, tmp_path, RECIPES)
     shared = [p for p in sensitivity if len(p.labels) == 2]  # phi = 0.9 and k = 1 are one run
     assert len(shared) == 1 and shared[0].run_dir == ablation["full"]

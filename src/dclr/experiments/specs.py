@@ -57,8 +57,10 @@ SWEEPS: dict[str, tuple[float, ...]] = {
     "false_negative_threshold": (0.5, 0.7, 0.8, 0.9, 0.95),
     "noise_ratio": (0.25, 0.5, 1.0, 2.0, 4.0),
 }
-# Evaluate often enough to draw a curve: every 10 of the CPU recipe's 60 steps.
-UNIFORMITY_EVAL_STEPS = {"cpu": 10, "paper": 125}
+# Every CPU run evaluates every 10 of its 60 steps (the recipes: 20), so each run's metrics draw a
+# uniformity curve and the uniformity experiment reuses the main table's runs. Paper scale keeps
+# the recipes' 125, as the paper does.
+SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 10}, "paper": {}}
 # The TrainConfig field the positive-view strategies will live in (issue: ConSERT views).
 VIEW_FIELD = "positive_view"
 
@@ -92,10 +94,15 @@ def _pair(
     scale: str, backbone: str, seed: int, method: str, overrides: dict[str, Any] | None = None
 ) -> RunSpec:
     """A SimCSE or DCLR run of `backbone`; at paper scale DCLR's complementary model is SimCSE."""
-    overrides = dict(overrides or {})
+    overrides = {**SCALE_OVERRIDES[scale], **(overrides or {})}
     complementary = None
     if method == "dclr" and scale == "paper":
-        complementary = RunSpec(_recipe("simcse", scale, backbone), seed, {"role": "complementary"})
+        complementary = RunSpec(
+            _recipe("simcse", scale, backbone),
+            seed,
+            {"role": "complementary"},
+            dict(SCALE_OVERRIDES[scale]),
+        )
     return RunSpec(
         _recipe(method, scale, backbone),
         seed,
@@ -126,12 +133,7 @@ def _ablation(scale: str, seeds: list[int]) -> list[RunSpec]:
 
 def _uniformity(scale: str, seeds: list[int]) -> list[RunSpec]:
     backbone = ANALYSIS_BACKBONE[scale]
-    every = {"eval_steps": UNIFORMITY_EVAL_STEPS[scale]}
-    return [
-        _pair(scale, backbone, seed, method, every)
-        for method in ("simcse", "dclr")
-        for seed in seeds
-    ]
+    return [_pair(scale, backbone, seed, method) for method in ("simcse", "dclr") for seed in seeds]
 
 
 def _few_shot(scale: str, seeds: list[int]) -> list[RunSpec]:
