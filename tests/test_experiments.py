@@ -9,7 +9,7 @@ import pytest
 
 from dclr.experiments import paper
 from dclr.experiments.registry import Registry
-from dclr.experiments.runner import plan, run_experiment, subset_corpus
+from dclr.experiments.runner import launcher_train, plan, run_experiment, subset_corpus
 from dclr.experiments.search import SearchSpace, run_search
 from dclr.experiments.specs import (
     ABLATIONS,
@@ -159,3 +159,28 @@ def test_search_trials_are_registered_runs(tmp_path: Path) -> None:
             lab["params"]["seed"] for _, lab in registry.experiment_runs("search:seeds")
         )
     assert trials == [42, 44]
+
+
+def test_launcher_runs_dclr_train_in_a_subprocess(tmp_path: Path) -> None:
+    commands: list = []
+    train = launcher_train(
+        "torchrun --nproc_per_node 4", run=lambda cmd, check: commands.append(cmd)
+    )
+    config = TrainConfig(model="m", output_dir=str(tmp_path / "run"))
+    train(config, False)
+    train(config, True)
+    recipe = tmp_path / "run" / "requested.yaml"
+    assert commands == [
+        ["torchrun", "--nproc_per_node", "4", "-m", "dclr", "train", str(recipe)],
+        [
+            "torchrun",
+            "--nproc_per_node",
+            "4",
+            "-m",
+            "dclr",
+            "train",
+            "--resume",
+            str(tmp_path / "run"),
+        ],
+    ]
+    assert load_config(recipe).to_dict() == config.to_dict()

@@ -221,9 +221,16 @@ def experiment_run(
     dry_run: Annotated[
         bool, typer.Option(help="Only print what would be skipped, resumed or started.")
     ] = False,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            help="Train each run in a subprocess started with this command + '-m dclr train', "
+            "e.g. 'torchrun --nproc_per_node 4' (DDP) or '{python}' (this interpreter)."
+        ),
+    ] = None,
 ) -> None:
     """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
-    from dclr.experiments.runner import plan, run_experiment
+    from dclr.experiments.runner import launcher_train, plan, run_experiment
     from dclr.training.config import parse_overrides
 
     try:
@@ -235,7 +242,10 @@ def experiment_run(
                 )
             return
         _quiet_hf()
-        run_experiment(name, scale, seeds, root, recipes_dir, overrides, log=console.print)
+        train = launcher_train(launcher) if launcher else None
+        run_experiment(
+            name, scale, seeds, root, recipes_dir, overrides, train=train, log=console.print
+        )
     except DclrError as err:
         _fail(err)
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +135,27 @@ def plan(
             if item is spec and labels not in entry.labels:
                 entry.labels.append(labels)
     return list(planned.values())
+
+
+def launcher_train(
+    launcher: str, run: Callable[..., Any] = subprocess.run
+) -> Callable[[TrainConfig, bool], None]:
+    """A `train` that runs `LAUNCHER -m dclr train` in a subprocess (e.g. "torchrun
+    --nproc_per_node 4" for DDP on 4 GPUs), so the runner itself stays one process."""
+
+    def train(config: TrainConfig, resume: bool) -> None:
+        run_dir = Path(config.output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            args = ["--resume", str(run_dir)]
+        else:
+            recipe = run_dir / "requested.yaml"  # the resolved config handed to `dclr train`
+            config.save(recipe)
+            args = [str(recipe)]
+        command = [*shlex.split(launcher.replace("{python}", sys.executable))]
+        run([*command, "-m", "dclr", "train", *args], check=True)
+
+    return train
 
 
 def run_experiment(
