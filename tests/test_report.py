@@ -145,3 +145,48 @@ def test_report_without_runs_says_what_to_do(tmp_path: Path) -> None:
 
     with Registry(tmp_path) as registry, pytest.raises(ConfigError, match="dclr experiment run"):
         build_report("main", registry, tmp_path / "r")
+
+
+def test_augmentations_and_search_sections(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    for view, method, avg in [("dropout", "simcse", 70.0), ("dropout", "dclr", 71.0),
+                              ("token_shuffle", "simcse", 68.0)]:  # fmt: skip
+        write_run(root, f"{view}-{method}", method=method, avg=avg,
+                  labels={"augmentations": [_cells(method=method, view=view)]})  # fmt: skip
+    for trial, lr, avg in [(0, 1e-5, 69.0), (1, 3e-5, 72.0)]:
+        labels = {
+            "search:lr": [{"trial": trial, "params": {"learning_rate": lr}, "scale": "custom"}]
+        }
+        write_run(root, f"t{trial}", avg=avg, labels=labels, overrides={"learning_rate": lr})
+    with _index(root) as registry:
+        aug = build_report("augmentations", registry, tmp_path / "aug").read_text()
+        search = build_report("search:lr", registry, tmp_path / "search").read_text()
+    assert _table(aug, "view") == [["dropout", "71.00", "70.00"], ["token_shuffle", "—", "68.00"]]
+    assert (tmp_path / "aug" / "augmentations.png").read_bytes()[:8] == PNG_MAGIC
+    assert _table(search, "trial") == [
+        ["1", "3e-05", "74.00", "75.00", "72.00"],
+        ["0", "1e-05", "71.00", "72.00", "69.00"],
+    ]
+
+
+def test_report_command(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dclr.cli import app
+
+    root = tmp_path / "exp"
+    write_run(root, "s", method="simcse", avg=70.0, labels={"main": [_cells(method="simcse")]})
+    write_run(root, "d", method="dclr", avg=71.0, labels={"main": [_cells(method="dclr")]})
+    with Registry(root) as registry:
+        registry.rebuild()
+    result = CliRunner().invoke(app, ["report", "main", "--root", str(root), "--html"])
+    assert result.exit_code == 0, result.output
+    assert "| minilm | 70.00 | 71.00 | +1.00 |" in result.stdout
+    folder = root / "reports" / "main"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "main_delta.png",
+        "report.html",
+        "report.md",
+    ]
+    result = CliRunner().invoke(app, ["report", "ablation", "--root", str(root)])
+    assert result.exit_code == 2 and "no complete run" in result.output

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -319,6 +318,9 @@ def report_cmd(
     html: Annotated[
         bool, typer.Option("--html", help="Also write a self-contained report.html.")
     ] = False,
+    show: Annotated[
+        bool, typer.Option("--print/--no-print", help="Print the Markdown report.")
+    ] = True,
 ) -> None:
     """Markdown report of an experiment: our tables next to the paper's numbers, PNG plots."""
     from dclr.experiments.registry import Registry
@@ -331,5 +333,5 @@ def report_cmd(
     except DclrError as err:
         _fail(err)
     console.print(f"wrote {path}" + (f" and {path.with_suffix('.html')}" if html else ""))
-    if os.environ.get("DCLR_REPORT_PRINT", "1") != "0":
+    if show:
         out.print(path.read_text(), markup=False, highlight=False)
