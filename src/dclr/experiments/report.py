@@ -289,7 +289,10 @@ def section_ablation(rep: Report, runs: list[RunData], out: Path) -> None:
             labels.append(label)
             ours.append(Stat(delta, s.std, s.n) if s and delta is not None else None)
             theirs.append(Stat(p - paper_full, 0.0, 1))
-    rep.table(["variant", "seeds", "ours", "Δ vs full (ours)", "paper", "Δ vs full (paper)"], rows)
+    rep.table(
+        ["variant", "seeds", "ours", "Δ vs full (ours)", "paper (BERT-base)", "Δ vs full (paper)"],
+        rows,
+    )
     path = _bars(
         out / "ablation_delta.png",
         "Ablations: change of the 7-task STS avg vs full DCLR",
