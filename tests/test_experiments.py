@@ -184,3 +184,23 @@ def test_launcher_runs_dclr_train_in_a_subprocess(tmp_path: Path) -> None:
         ],
     ]
     assert load_config(recipe).to_dict() == config.to_dict()
+
+
+def test_experiment_commands(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dclr.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["experiment", "list"])
+    assert result.exit_code == 0 and "few-shot" in result.stdout
+    args = ["experiment", "run", "ablation", "--root", str(tmp_path), "--dry-run",
+            "--recipes-dir", str(RECIPES), "--seeds", "2"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("start") == 12 and not (tmp_path / "runs").exists()
+    result = runner.invoke(app, ["experiment", "run", "augmentations", "--root", str(tmp_path)])
+    if VIEW_FIELD not in typing.get_type_hints(TrainConfig):
+        assert result.exit_code == 2 and "not available yet" in result.output
+    result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown experiment" in result.output
