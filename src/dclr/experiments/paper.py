@@ -62,8 +62,9 @@ ABLATION_LABELS: dict[str, str] = {
 # Qualitative findings with no number we can plot; reports print them next to our results.
 FINDINGS: dict[str, tuple[str, str]] = {
     "few-shot": (
-        "At 0.3% of the training data the paper reports drops of about 9% (STS-B) and 4% (SICK-R) "
-        "relative to full data; DCLR stays above SimCSE at every fraction.",
+        "Issue 4 quotes the paper as '-9% / -4% at 0.3%' of the training data for STS-B / "
+        "SICK-R (read here as the drop from full data; the figure's per-point values are not "
+        "kept).",
         f"{PAPER}, few-shot figure; {UNVERIFIED}",
     ),
     "sensitivity": (
