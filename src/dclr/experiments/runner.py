@@ -58,6 +58,12 @@ def portable_hash(config: TrainConfig, root: Path) -> str:
     return config_hash(values)
 
 
+def run_dir_for(config: TrainConfig, root: Path) -> Path:
+    """ROOT/runs/<method>-<model>-<hash>: a function of the config alone, so equal runs share it."""
+    name = f"{config.method}-{_slug(config.model)}-{portable_hash(config, root)}"
+    return (root / RUNS_DIR / name).resolve()
+
+
 def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -> str:
     """Write a seeded random `fraction` of the config's corpus (at least one batch) to a file."""
     from dclr.data.corpus import load_corpus
@@ -96,8 +102,7 @@ def resolve(
         else:  # planning only: the path the subset will have
             slug = f"{_slug(config.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
             config.corpus = str((root / CORPORA_DIR / slug).resolve())
-    name = f"{config.method}-{_slug(config.model)}-{portable_hash(config, root)}"
-    run_dir = (root / RUNS_DIR / name).resolve()
+    run_dir = run_dir_for(config, root)
     config.output_dir = str(run_dir)
     return config, run_dir
 

@@ -23,7 +23,7 @@ import yaml
 
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, set_labels
-from dclr.experiments.runner import RUNS_DIR, _slug, action_for, portable_hash
+from dclr.experiments.runner import action_for, run_dir_for
 from dclr.training.config import TrainConfig, load_config
 
 
@@ -113,8 +113,7 @@ def trial_configs(
     out = []
     for i, params in enumerate(space.points()):
         config = load_config(recipe, {**(overrides or {}), **params})
-        run_name = f"{config.method}-{_slug(config.model)}-{portable_hash(config, Path(root))}"
-        config.output_dir = str((Path(root) / RUNS_DIR / run_name).resolve())
+        config.output_dir = str(run_dir_for(config, Path(root)))
         out.append((i, params, config))
     return out
 
