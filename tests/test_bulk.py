@@ -2,6 +2,7 @@
 and 2 processes (torch.multiprocessing, CPU) writing the same vectors as one."""
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -221,6 +222,25 @@ def test_two_processes_write_the_same_vectors_as_one(model_dir, text_file, tmp_p
         str(model_dir), source, tmp_path / "two", settings, pooler="mean", processes=2
     )
     assert two["complete"] and two["n_shards"] == one["n_shards"] == 7
+    rows_one, vectors_one = _all(tmp_path / "one")
+    rows_two, vectors_two = _all(tmp_path / "two")
+    np.testing.assert_array_equal(rows_one, rows_two)
+    np.testing.assert_allclose(vectors_two, vectors_one, atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_write_the_same_vectors_as_one(model_dir, text_file, tmp_path):
+    settings = BulkSettings(shard_size=4)
+    bulk_encode(str(model_dir), open_source(text_file), tmp_path / "one", settings, pooler="mean")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        "--master_addr=127.0.0.1", "--master_port=0", "--rdzv_backend=c10d",
+        "--rdzv_endpoint=127.0.0.1:0", "-m", "dclr", "encode-bulk", str(model_dir),
+        str(text_file), str(tmp_path / "two"), "--pooler", "mean", "--shard-size", "4",
+    ]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_manifest(tmp_path / "two")["complete"]
     rows_one, vectors_one = _all(tmp_path / "one")
     rows_two, vectors_two = _all(tmp_path / "two")
     np.testing.assert_array_equal(rows_one, rows_two)

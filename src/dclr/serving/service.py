@@ -57,6 +57,9 @@ PAGE_HEADERS = {
 }
 # Validation problems listed in one error message: the first few are enough to fix a request.
 MAX_PROBLEMS = 5
+# FAISS threads: a request searches one query, which one thread does fastest; more OpenMP
+# threads would only spin against the encoder's own threads in this process.
+SEARCH_THREADS = 1
 # Seconds a client told "overloaded" should wait: about one batch's time on a CPU.
 RETRY_AFTER_S = 1
 ERRORS = {
@@ -133,6 +136,9 @@ def create_app(
     batching = batching or BatchOptions()
     if index is not None:
         index.check_model(fingerprint, model_name)
+        import faiss
+
+        faiss.omp_set_num_threads(SEARCH_THREADS)
     batcher = EmbeddingBatcher(
         make_encode_fn(encoder, batching.max_batch_texts),
         batching.max_batch_texts,
