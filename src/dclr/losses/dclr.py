@@ -170,6 +170,7 @@ class DCLRLoss(torch.nn.Module):
             no gradient), 'none', or 'distill' (KL to the complementary model's in-batch
             distribution instead of weighting).
         form: 'paper' or 'official' (see the module docstring and docs/dclr-loss-forms.md).
+        views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
         seed: noise is drawn from a generator seeded by (seed, step): reproducible, resumable and
             identical on every rank (noise negatives are global: each rank computes the same
             global loss, see `dclr.distributed`).
@@ -192,6 +193,7 @@ class DCLRLoss(torch.nn.Module):
         weighting: Weighting = "complementary",
         form: LossForm = "paper",
         seed: int = 0,
+        views=None,
     ) -> None:
         super().__init__()
         from dclr.errors import ConfigError
@@ -220,6 +222,7 @@ class DCLRLoss(torch.nn.Module):
         self.noise_mode, self.weighting, self.form = noise_mode, weighting, form
         self.threshold = false_negative_threshold
         self.seed = seed
+        self.views = views
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
         k = round(self.noise_ratio * z1.shape[0])
@@ -247,7 +250,7 @@ class DCLRLoss(torch.nn.Module):
     ) -> dict[str, torch.Tensor]:
         from dclr.losses.simcse import two_views
 
-        z1, z2 = two_views(self.model, features)
+        z1, z2 = two_views(self.model, features, self.views, step)
         return self.objective(z1, z2, indices=indices, sentences=sentences, step=step)
 
     def objective(

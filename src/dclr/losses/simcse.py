@@ -15,6 +15,7 @@ from torch import nn
 
 from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
+from dclr.views.pair import PositiveViews
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -38,9 +39,18 @@ def check_temperature(temperature: float) -> float:
 
 
 def two_views(
-    model: Callable[..., torch.Tensor], features: dict[str, torch.Tensor]
+    model: Callable[..., torch.Tensor],
+    features: dict[str, torch.Tensor],
+    views: PositiveViews | None = None,
+    step: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encode the batch twice in one forward (dropout differs per row) -> z1, z2: (n, d)."""
+    """Two views of the batch -> z1, z2: (n, d).
+
+    Default (no `views`, or both `dropout`): the batch encoded twice in one forward, dropout
+    differing per row. Other strategies (`dclr.views`) are drawn for `step` and encoded per view.
+    """
+    if views is not None and not views.is_default:
+        return views.encode(model, features, step)
     n = features["input_ids"].shape[0]
     doubled = {k: torch.cat([v, v], dim=0) for k, v in features.items()}  # (2n, L)
     z = model(**doubled)  # (2n, d)
@@ -54,18 +64,26 @@ class SimCSELoss(nn.Module):
         model: maps tokenized features (input_ids, attention_mask, ...) to (n, d) vectors; under
             DDP pass the wrapped model. Views are gathered across ranks before the loss.
         temperature: tau > 0 (SimCSE: 0.05).
+        views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
     Returns a dict with "loss".
     """
 
-    def __init__(self, model: Callable[..., torch.Tensor], temperature: float = 0.05) -> None:
+    def __init__(
+        self,
+        model: Callable[..., torch.Tensor],
+        temperature: float = 0.05,
+        views: PositiveViews | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.temperature = check_temperature(temperature)
+        self.views = views
 
     def forward(
         self, features: dict[str, torch.Tensor], **context: object
     ) -> dict[str, torch.Tensor]:
-        z1, z2 = two_views(self.model, features)
+        step = context.get("step", 0)
+        z1, z2 = two_views(self.model, features, self.views, int(step) if step else 0)
         return self.objective(z1, z2, **context)
 
     def objective(self, z1: torch.Tensor, z2: torch.Tensor, **_: object) -> dict[str, torch.Tensor]:
