@@ -16,8 +16,9 @@ import yaml
 
 from dclr.errors import ConfigError
 from dclr.models.pooling import POOLERS
+from dclr.views.strategies import ViewStrategy, check_view
 
-Method = Literal["simcse", "dclr"]
+Method = Literal["simcse", "dclr", "consert"]
 NoiseMode = Literal["optimized", "random", "none"]
 Weighting = Literal["complementary", "self", "none", "distill"]
 LossForm = Literal["paper", "official"]
@@ -25,6 +26,9 @@ ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
 EvalMetric = Literal["stsb", "stsb_sick"]
+FewShotSampling = Literal["first", "random"]
+Schedule = Literal["unsup", "sup", "joint", "sup_then_unsup", "joint_then_unsup"]
+SupervisedLoss = Literal["simcse", "nli_head"]
 
 
 @dataclass
@@ -74,6 +78,22 @@ class TrainConfig:
     complementary_pooler: str | None = None  # its pooler (None: what its folder records)
     complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
     complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
+    # ---- positive views (dclr.views; ConSERT), for every method ----
+    view1: ViewStrategy = "dropout"  # dropout | none | token_shuffle | token/span/feature_cutoff
+    view1_rate: float = 0.0  # fraction cut by a cutoff view, in [0, 1)
+    view2: ViewStrategy = "dropout"  # the second view's strategy (ConSERT best: feature_cutoff)
+    view2_rate: float = 0.0
+    # ---- few-shot training data (ConSERT: N sentences; DCLR: a fraction) ----
+    few_shot_sentences: int | None = None  # train on N sentences of the corpus
+    few_shot_fraction: float | None = None  # or on this fraction of it, in (0, 1]
+    few_shot_sampling: FewShotSampling = "first"  # first N, or a random N drawn with `seed`
+    # ---- supervised NLI training (SimCSE-supervised; ConSERT's schedules) ----
+    schedule: Schedule = "unsup"  # unsup | sup | joint | sup_then_unsup | joint_then_unsup
+    supervised_loss: SupervisedLoss = "simcse"  # sup: simcse (triples) | nli_head (u, v, |u-v|)
+    nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
+    nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
+    joint_weight: float = 1.0  # alpha in joint: L = L_nli_head + alpha * L_contrastive
+    adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (needs a supervised loss)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
 
     def validate(self) -> TrainConfig:
@@ -124,6 +144,47 @@ class TrainConfig:
             raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
         if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
             raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
+        check_view(self.view1, self.view1_rate, "view1")
+        check_view(self.view2, self.view2_rate, "view2")
+        if "adversarial" in (self.view1, self.view2):
+            if self.schedule != "joint":
+                raise ConfigError(
+                    "view 'adversarial' is computed from the supervised loss and needs labels: "
+                    "use it with schedule: joint (NLI pairs)"
+                )
+            if self.view1 == self.view2:
+                raise ConfigError("only one view can be adversarial")
+            if not self.adversarial_epsilon > 0:
+                raise ConfigError("an adversarial view needs adversarial_epsilon > 0")
+        if self.schedule != "unsup" and not self.nli_data:
+            raise ConfigError(f"schedule {self.schedule!r} needs nli_data (labelled NLI data)")
+        if self.schedule in ("joint", "joint_then_unsup") and self.supervised_loss != "nli_head":
+            raise ConfigError(
+                "the joint schedules train the NLI head: set supervised_loss: nli_head"
+            )
+        if (
+            self.schedule in ("joint", "joint_then_unsup")
+            and self.method == "dclr"
+            and self.weighting in ("complementary", "distill")
+        ):
+            raise ConfigError(
+                "joint training with DCLR supports weighting 'self' or 'none' (the complementary "
+                "model scores a fixed unlabelled corpus)"
+            )
+        if not self.joint_weight >= 0:
+            raise ConfigError(f"joint_weight must be >= 0, got {self.joint_weight}")
+        if not self.adversarial_epsilon >= 0:
+            raise ConfigError(f"adversarial_epsilon must be >= 0, got {self.adversarial_epsilon}")
+        if self.grad_cache_chunk and (self.view1, self.view2) != ("dropout", "dropout"):
+            raise ConfigError("grad_cache_chunk supports the default dropout views only")
+        if self.grad_cache_chunk and self.schedule != "unsup":
+            raise ConfigError("grad_cache_chunk supports unsupervised training only")
+        if self.few_shot_sentences is not None and self.few_shot_fraction is not None:
+            raise ConfigError("set few_shot_sentences or few_shot_fraction, not both")
+        if self.few_shot_sentences is not None and self.few_shot_sentences < 1:
+            raise ConfigError(f"few_shot_sentences must be >= 1, got {self.few_shot_sentences}")
+        if self.few_shot_fraction is not None and not 0 < self.few_shot_fraction <= 1:
+            raise ConfigError(f"few_shot_fraction must be in (0, 1], got {self.few_shot_fraction}")
         for name in (
             "method",
             "precision",
@@ -133,6 +194,9 @@ class TrainConfig:
             "dclr_form",
             "complementary_mode",
             "packing",
+            "few_shot_sampling",
+            "schedule",
+            "supervised_loss",
         ):
             allowed = get_args(_hints()[name])
             if getattr(self, name) not in allowed:

@@ -7,6 +7,7 @@ torchrun each rank takes its slice of the global batch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -19,7 +20,8 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from dclr import distributed as dist
-from dclr.data.corpus import load_corpus
+from dclr.data.corpus import ListCorpus, load_corpus
+from dclr.data.nli import NliTriple, nli_triples, read_senteval_nli, read_simcse_csv
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.evaluation.sts import StsEvaluator
 from dclr.losses.complementary import (
@@ -27,14 +29,17 @@ from dclr.losses.complementary import (
     OnTheFlyComplementary,
     TwoViewComplementary,
 )
+from dclr.losses.consert import ConSERTLoss
 from dclr.losses.dclr import DCLRLoss
 from dclr.losses.gradcache import GradCache
 from dclr.losses.simcse import SimCSELoss
+from dclr.losses.supervised import AdversarialView, NLIHead, SupervisedNLILoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.export import save_encoder
 from dclr.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
 from dclr.training.tracking import MetricsLog
+from dclr.views.pair import PositiveViews, ViewSpec
 
 # Config attributes that hold dropout probabilities in Hugging Face encoder configs.
 DROPOUT_KEYS = (
@@ -73,6 +78,8 @@ def build_complementary(
     """The frozen complementary model of DCLR, in the configured mode (None if not needed)."""
     if config.method != "dclr" or config.weighting not in ("complementary", "distill"):
         return None
+    if is_supervised(config):  # a supervised stage scores no unlabelled corpus
+        return None
     spec = config.complementary_model or config.model
     encoder = SentenceEncoder.from_pretrained(spec, pooler=config.complementary_pooler)
     encoder = encoder.to(device)
@@ -92,9 +99,138 @@ def build_complementary(
     return TwoViewComplementary(encoder, config.max_length)
 
 
+def build_views(config: TrainConfig, rank: int = 0) -> PositiveViews | None:
+    """The configured positive views, or None for the default two dropout views."""
+    if (config.view1, config.view2) == ("dropout", "dropout"):
+        return None
+    return PositiveViews(
+        ViewSpec(config.view1, config.view1_rate),
+        ViewSpec(config.view2, config.view2_rate),
+        seed=config.seed,
+        rank=rank,
+    )
+
+
+def few_shot_indices(size: int, config: TrainConfig) -> list[int] | None:
+    """Corpus indices of the few-shot subset (first or seeded-random N, or a fraction); None: all.
+
+    A fraction keeps max(2, round(fraction * size)) sentences (contrastive training needs two).
+    """
+    if config.few_shot_sentences is None and config.few_shot_fraction is None:
+        return None
+    count = config.few_shot_sentences
+    if count is None:
+        assert config.few_shot_fraction is not None
+        count = max(2, round(config.few_shot_fraction * size))
+    if count > size:
+        raise ConfigError(f"few_shot_sentences {count} is more than the corpus's {size} sentences")
+    if config.few_shot_sampling == "first":
+        return list(range(count))
+    gen = torch.Generator().manual_seed(config.seed)
+    return sorted(torch.randperm(size, generator=gen)[:count].tolist())
+
+
+SUPERVISED_STAGE = {
+    "sup": "sup",
+    "joint": "joint",
+    "sup_then_unsup": "sup",
+    "joint_then_unsup": "joint",
+}
+
+
+def is_supervised(config: TrainConfig) -> bool:
+    """This config trains on labelled NLI data (a single supervised or joint stage)."""
+    return config.schedule in ("sup", "joint")
+
+
+def stage_configs(config: TrainConfig) -> list[TrainConfig]:
+    """ConSERT's schedules as a list of single-stage configs, run one after the other.
+
+    `sup_then_unsup` / `joint_then_unsup`: stage 1 (`sup` / `joint`) on the NLI data writes
+    `<output_dir>/stage-1`; stage 2 (`unsup`) starts from its final model and trains on `corpus`
+    in `<output_dir>/stage-2`. Other schedules are one stage.
+    """
+    if config.schedule not in ("sup_then_unsup", "joint_then_unsup"):
+        return [config]
+    root = Path(config.output_dir)
+    first = dataclasses.replace(
+        config, schedule=SUPERVISED_STAGE[config.schedule], output_dir=str(root / "stage-1")
+    )
+    second = dataclasses.replace(
+        config,
+        schedule="unsup",
+        model=str(root / "stage-1" / "final"),
+        output_dir=str(root / "stage-2"),
+    )
+    return [first.validate(), second]
+
+
+def run_schedule(config: TrainConfig) -> list[TrainResult]:
+    """Train every stage of `config.schedule` (see `stage_configs`) and return their results."""
+    return [Trainer(stage).train() for stage in stage_configs(config)]
+
+
+def load_nli_examples(config: TrainConfig) -> list[Any]:
+    """The labelled examples of a supervised stage: NliTriples (supervised SimCSE) or NliPairs."""
+    path = Path(config.nli_data or "")
+    if not path.exists() and not path.is_absolute():
+        from dclr.data.paths import resolve_data_dir
+
+        path = resolve_data_dir(config.data_dir) / path  # e.g. senteval/SNLI under the data root
+    wants_pairs = config.schedule == "joint" or config.supervised_loss == "nli_head"
+    if path.is_dir():
+        pairs = read_senteval_nli(path, config.nli_split)
+        return pairs if wants_pairs else nli_triples(pairs)
+    triples = read_simcse_csv(path)
+    if wants_pairs:
+        raise ConfigError(
+            f"{path}: the NLI head needs labelled pairs; a SimCSE CSV has none "
+            "(use a SentEval-layout folder with s1/s2/labels files)"
+        )
+    return triples
+
+
+def build_supervised_loss(
+    config: TrainConfig, model: Any, hidden_size: int, hard_negatives: bool
+) -> torch.nn.Module:
+    """The loss of a supervised or joint stage (see `SupervisedNLILoss`)."""
+    kind = "joint" if config.schedule == "joint" else config.supervised_loss
+    head = None
+    if kind in ("nli_head", "joint"):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)  # the head's initialisation
+            head = NLIHead(hidden_size)
+    contrastive, adversarial = None, None
+    if kind == "joint":
+        plain = dataclasses.replace(config, schedule="unsup")
+        if "adversarial" in (config.view1, config.view2):
+            first = config.view1 == "adversarial"
+            other = ViewSpec(
+                *((config.view2, config.view2_rate) if first else (config.view1, config.view1_rate))
+            )
+            adversarial = AdversarialView(
+                config.adversarial_epsilon, other, first, seed=config.seed, rank=dist.rank()
+            )
+            plain = dataclasses.replace(plain, view1="dropout", view2="dropout")
+        contrastive = build_loss(plain, model)
+    return SupervisedNLILoss(
+        model,
+        kind,
+        temperature=config.temperature,
+        head=head,
+        contrastive=contrastive,
+        joint_weight=config.joint_weight,
+        hard_negatives=hard_negatives,
+        adversarial=adversarial,
+    )
+
+
 def build_loss(config: TrainConfig, model: Any, complementary: Any = None) -> torch.nn.Module:
+    views = build_views(config, dist.rank())
     if config.method == "simcse":
-        return SimCSELoss(model, temperature=config.temperature)
+        return SimCSELoss(model, temperature=config.temperature, views=views)
+    if config.method == "consert":
+        return ConSERTLoss(model, temperature=config.temperature, views=views)
     if config.method == "dclr":
         return DCLRLoss(
             model,
@@ -110,8 +246,26 @@ def build_loss(config: TrainConfig, model: Any, complementary: Any = None) -> to
             weighting=config.weighting,
             form=config.dclr_form,
             seed=config.seed,
+            views=views,
         )
     raise ConfigError(f"unknown method {config.method!r}")
+
+
+def batch_texts(examples: Sequence[Any]) -> tuple[list[str], torch.Tensor | None]:
+    """Sentences to encode for a batch, and labels (n,) or None.
+
+    Plain sentences pass through; NliTriples give [anchors; positives; hard negatives];
+    NliPairs give [premises; hypotheses] and their labels.
+    """
+    if not examples or isinstance(examples[0], str):
+        return list(examples), None
+    if isinstance(examples[0], NliTriple):
+        texts = [t.anchor for t in examples] + [t.positive for t in examples]
+        if examples[0].hard_negative is not None:
+            texts += [str(t.hard_negative) for t in examples]
+        return texts, None
+    texts = [p.premise for p in examples] + [p.hypothesis for p in examples]
+    return texts, torch.tensor([p.label for p in examples])
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -147,7 +301,28 @@ class Trainer:
         self.encoder = (encoder or build_encoder(config)).to(self.device)
         if config.packing == "on" or (config.packing == "auto" and self.device.type == "cpu"):
             self.encoder.enable_packing()
-        self.corpus = corpus if corpus is not None else load_corpus(config.corpus, config.data_dir)
+        if config.schedule in ("sup_then_unsup", "joint_then_unsup"):
+            raise ConfigError(
+                f"schedule {config.schedule!r} has two stages: run it with "
+                "dclr.training.trainer.run_schedule"
+            )
+        if is_supervised(config) and self.world > 1:
+            raise ConfigError("supervised NLI training runs in one process (no DDP support yet)")
+        if corpus is None:
+            corpus = (
+                load_nli_examples(config)
+                if is_supervised(config)
+                else load_corpus(config.corpus, config.data_dir)
+            )
+        self.corpus = corpus
+        subset = few_shot_indices(len(self.corpus), config)
+        if subset is not None:  # the options (and seed) saved in config.yaml reproduce it
+            full = self.corpus
+            self.corpus = (
+                [full[i] for i in subset]
+                if is_supervised(config)
+                else ListCorpus([full[i] for i in subset], name="few-shot")
+            )
         if len(self.corpus) < config.batch_size:
             raise ConfigError(
                 f"the corpus has {len(self.corpus)} sentences, fewer than one batch "
@@ -201,10 +376,19 @@ class Trainer:
         self._barrier()
         if not main:
             complementary = build_complementary(cfg, self.corpus, self.device, show_progress=False)
-        loss_fn = build_loss(cfg, model, complementary)
-        optimizer = torch.optim.AdamW(
-            param_groups(self.encoder, cfg.weight_decay), lr=cfg.learning_rate
-        )
+        if is_supervised(cfg):
+            hard = (
+                isinstance(self.corpus[0], NliTriple) and self.corpus[0].hard_negative is not None
+            )
+            loss_fn = build_supervised_loss(cfg, model, self.encoder.hidden_size, hard)
+            loss_fn.to(self.device)
+        else:
+            loss_fn = build_loss(cfg, model, complementary)
+        groups = param_groups(self.encoder, cfg.weight_decay)
+        head = getattr(loss_fn, "head", None)
+        if head is not None:  # the NLI head trains with the encoder (never exported)
+            groups += param_groups(head, cfg.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate)
         scheduler = get_linear_schedule_with_warmup(
             optimizer, int(cfg.warmup_ratio * self.total_steps), self.total_steps
         )
@@ -233,15 +417,21 @@ class Trainer:
             for step in range(start, self.total_steps):
                 global_ids = self.global_batch(step)
                 sentences = self.batch_sentences(step)
-                features = self.encoder.tokenize(sentences, max_length=cfg.max_length)
+                texts, labels = batch_texts(sentences)
+                features = self.encoder.tokenize(texts, max_length=cfg.max_length)
                 features = {k: v.to(self.device) for k, v in features.items()}
-                context = {
+                context: dict[str, Any] = {
                     "indices": global_ids,
                     "step": step,
                     "sentences": [self.corpus[int(i)] for i in global_ids]
-                    if cfg.method == "dclr"
+                    if cfg.method == "dclr" and not is_supervised(cfg)
                     else None,
                 }
+                if is_supervised(cfg):
+                    context = {
+                        "step": step,
+                        "labels": None if labels is None else labels.to(self.device),
+                    }
                 # DDP averages gradients while every rank's loss is already global: scale by W.
                 backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
                 with self._autocast():

@@ -1,0 +1,232 @@
+"""Supervised NLI training: SimCSE-supervised, the NLI head, joint and two-stage schedules."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dclr.errors import ConfigError
+from dclr.losses.supervised import NLIHead, SupervisedNLILoss
+from dclr.training.config import load_config
+from dclr.training.tracking import read_metrics
+from dclr.training.trainer import Trainer, run_schedule, stage_configs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir  # noqa: E402
+
+WORDS = ["the", "a", "cat", "dog", "man", "woman", "runs", "eats", "sleeps", "red", "big", "park"]
+LABELS = ["entailment", "neutral", "contradiction"]
+
+
+def sentence(gen):
+    n = int(torch.randint(3, 9, (1,), generator=gen))
+    return " ".join(WORDS[j] for j in torch.randint(0, len(WORDS), (n,), generator=gen))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def nli_folder(tmp_path_factory):
+    """40 premises with one hypothesis per label, SentEval's s1/s2/labels layout."""
+    gen = torch.Generator().manual_seed(0)
+    s1, s2, labels = [], [], []
+    for _ in range(40):
+        premise = sentence(gen)
+        for label in LABELS:
+            s1.append(premise)
+            s2.append(sentence(gen))
+            labels.append(label)
+    folder = tmp_path_factory.mktemp("data") / "SNLI"
+    folder.mkdir()
+    for name, lines in (("s1", s1), ("s2", s2), ("labels", labels)):
+        (folder / f"{name}.train").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    gen = torch.Generator().manual_seed(1)
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(sentence(gen) for _ in range(64)) + "\n")
+    return path
+
+
+def config(model_dir, out, **options):
+    return load_config(
+        None,
+        {"model": str(model_dir), "batch_size": 8, "max_steps": 3, "eval_steps": 0,
+         "log_steps": 1, "test_eval": False, "output_dir": str(out), **options},
+    )  # fmt: skip
+
+
+def losses(run_dir):
+    return {r["step"]: r for r in read_metrics(run_dir, "train")}
+
+
+def test_supervised_simcse_on_senteval_nli_trains_reproducibly(model_dir, nli_folder, tmp_path):
+    options = {"schedule": "sup", "nli_data": str(nli_folder)}
+    a = Trainer(config(model_dir, tmp_path / "a", **options))
+    assert len(a.corpus) == 40  # one (premise, entailment, contradiction) triple per premise
+    a.train()
+    Trainer(config(model_dir, tmp_path / "b", **options)).train()
+    first, second = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert len(first) == 3 and all(math.isfinite(r["loss"]) for r in first.values())
+    assert [r["loss"] for r in first.values()] == [r["loss"] for r in second.values()]
+
+
+def test_supervised_simcse_on_a_simcse_csv(model_dir, tmp_path):
+    gen = torch.Generator().manual_seed(2)
+    rows = [",".join(sentence(gen) for _ in range(3)) for _ in range(16)]
+    csv = tmp_path / "nli.csv"
+    csv.write_text("sent0,sent1,hard_neg\n" + "\n".join(rows) + "\n")
+    Trainer(config(model_dir, tmp_path / "r", schedule="sup", nli_data=str(csv))).train()
+    assert len(losses(tmp_path / "r")) == 3
+    with pytest.raises(ConfigError, match="needs labelled pairs"):
+        Trainer(
+            config(
+                model_dir,
+                tmp_path / "x",
+                schedule="sup",
+                supervised_loss="nli_head",
+                nli_data=str(csv),
+            )
+        )
+
+
+def test_joint_schedule_logs_both_parts_and_trains_the_head(model_dir, nli_folder, tmp_path):
+    cfg = config(
+        model_dir, tmp_path / "j", schedule="joint", supervised_loss="nli_head",
+        nli_data=str(nli_folder), method="consert", pooler="avg_top2", mlp_head=False,
+        view1="token_shuffle", view2="feature_cutoff", view2_rate=0.2, joint_weight=0.5,
+    )  # fmt: skip
+    trainer = Trainer(cfg)
+    assert len(trainer.corpus) == 120  # every labelled pair
+    trainer.train()
+    rows = losses(tmp_path / "j")
+    for row in rows.values():
+        assert row["loss"] == pytest.approx(row["classification"] + 0.5 * row["contrastive"], 1e-5)
+    exported = tmp_path / "j" / "final"
+    assert not any("classifier" in p.name for p in exported.rglob("*"))
+
+
+def test_joint_weight_zero_is_the_nli_head_alone(tiny_encoder, tokenizer):
+    encoder = tiny_encoder(pooler="mean").eval()
+    head = NLIHead(encoder.hidden_size)
+    features = dict(tokenizer(["a b", "c d e", "f", "g h"], padding=True, return_tensors="pt"))
+    labels = torch.tensor([0, 2])
+    alone = SupervisedNLILoss(encoder, "nli_head", head=head)(features, labels=labels)["loss"]
+
+    def contrastive(features, step=0):
+        return {"loss": torch.tensor(5.0)}
+
+    joint = SupervisedNLILoss(
+        encoder, "joint", head=head, contrastive=contrastive, joint_weight=0.0
+    )(features, labels=labels)
+    assert torch.equal(joint["loss"], alone)
+    with pytest.raises(ValueError, match="needs labels"):
+        SupervisedNLILoss(encoder, "nli_head", head=head)(features)
+
+
+def test_sup_then_unsup_runs_two_stages(model_dir, nli_folder, corpus_file, tmp_path):
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="sup_then_unsup", nli_data=str(nli_folder),
+        corpus=str(corpus_file),
+    )  # fmt: skip
+    first, second = stage_configs(cfg)
+    assert (first.schedule, second.schedule) == ("sup", "unsup")
+    assert second.model == str(tmp_path / "two" / "stage-1" / "final")
+    with pytest.raises(ConfigError, match="run_schedule"):
+        Trainer(cfg)
+    results = run_schedule(cfg)
+    assert [r.steps for r in results] == [3, 3]
+    assert (tmp_path / "two" / "stage-2" / "final" / "model.safetensors").is_file()
+    assert len(losses(tmp_path / "two" / "stage-2")) == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"schedule": "sup"}, "needs nli_data"),
+        ({"schedule": "joint", "nli_data": "x"}, "supervised_loss: nli_head"),
+        ({"schedule": "later", "nli_data": "x"}, "schedule"),
+        ({"joint_weight": -1}, "joint_weight"),
+    ],
+)
+def test_bad_supervised_options(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", **override})
+
+
+# ---- adversarial view -------------------------------------------------------------------------
+class Capture(torch.nn.Module):
+    """A contrastive stub that records the views it is given."""
+
+    def objective(self, z1, z2, **_):
+        self.views = (z1.detach(), z2.detach())
+        return {"loss": torch.tensor(0.0)}
+
+
+def adversarial_loss(encoder, epsilon, first=False):
+    from dclr.losses.supervised import AdversarialView
+    from dclr.views.pair import ViewSpec
+
+    head = NLIHead(encoder.hidden_size)
+    capture = Capture()
+    view = AdversarialView(epsilon, ViewSpec("none"), adversarial_first=first)
+    loss = SupervisedNLILoss(encoder, "joint", head=head, contrastive=capture, adversarial=view)
+    return loss, capture
+
+
+def nli_batch(tokenizer):
+    texts = ["a man runs", "two dogs play in the park", "a man moves", "cats sleep"]
+    features = dict(tokenizer(texts, padding=True, return_tensors="pt"))
+    return features, torch.tensor([0, 2])
+
+
+def test_adversarial_view_moves_the_embeddings_uphill(tiny_encoder, tokenizer):
+    encoder = tiny_encoder(pooler="mean").eval()  # no dropout: views differ only by the attack
+    features, labels = nli_batch(tokenizer)
+    loss, capture = adversarial_loss(encoder, epsilon=0.0)
+    loss(features, labels=labels)
+    assert torch.equal(*capture.views)  # epsilon 0: the adversarial view is the other view
+    loss, capture = adversarial_loss(encoder, epsilon=1.0, first=True)
+    out = loss(features, labels=labels)
+    z_adv, z_clean = capture.views
+    assert (z_adv - z_clean).abs().max() > 1e-4
+    head = loss.head
+    with torch.no_grad():
+        clean = torch.nn.functional.cross_entropy(head(*z_clean.chunk(2)), labels)
+        attacked = torch.nn.functional.cross_entropy(head(*z_adv.chunk(2)), labels)
+    assert out["classification"].item() == pytest.approx(clean.item(), rel=1e-5)
+    assert attacked > clean  # the FGSM step increases the supervised loss
+
+
+def test_joint_training_with_an_adversarial_view(model_dir, nli_folder, tmp_path):
+    cfg = config(
+        model_dir, tmp_path / "adv", schedule="joint", supervised_loss="nli_head",
+        nli_data=str(nli_folder), view1="token_shuffle", view2="adversarial",
+        adversarial_epsilon=0.5,
+    )  # fmt: skip
+    Trainer(cfg).train()
+    rows = losses(tmp_path / "adv")
+    assert len(rows) == 3 and all(math.isfinite(r["contrastive"]) for r in rows.values())
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"view2": "adversarial", "adversarial_epsilon": 0.1}, "needs labels"),
+        ({"view2": "adversarial", "schedule": "joint", "supervised_loss": "nli_head",
+          "nli_data": "x"}, "adversarial_epsilon > 0"),
+        ({"view1": "adversarial", "view2": "adversarial", "schedule": "joint",
+          "supervised_loss": "nli_head", "nli_data": "x", "adversarial_epsilon": 0.1}, "only one"),
+    ],
+)  # fmt: skip
+def test_bad_adversarial_options(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", **override})
