@@ -202,3 +202,38 @@ def test_few_shot_training_uses_the_subset(model_dir, corpus_file, tmp_path):
     assert len(trainer.corpus) == 16
     saved = load_config(tmp_path / "r" / "config.yaml")
     assert saved.few_shot_sentences == 16 and saved.few_shot_sampling == "random"
+
+
+def test_resume_with_views_reproduces_the_trajectory(model_dir, corpus_file, tmp_path, monkeypatch):
+    import dclr.losses.consert as consert_module
+
+    options = {"method": "consert", "view1": "token_shuffle", "view2": "span_cutoff",
+               "view2_rate": 0.3, "max_steps": 6, "save_steps": 2}  # fmt: skip
+
+    def config(out):
+        return load_config(
+            None,
+            {"model": str(model_dir), "corpus": str(corpus_file), "batch_size": 8,
+             "eval_steps": 0, "log_steps": 1, "test_eval": False, "output_dir": str(out),
+             **options},
+        )  # fmt: skip
+
+    Trainer(config(tmp_path / "a")).train()
+    real, calls = consert_module.nt_xent_loss, {"n": 0}
+
+    def crash_at_step_5(z1, z2, temperature):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # after the step-4 checkpoint
+        return real(z1, z2, temperature)
+
+    monkeypatch.setattr(consert_module, "nt_xent_loss", crash_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(tmp_path / "b")).train()
+    monkeypatch.setattr(consert_module, "nt_xent_loss", real)
+    Trainer(config(tmp_path / "b")).train(resume=True)
+
+    def trajectory(run_dir):
+        return {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}
+
+    assert trajectory(tmp_path / "a") == trajectory(tmp_path / "b")
