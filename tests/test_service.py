@@ -182,6 +182,8 @@ def test_search_finds_the_indexed_sentence(client, encoder):
         ("/similarity", {"pairs": [["a", "b", "c"]]}, 422, "too_long", "pairs.0"),
         ("/similarity", {"pairs": [["a", "b"]] * (MAX_TEXTS // 2 + 1)}, 400, "too_many_texts",
          "max_texts"),
+        ("/similarity", {"pairs": [["a", "b"], ["c", "z" * (MAX_CHARS + 1)]]}, 400,
+         "text_too_long", "pairs[1][1] has"),
         ("/search", {"query": "guitar", "k": 101}, 400, "k_out_of_range", "max_k"),
         ("/search", {"query": "guitar", "k": 0}, 400, "k_out_of_range", "between 1 and 100"),
         ("/search", {"query": "y" * (MAX_CHARS + 1)}, 400, "text_too_long", "max_chars"),

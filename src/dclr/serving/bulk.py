@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dclr.errors import ConfigError, InputError
+from dclr.errors import ConfigError, DclrError, InputError
 from dclr.models.encoder import SentenceEncoder
 from dclr.serving.fingerprint import model_fingerprint
 from dclr.serving.readers import TextSource, is_blank
@@ -335,10 +335,20 @@ def _bulk_torchrun(
     rank, world = distributed.rank(), distributed.world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     encoder = load_encoder(model, pooler, pick_device(device, local_rank))
+    planned = torch.ones(1, dtype=torch.int64, device=_collective_device(encoder))
+    error: DclrError | None = None
     if rank == 0:
         fingerprint = model_fingerprint(encoder)
-        plan(out_dir, model, fingerprint, encoder.inference_pooler, source, settings, overwrite)
-    dist.barrier()
+        try:
+            plan(out_dir, model, fingerprint, encoder.inference_pooler, source, settings, overwrite)
+        except DclrError as err:  # tell the other ranks instead of leaving them at a barrier
+            error = err
+            planned.zero_()
+    dist.broadcast(planned, src=0)
+    if error is not None:
+        raise error
+    if not planned.item():
+        raise InputError("rank 0 could not start the job (its error says why)")
     manifest = read_manifest(out_dir)
     assert manifest is not None
     encode_shards(encoder, source, out_dir, manifest, rank, world)
@@ -346,6 +356,11 @@ def _bulk_torchrun(
     result = finalize(out_dir) if rank == 0 else manifest
     dist.barrier()
     return result
+
+
+def _collective_device(encoder: SentenceEncoder) -> torch.device:
+    """Where collective tensors live: the GPU for NCCL, the CPU for gloo."""
+    return encoder.device if encoder.device.type == "cuda" else torch.device("cpu")
 
 
 def _stable_spec(model: str) -> str:

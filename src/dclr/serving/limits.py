@@ -6,7 +6,7 @@ server's connection bound they put a ceiling on what concurrent clients can make
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 # OpenAI's /v1/embeddings accepts up to 2048 inputs; 256 keeps one request to a few forward
@@ -36,9 +36,12 @@ class Limits:
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
 
-    def check_texts(self, texts: Sequence[str], param: str) -> None:
+    def check_texts(
+        self, texts: Sequence[str], param: str, name: Callable[[int], str] | None = None
+    ) -> None:
         """Raise LimitError unless 1 <= len(texts) <= max_texts and each text is non-empty and
-        at most max_chars characters long."""
+        at most max_chars characters long. `name(i)` names text i in messages (`param[i]`)."""
+        name = name or (lambda i: f"{param}[{i}]")
         if not texts:
             raise LimitError(400, f"{param} holds no text", param, "empty_input")
         if len(texts) > self.max_texts:
@@ -53,13 +56,13 @@ class Limits:
             if len(text) > self.max_chars:
                 raise LimitError(
                     400,
-                    f"{param}[{i}] has {len(text)} characters; the limit is {self.max_chars} "
+                    f"{name(i)} has {len(text)} characters; the limit is {self.max_chars} "
                     "characters per text (max_chars)",
-                    f"{param}[{i}]",
+                    name(i),
                     "text_too_long",
                 )
             if not text.strip():
-                raise LimitError(400, f"{param}[{i}] is empty", f"{param}[{i}]", "empty_text")
+                raise LimitError(400, f"{name(i)} is empty", name(i), "empty_text")
 
     def check_k(self, k: int) -> None:
         if not 1 <= k <= self.max_k:

@@ -219,7 +219,7 @@ def create_app(
         """Cosine similarity of each pair, or the cosine matrix of a list of sentences."""
         if request.pairs is not None:
             texts = [text for pair in request.pairs for text in pair]
-            limits.check_texts(texts, "pairs")
+            limits.check_texts(texts, "pairs", lambda i: f"pairs[{i // 2}][{i % 2}]")
             vectors, _ = await embed(texts)
             scores = np.einsum("pd,pd->p", vectors[0::2], vectors[1::2])  # (pairs,)
             return JSONResponse({"model": model_name, "scores": scores.tolist()})
