@@ -134,13 +134,14 @@ class DualCSETrainer:
             optimizer, int(cfg.warmup_ratio * self.total_steps), self.total_steps
         )
         ckpt_root = self.run_dir / "checkpoints"
-        start, train_seconds, last_ckpt = 0, 0.0, None
+        start, train_seconds, cpu_seconds, last_ckpt = 0, 0.0, 0.0, None
         if resume:
             last = latest_checkpoint(ckpt_root)
             if last is None:
                 raise ConfigError(f"--resume: no checkpoint under {ckpt_root}")
             state = load_checkpoint(last, self.model, optimizer, scheduler)
-            start, train_seconds, last_ckpt = state["step"], state["train_seconds"], str(last)
+            start, last_ckpt = state["step"], str(last)
+            train_seconds, cpu_seconds = state["train_seconds"], state.get("cpu_seconds", 0.0)
         else:
             torch.manual_seed(cfg.seed + 1)  # the dropout stream
         cfg.save(self.run_dir / "config.yaml")
@@ -152,7 +153,7 @@ class DualCSETrainer:
         tic, seen = time.perf_counter(), 0
         try:
             for step in range(start, end):
-                step_start = time.perf_counter()
+                step_start, step_cpu = time.perf_counter(), time.process_time()
                 items = self.batch(step)
                 parts = loss_fn(self.features(items))
                 loss = parts["loss"]
@@ -166,6 +167,7 @@ class DualCSETrainer:
                 optimizer.zero_grad(set_to_none=True)
                 done, seen = step + 1, seen + len(items)
                 train_seconds += time.perf_counter() - step_start
+                cpu_seconds += time.process_time() - step_cpu  # all threads: robust to sharing
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.4f}")
                 if done % cfg.log_steps == 0 or done == self.total_steps:
@@ -176,11 +178,16 @@ class DualCSETrainer:
                         "epoch": done / self.steps_per_epoch,
                         "items_per_s": seen / elapsed if elapsed else 0.0,
                         "train_seconds": train_seconds,
+                        "cpu_seconds": cpu_seconds,
                     }
                     log.log(done, "train", values)
                     tic, seen = time.perf_counter(), 0
                 if done % cfg.save_steps == 0 or done in (end, self.total_steps):
-                    state = {"train_seconds": train_seconds, "config": cfg.to_dict()}
+                    state = {
+                        "train_seconds": train_seconds,
+                        "cpu_seconds": cpu_seconds,
+                        "config": cfg.to_dict(),
+                    }
                     path = save_checkpoint(
                         ckpt_root,
                         done,
@@ -214,6 +221,7 @@ class DualCSETrainer:
             "encoder": cfg.encoder if cfg.method == "dualcse" else "single",
             "steps": self.total_steps,
             "train_seconds": train_seconds,
+            "cpu_seconds": cpu_seconds,
             "final_dir": str(final_dir),
             "rte_test": rte,
         }
