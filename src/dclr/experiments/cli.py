@@ -90,11 +90,12 @@ def runs_list(
         table.add_column(
             col,
             justify="right" if col in ("seed", "steps", "STS avg", "STS-B", "SICK-R") else "left",
+            no_wrap=True,
         )
     for r in rows:
         table.add_row(r["run_id"], r["status"], r["method"], str(r["seed"]), str(r["steps"] or "—"),
                       _num(r["sts_avg"]), _num(r["stsb"]), _num(r["sickr"]), ", ".join(labels[r["run_id"]]))  # fmt: skip
-    out.print(table)
+    Console(width=max(out.width, 160)).print(table)  # whole run ids, even in a narrow pipe
 
 
 def _get(registry: object, run: str) -> object:
@@ -334,4 +335,4 @@ def report_cmd(
         _fail(err)
     console.print(f"wrote {path}" + (f" and {path.with_suffix('.html')}" if html else ""))
     if show:
-        out.print(path.read_text(), markup=False, highlight=False)
+        typer.echo(path.read_text())  # plain text: no re-wrapping of table rows

@@ -340,6 +340,8 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     rep.image(_save(fig, out / "uniformity.png"), "uniformity vs step")
+    finding, source = paper.FINDINGS["uniformity"]
+    rep.text(f"Paper: {finding} ({source}).")
 
 
 def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
