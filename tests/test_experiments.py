@@ -83,9 +83,11 @@ def test_paper_scale_dclr_uses_the_simcse_run_as_complementary(tmp_path: Path) -
 def test_augmentations_needs_the_view_option() -> None:
     if VIEW_FIELD in typing.get_type_hints(TrainConfig):
         specs = experiment_specs("augmentations", "cpu", 1)
-        assert {s.overrides[VIEW_FIELD] for s in specs} == set(
-            typing.get_args(typing.get_type_hints(TrainConfig)[VIEW_FIELD])
-        )
+        offered = set(typing.get_args(typing.get_type_hints(TrainConfig)[VIEW_FIELD]))
+        assert {s.overrides[VIEW_FIELD] for s in specs} == offered - {"adversarial"}
+        for spec in specs:  # every one resolves to a valid config, cutoffs with a rate > 0
+            config = load_config(RECIPES / spec.recipe, spec.overrides)
+            assert (config.view2_rate > 0) == config.view2.endswith("_cutoff")
     else:
         with pytest.raises(ExperimentUnavailable, match="not available yet"):
             experiment_specs("augmentations", "cpu", 1)
@@ -199,8 +201,12 @@ def test_experiment_commands(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert result.stdout.count("start") == 12 and not (tmp_path / "runs").exists()
-    result = runner.invoke(app, ["experiment", "run", "augmentations", "--root", str(tmp_path)])
+    args = ["experiment", "run", "augmentations", "--root", str(tmp_path), "--dry-run",
+            "--recipes-dir", str(RECIPES)]  # fmt: skip
+    result = runner.invoke(app, args)
     if VIEW_FIELD not in typing.get_type_hints(TrainConfig):
         assert result.exit_code == 2 and "not available yet" in result.output
+    else:
+        assert result.exit_code == 0 and result.stdout.count("start") == 12, result.output
     result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "unknown experiment" in result.output

@@ -61,8 +61,12 @@ SWEEPS: dict[str, tuple[float, ...]] = {
 # uniformity curve and the uniformity experiment reuses the main table's runs. Paper scale keeps
 # the recipes' 125, as the paper does.
 SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 10}, "paper": {}}
-# The TrainConfig field the positive-view strategies will live in (issue: ConSERT views).
-VIEW_FIELD = "positive_view"
+# The TrainConfig field of the second view's strategy (dclr.views); the first stays dropout.
+VIEW_FIELD = "view2"
+# Cut fraction for the cutoff views: within ConSERT's 0.1-0.2 range (our choice, not the paper's).
+CUTOFF_RATE = 0.15
+# Views left out: 'adversarial' needs supervised NLI labels, which these unsupervised runs lack.
+UNSUPERVISED_EXCLUDED = ("adversarial",)
 
 
 class ExperimentUnavailable(ConfigError):
@@ -176,14 +180,21 @@ def view_strategies() -> tuple[str, ...]:
     options = get_args(hints[VIEW_FIELD])
     if not options:
         raise ExperimentUnavailable(f"TrainConfig.{VIEW_FIELD} is not a Literal of strategies")
-    return tuple(str(o) for o in options)
+    return tuple(str(o) for o in options if o not in UNSUPERVISED_EXCLUDED)
+
+
+def _view_overrides(view: str) -> dict[str, Any]:
+    rated = view.endswith("_cutoff")
+    return {VIEW_FIELD: view, f"{VIEW_FIELD}_rate": CUTOFF_RATE if rated else 0.0}
 
 
 def _augmentations(scale: str, seeds: list[int]) -> list[RunSpec]:
     backbone = ANALYSIS_BACKBONE[scale]
     return [
         dataclasses.replace(
-            spec, labels={**spec.labels, "view": view}, overrides={VIEW_FIELD: view}
+            spec,
+            labels={**spec.labels, "view": view},
+            overrides={**spec.overrides, **_view_overrides(view)},
         )
         for view in view_strategies()
         for method in ("simcse", "dclr")
