@@ -148,6 +148,22 @@ def test_sup_then_unsup_runs_two_stages(model_dir, nli_folder, corpus_file, tmp_
     assert len(losses(tmp_path / "two" / "stage-2")) == 3
 
 
+def test_dclr_train_runs_a_two_stage_schedule(model_dir, nli_folder, corpus_file, tmp_path):
+    from dclr.training.driver import run_training
+
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="joint_then_unsup", nli_data=str(nli_folder),
+        corpus=str(corpus_file), supervised_loss="nli_head",
+    )  # fmt: skip
+    summary = run_training(cfg)
+    assert [s["steps"] for s in summary["stages"]] == [3, 3]
+    assert summary["best_dir"] == str(tmp_path / "two" / "stage-2" / "best")
+    stamp = (tmp_path / "two" / "stage-1" / "results.json").stat().st_mtime_ns
+    again = run_training(cfg, resume=True)  # both stages done: nothing is retrained
+    assert (tmp_path / "two" / "stage-1" / "results.json").stat().st_mtime_ns == stamp
+    assert again["stages"] == summary["stages"]
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

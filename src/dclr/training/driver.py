@@ -59,10 +59,60 @@ def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, fl
     return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
 
 
+TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
+
+
+def run_stages(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
+    """ConSERT's two-stage schedules: each stage is a run in `<output_dir>/stage-k` (see
+    `stage_configs`); a finished stage is skipped, an interrupted one resumed. The before/after
+    table compares the starting model with the best model of the last stage."""
+    import dataclasses
+
+    from dclr.cli import scores_table
+    from dclr.training.checkpoint import latest_checkpoint
+    from dclr.training.trainer import stage_configs
+
+    root = Path(config.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    config.save(root / "config.yaml")
+    pooler = "cls_before_pooler" if config.mlp_head else config.pooler
+    before_file = root / "before.json"
+    before = json.loads(before_file.read_text()) if before_file.exists() else None
+    if config.test_eval and before is None:
+        before = evaluate_model(config.model, pooler, config.data_dir)
+        before_file.write_text(json.dumps(before, indent=2) + "\n")
+    stages = []
+    for stage in stage_configs(config):
+        stage_dir = Path(stage.output_dir)
+        if not (stage_dir / "results.json").exists():
+            again = resume and latest_checkpoint(stage_dir / "checkpoints") is not None
+            run_training(dataclasses.replace(stage, test_eval=False), resume=again)
+        stages.append(json.loads((stage_dir / "results.json").read_text()))
+    summary: dict[str, Any] = {
+        "schedule": config.schedule,
+        "stages": stages,
+        "best_dir": stages[-1]["best_dir"],
+    }
+    if config.test_eval:
+        after = evaluate_model(stages[-1]["best_dir"], pooler, config.data_dir)
+        summary.update(before=before, after=after)
+        (root / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        summary["table"] = scores_table(
+            f"STS test, Spearman x100 — {config.schedule}",
+            {"before": before or {}, "after": after},
+            list(STS_TASKS),
+        )
+    else:
+        (root / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run `config` end to end; returns a summary (and a rich table on rank 0)."""
     from dclr.cli import scores_table
 
+    if config.schedule in TWO_STAGE:
+        return run_stages(config, resume)
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config)
