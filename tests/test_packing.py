@@ -13,22 +13,36 @@ from dclr.models.packing import pack, segment_first, segment_mean
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import TINY, minilm_path  # noqa: E402
 
-SENTENCES = ["A man is playing a guitar.", "hi", "Two dogs run along the beach at sunset.",
-             "The cat sleeps.", "Stocks fell sharply on Monday after the report was released."]
+SENTENCES = [
+    "A man is playing a guitar.",
+    "hi",
+    "Two dogs run along the beach at sunset.",
+    "The cat sleeps.",
+    "Stocks fell sharply on Monday after the report was released.",
+]
 
 
 def tiny(kind: str, dropout: float = 0.0):
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
     if kind == "bert":
-        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_dropout_prob=dropout,
-                            attention_probs_dropout_prob=dropout, initializer_range=0.2, **TINY)
+        config = BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+            initializer_range=0.2,
+            **TINY,
+        )
         return BertModel(config), tokenizer
     # RoBERTa counts positions from padding_idx + 1: the packed path must apply that offset.
-    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_dropout_prob=dropout,
-                           attention_probs_dropout_prob=dropout, initializer_range=0.2,
-                           pad_token_id=tokenizer.pad_token_id, **{**TINY,
-                                                                   "max_position_embeddings": 514})
+    config = RobertaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        initializer_range=0.2,
+        pad_token_id=tokenizer.pad_token_id,
+        **{**TINY, "max_position_embeddings": 514},
+    )
     return RobertaModel(config), tokenizer
 
 
