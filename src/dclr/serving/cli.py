@@ -251,6 +251,9 @@ def serve(
     max_batch: Annotated[
         int, typer.Option(help="Texts per forward pass across batched requests.")
     ] = 64,
+    max_batch_tokens: Annotated[
+        int, typer.Option(help="Padded tokens per forward pass (bounds activation memory).")
+    ] = 8192,
     max_pending: Annotated[int, typer.Option(help="Queued texts before requests get 503.")] = 512,
     max_connections: Annotated[
         int, typer.Option(help="Open connections before new ones get 503.")
@@ -271,7 +274,11 @@ def serve(
         from dclr.serving.service import BatchOptions, create_app
 
         limits = Limits(max_texts, max_chars, max_body_bytes, max_k)
-        batching = BatchOptions(max_batch_texts=max_batch, max_pending_texts=max_pending)
+        batching = BatchOptions(
+            max_batch_texts=max_batch,
+            max_pending_texts=max_pending,
+            max_batch_tokens=max_batch_tokens,
+        )
         encoder = load_encoder(model, pooler, pick_device(device, 0))  # type: ignore[arg-type]
         fingerprint = model_fingerprint(encoder)
         searcher = SearchIndex(index) if index is not None else None
