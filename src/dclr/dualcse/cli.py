@@ -57,7 +57,7 @@ def rte_table(title: str, columns: dict[str, dict[str, float]]) -> Table:
     table = Table(title=title)
     table.add_column("hypothesis")
     for name in columns:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", overflow="fold")  # model paths shown whole
     for key in [*HYPOTHESIS_TYPES, "avg"]:
         table.add_row(key, *(f"{c[key]:.2f}" for c in columns.values()))
     table.add_row("threshold (val)", *(f"{c['threshold']:.3f}" for c in columns.values()))
