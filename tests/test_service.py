@@ -255,6 +255,13 @@ def test_forward_passes_respect_the_token_budget(encoder, monkeypatch):
     assert len(passes) > 2  # the budget did split the batch
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_heap_trimming_is_wired_on_linux():
+    from dclr.serving.memory import trim_heap
+
+    assert trim_heap() is True
+
+
 def test_search_without_index(encoder):
     from fastapi.testclient import TestClient
 

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from dclr.errors import ConfigError, DclrError, InputError
 from dclr.models.encoder import SentenceEncoder
 from dclr.serving.fingerprint import model_fingerprint
+from dclr.serving.memory import trim_heap
 from dclr.serving.readers import TextSource, is_blank
 from dclr.serving.shards import (
     ShardFormat,
@@ -204,6 +205,7 @@ def _finish(
     write_shard(
         out_dir, shard, np.asarray(rows), vectors, manifest["shard_format"], manifest["dtype"]
     )
+    trim_heap()  # varied batch shapes fragment the heap (see dclr.serving.memory)
     return len(texts)
 
 

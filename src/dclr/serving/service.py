@@ -36,6 +36,7 @@ from dclr.serving.batcher import (
 from dclr.serving.fingerprint import SHORT
 from dclr.serving.index import SearchIndex
 from dclr.serving.limits import LimitError, Limits
+from dclr.serving.memory import trim_heap
 from dclr.serving.middleware import BodyLimitMiddleware, error_json
 from dclr.serving.schemas import (
     EmbeddingsRequest,
@@ -110,6 +111,7 @@ def make_encode_fn(
             chunk = [texts[i] for i in rows]
             vectors[rows] = encoder.encode(chunk, batch_size=count, normalize=True)
             start += count
+        trim_heap()  # see dclr.serving.memory: keeps resident memory flat across shapes
         return vectors, lengths
 
     return encode
