@@ -8,14 +8,13 @@ SimCSE on INLI (`method: simcse_sup`), so the two compare at equal budget. Recip
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
 import yaml
 
+from dclr.configfile import check_choices, from_dict, load
 from dclr.dualcse.model import EncoderKind
 from dclr.errors import ConfigError
 from dclr.models.pooling import POOLERS
@@ -63,10 +62,7 @@ class DualCSEConfig:
             raise ConfigError(
                 "`model` is required: a local model folder, hub id or python-package:"
             )
-        for name in ("method", "encoder", "sup_positives"):
-            allowed = get_args(_hints()[name])
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_choices(self, ("method", "encoder", "sup_positives"))
         if self.pooler not in POOLERS:
             raise ConfigError(f"unknown pooler {self.pooler!r}; choose from {', '.join(POOLERS)}")
         if not self.temperature > 0:
@@ -102,59 +98,12 @@ class DualCSEConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(DualCSEConfig)
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Convert a YAML / command-line value to the field's declared type."""
-    hint = _hints()[name]
-    if get_origin(hint) in (typing.Union, types.UnionType):
-        if value is None or value in ("null", "None"):
-            return None
-        hint = next(a for a in get_args(hint) if a is not type(None))
-    if get_origin(hint) is Literal or hint is str:
-        return str(value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text in ("true", "1", "yes", "false", "0", "no"):
-            return text in ("true", "1", "yes")
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
-    if hint in (int, float):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number, got {value!r}") from None
-        if hint is int and not number.is_integer():
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
-        return int(number) if hint is int else number
-    return value
-
-
 def config_from_dict(values: dict[str, Any], source: str = "config") -> DualCSEConfig:
-    known = {f.name for f in dataclasses.fields(DualCSEConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"{source}: unknown option(s) {unknown}; known: {sorted(known)}")
-    return DualCSEConfig(**{k: _coerce(k, v) for k, v in values.items()})
+    return from_dict(DualCSEConfig, values, source)
 
 
 def load_dualcse_config(
     recipe: str | Path | None, overrides: dict[str, Any] | None = None
 ) -> DualCSEConfig:
     """Recipe YAML (may be None) + overrides -> validated DualCSEConfig."""
-    values: dict[str, Any] = {}
-    source = "overrides"
-    if recipe is not None:
-        path = Path(recipe)
-        if not path.is_file():
-            raise ConfigError(f"recipe {path} not found")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: a recipe is a mapping of option: value")
-        values.update(loaded)
-        source = str(path)
-    values.update(overrides or {})
-    return config_from_dict(values, source).validate()
+    return load(DualCSEConfig, recipe, overrides)

@@ -6,14 +6,14 @@ The resolved config is written into every run folder and every checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
 import yaml
 
+from dclr.configfile import check_choices, from_dict, load
+from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
 from dclr.errors import ConfigError
 from dclr.models.pooling import POOLERS
 from dclr.views.strategies import ViewStrategy, check_view
@@ -185,22 +185,22 @@ class TrainConfig:
             raise ConfigError(f"few_shot_sentences must be >= 1, got {self.few_shot_sentences}")
         if self.few_shot_fraction is not None and not 0 < self.few_shot_fraction <= 1:
             raise ConfigError(f"few_shot_fraction must be in (0, 1], got {self.few_shot_fraction}")
-        for name in (
-            "method",
-            "precision",
-            "eval_metric",
-            "noise_mode",
-            "weighting",
-            "dclr_form",
-            "complementary_mode",
-            "packing",
-            "few_shot_sampling",
-            "schedule",
-            "supervised_loss",
-        ):
-            allowed = get_args(_hints()[name])
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_choices(
+            self,
+            (
+                "method",
+                "precision",
+                "eval_metric",
+                "noise_mode",
+                "weighting",
+                "dclr_form",
+                "complementary_mode",
+                "packing",
+                "few_shot_sampling",
+                "schedule",
+                "supervised_loss",
+            ),
+        )
         return self
 
     @property
@@ -214,72 +214,10 @@ class TrainConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(TrainConfig)
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Convert a YAML / command-line value to the field's declared type."""
-    hint = _hints()[name]
-    origin = get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in get_args(hint) if a is not type(None)]
-        if value is None or value == "null" or value == "None":
-            return None
-        hint = options[0]
-        origin = get_origin(hint)
-    if origin is Literal or hint is str:
-        return str(value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("true", "1", "yes"):
-            return True
-        if str(value).lower() in ("false", "0", "no"):
-            return False
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
-    if hint in (int, float):
-        try:
-            number = hint(float(value)) if hint is int else float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number, got {value!r}") from None
-        if hint is int and float(value) != number:
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
-        return number
-    return value
-
-
 def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainConfig:
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"{source}: unknown option(s) {unknown}; known: {sorted(known)}")
-    return TrainConfig(**{k: _coerce(k, v) for k, v in values.items()})
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """['lr=1e-5', 'max_steps=10'] -> {'lr': 1e-5, 'max_steps': 10} (values parsed as YAML)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"override {pair!r} must look like key=value")
-        key, raw = pair.split("=", 1)
-        out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
-    return out
+    return from_dict(TrainConfig, values, source)
 
 
 def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Recipe YAML (may be None) + overrides -> validated TrainConfig."""
-    values: dict[str, Any] = {}
-    source = "overrides"
-    if recipe is not None:
-        path = Path(recipe)
-        if not path.is_file():
-            raise ConfigError(f"recipe {path} not found")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: a recipe is a mapping of option: value")
-        values.update(loaded)
-        source = str(path)
-    values.update(overrides or {})
-    return config_from_dict(values, source).validate()
+    return load(TrainConfig, recipe, overrides)

@@ -1,0 +1,95 @@
+"""Typed dataclass configs from a YAML recipe plus `key=value` overrides (shared by every driver)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+
+from dclr.errors import ConfigError
+
+T = TypeVar("T")
+TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotation of every field of dataclass `cls` (computed once per class)."""
+    return typing.get_type_hints(cls)
+
+
+def coerce(cls: type, name: str, value: Any) -> Any:
+    """Convert a YAML / command-line value to the declared type of field `name` of `cls`."""
+    hint = field_types(cls)[name]
+    if get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None or value in ("null", "None"):
+            return None
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    if get_origin(hint) is Literal or hint is str:
+        return str(value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in TRUE or text in FALSE:
+            return text in TRUE
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if hint in (int, float):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        if hint is int and not number.is_integer():
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return int(number) if hint is int else number
+    return value
+
+
+def from_dict(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+    """`cls(**values)` with unknown keys refused and every value coerced to its field's type."""
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown option(s) {unknown}; known: {sorted(known)}")
+    return cls(**{k: coerce(cls, k, v) for k, v in values.items()})
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """['lr=1e-5', 'max_steps=10'] -> {'lr': 1e-5, 'max_steps': 10} (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} must look like key=value")
+        key, raw = pair.split("=", 1)
+        out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
+    return out
+
+
+def load(cls: type[T], recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> T:
+    """Recipe YAML (may be None) + overrides -> a validated `cls` (its `.validate()` is called)."""
+    values: dict[str, Any] = {}
+    source = "overrides"
+    if recipe is not None:
+        path = Path(recipe)
+        if not path.is_file():
+            raise ConfigError(f"recipe {path} not found")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: a recipe is a mapping of option: value")
+        values.update(loaded)
+        source = str(path)
+    values.update(overrides or {})
+    return from_dict(cls, values, source).validate()  # type: ignore[attr-defined]
+
+
+def check_choices(config: Any, names: tuple[str, ...]) -> None:
+    """Raise ConfigError unless each named `Literal[...]` field holds one of its choices."""
+    for name in names:
+        allowed = get_args(field_types(type(config))[name])
+        if getattr(config, name) not in allowed:
+            raise ConfigError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")
