@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from dclr.distributed import gather_with_grad
-from dclr.losses.simcse import check_temperature, cosine_matrix, two_views
+from dclr.losses.simcse import SimCSELoss, cosine_matrix
 from dclr.views.pair import PositiveViews
 
 CONSERT_TEMPERATURE = 0.1  # ConSERT's tau (Yan et al. 2021, Sec. 4.1)
@@ -38,8 +37,8 @@ def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torc
     return F.cross_entropy(logits, labels)
 
 
-class ConSERTLoss(nn.Module):
-    """ConSERT's contrastive objective around an encoder.
+class ConSERTLoss(SimCSELoss):
+    """ConSERT's contrastive objective around an encoder: SimCSELoss with NT-Xent as objective.
 
     Args:
         model: maps tokenized features to (n, d) vectors (under DDP, the wrapped model).
@@ -56,17 +55,7 @@ class ConSERTLoss(nn.Module):
         temperature: float = CONSERT_TEMPERATURE,
         views: PositiveViews | None = None,
     ) -> None:
-        super().__init__()
-        self.model = model
-        self.temperature = check_temperature(temperature)
-        self.views = views
-
-    def forward(
-        self, features: dict[str, torch.Tensor], **context: object
-    ) -> dict[str, torch.Tensor]:
-        step = context.get("step", 0)
-        z1, z2 = two_views(self.model, features, self.views, int(step) if step else 0)
-        return self.objective(z1, z2, **context)
+        super().__init__(model, temperature, views)
 
     def objective(self, z1: torch.Tensor, z2: torch.Tensor, **_: object) -> dict[str, torch.Tensor]:
         """The loss from this rank's two views (n_local, d); gathered across ranks here."""
