@@ -19,7 +19,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from dclr.data.text import read_lines, read_text
+from dclr.data.text import csv_records, read_lines, read_text
 from dclr.errors import InputError
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
@@ -111,29 +111,13 @@ def read_simcse_csv(path: str | Path) -> list[NliTriple]:
     if header not in (list(SIMCSE_COLUMNS), list(SIMCSE_COLUMNS[:2])):
         raise InputError(f"unexpected header {','.join(header)}", path=path, line=1, fix=fix_header)
     triples = []
-    start = reader.line_num + 1
-    try:
-        for row in reader:
-            line, start = start, reader.line_num + 1
-            if not row or not any(field.strip() for field in row):
-                continue
-            if len(row) != len(header):
-                raise InputError(
-                    f"{len(row)} fields, the header has {len(header)}",
-                    path=path,
-                    line=line,
-                    fix="quote fields that contain commas, or fix that record",
-                )
-            fields = [field.strip() for field in row]
-            if not all(fields):
-                empty = [h for h, f in zip(header, fields, strict=True) if not f]
-                raise InputError(f"empty {', '.join(empty)}", path=path, line=line,
-                                 fix="fill the field or drop the row")  # fmt: skip
-            triples.append(NliTriple(fields[0], fields[1], fields[2] if len(fields) == 3 else None))
-    except csv.Error as err:
-        raise InputError(
-            f"malformed CSV: {err}", path=path, line=reader.line_num, fix="check the quoting"
-        ) from None
+    for line, row in csv_records(path, reader, len(header)):
+        fields = [field.strip() for field in row]
+        if not all(fields):
+            empty = [h for h, f in zip(header, fields, strict=True) if not f]
+            raise InputError(f"empty {', '.join(empty)}", path=path, line=line,
+                             fix="fill the field or drop the row")  # fmt: skip
+        triples.append(NliTriple(fields[0], fields[1], fields[2] if len(fields) == 3 else None))
     if not triples:
         raise InputError("no examples", path=path, fix="the file has a header but no rows")
     return triples

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from dclr.errors import InputError
 
@@ -32,3 +35,33 @@ def read_text(path: str | Path) -> str:
 def read_lines(path: str | Path) -> list[str]:
     """Lines of a UTF-8 file, split as SentEval does (`str.splitlines`)."""
     return read_text(path).splitlines()
+
+
+def csv_records(path: Path, reader: Any, width: int) -> Iterator[tuple[int, list[str]]]:
+    """(line where the record starts, fields) for each non-blank record after the header.
+
+    `reader` is a `csv.reader` already past its header; records whose field count is not `width`
+    and malformed CSV raise InputError naming the file and line.
+    """
+    start = reader.line_num + 1  # the line on which the next record starts
+    try:
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row or not any(field.strip() for field in row):
+                continue
+            if len(row) != width:
+                raise InputError(
+                    f"{len(row)} fields, the header has {width}",
+                    path=path,
+                    line=line,
+                    fix="quote fields that contain commas or newlines, or fix that record",
+                )
+            yield line, row
+    except csv.Error as err:
+        raise InputError(
+            f"malformed CSV: {err}",
+            path=path,
+            line=reader.line_num,
+            fix="check the quoting of that record (a field with a quote must be quoted, its "
+            'quotes doubled: "")',
+        ) from None

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dclr.data.text import read_text
+from dclr.data.text import csv_records, read_text
 from dclr.errors import InputError
 
 INLI_SPLITS = ("train", "val", "test")
@@ -102,38 +102,18 @@ def read_inli(path: str | Path) -> list[InliExample]:
     index = {column: header.index(column) for column in INLI_COLUMNS}
     source_index = header.index("dataset") if "dataset" in header else None
     examples: list[InliExample] = []
-    start = reader.line_num + 1  # the line on which the next record starts
-    try:
-        for row in reader:
-            line, start = start, reader.line_num + 1
-            if not row or not any(field.strip() for field in row):
-                continue
-            if len(row) != len(header):
-                raise InputError(
-                    f"{len(row)} fields, the header has {len(header)}",
-                    path=path,
-                    line=line,
-                    fix="quote fields that contain commas or newlines, or fix that record",
-                )
-            values = {field: row[index[column]].strip() for column, field in INLI_COLUMNS.items()}
-            empty = [c for c, f in INLI_COLUMNS.items() if not values[f]]
-            if empty:
-                raise InputError(
-                    f"empty {', '.join(empty)}",
-                    path=path,
-                    line=line,
-                    fix="every premise needs all four hypotheses: fill the field or drop the row",
-                )
-            source = row[source_index].strip() if source_index is not None else ""
-            examples.append(InliExample(**values, source=source, line=line))
-    except csv.Error as err:
-        raise InputError(
-            f"malformed CSV: {err}",
-            path=path,
-            line=reader.line_num,
-            fix="check the quoting of that record (a field with a quote must be quoted, its "
-            'quotes doubled: "")',
-        ) from None
+    for line, row in csv_records(path, reader, len(header)):
+        values = {field: row[index[column]].strip() for column, field in INLI_COLUMNS.items()}
+        empty = [c for c, f in INLI_COLUMNS.items() if not values[f]]
+        if empty:
+            raise InputError(
+                f"empty {', '.join(empty)}",
+                path=path,
+                line=line,
+                fix="every premise needs all four hypotheses: fill the field or drop the row",
+            )
+        source = row[source_index].strip() if source_index is not None else ""
+        examples.append(InliExample(**values, source=source, line=line))
     if not examples:
         raise InputError("no examples", path=path, fix="the file has a header but no rows")
     return examples
