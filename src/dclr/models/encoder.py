@@ -271,10 +271,14 @@ class SentenceEncoder(nn.Module):
     def _forward_packed(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor
     ) -> torch.Tensor:
-        """Unpad, pack several sentences per row, run the backbone once, pool per sentence."""
+        """Unpad a padded batch, then encode it packed (see `_forward_ids`)."""
+        return self._forward_ids(unpad(input_ids, attention_mask))
+
+    def _forward_ids(self, ids: list[list[int]]) -> torch.Tensor:
+        """Pack several sentences' token ids per row, run the backbone once, pool per sentence."""
         dtype = next(self.backbone.parameters()).dtype
         batch = pack(
-            unpad(input_ids, attention_mask),
+            ids,
             pad_id=self.tokenizer.pad_token_id or 0,
             position_offset=position_offset(self.backbone),
             dtype=dtype,
@@ -344,9 +348,13 @@ class SentenceEncoder(nn.Module):
         bar = tqdm(total=len(distinct), desc="encode", unit="sent", disable=not show_progress)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            batch = self.tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            vectors = self(**batch).float()
+            if self.packing:  # straight from token ids: no pad-then-unpad round trip
+                vectors = self._forward_ids([ids[i] for i in rows]).float()
+            else:
+                batch = self.tokenizer.pad(
+                    {"input_ids": [ids[i] for i in rows]}, return_tensors="pt"
+                )
+                vectors = self(**{k: v.to(self.device) for k, v in batch.items()}).float()
             if normalize:
                 vectors = torch.nn.functional.normalize(vectors, dim=-1)
             out[rows] = vectors.cpu().numpy()
