@@ -59,6 +59,43 @@ def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, fl
     return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
 
 
+def model_fingerprint(model: str, pooler: str, data_dir: str | None) -> str:
+    """A key for the STS scores of (model, pooler, data): the spec, the resolved data folder, and
+    the name, size and mtime of every file of a local model folder (so a retrained folder under
+    the same path gets a new key). Hub ids are keyed by their name only."""
+    import hashlib
+
+    from dclr.data.paths import resolve_data_dir
+    from dclr.models.encoder import resolve_model
+
+    parts = [__version__, model, pooler, str(resolve_data_dir(data_dir).resolve())]
+    folder = Path(resolve_model(model))
+    if folder.is_dir():
+        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+            stat = file.stat()
+            parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def starting_scores(
+    model: str, pooler: str, data_dir: str | None, cache_root: Path | None = None
+) -> dict[str, float]:
+    """STS test scores of the starting model, cached under `~/.cache/dclr/starting-scores/`:
+    every run of an experiment starts from the same few models, so each is evaluated once."""
+    from dclr.data.paths import default_cache_dir
+
+    root = cache_root or default_cache_dir().parent / "starting-scores"
+    cache = root / f"{model_fingerprint(model, pooler, data_dir)}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    scores = evaluate_model(model, pooler, data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(scores, indent=2) + "\n")
+    tmp.replace(cache)
+    return scores
+
+
 TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
 
 
@@ -79,7 +116,7 @@ def run_stages(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     before_file = root / "before.json"
     before = json.loads(before_file.read_text()) if before_file.exists() else None
     if config.test_eval and before is None:
-        before = evaluate_model(config.model, pooler, config.data_dir)
+        before = starting_scores(config.model, pooler, config.data_dir)
         before_file.write_text(json.dumps(before, indent=2) + "\n")
     stages = []
     for stage in stage_configs(config):
@@ -124,7 +161,7 @@ def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     if main:
         (run_dir / "env.json").write_text(json.dumps(environment(), indent=2) + "\n")
         if config.test_eval and not (resume and before_file.exists()):
-            before = evaluate_model(config.model, pooler, config.data_dir)
+            before = starting_scores(config.model, pooler, config.data_dir)
             before_file.write_text(json.dumps(before, indent=2) + "\n")
         elif before_file.exists():
             before = json.loads(before_file.read_text())
