@@ -246,3 +246,29 @@ def test_joint_training_with_an_adversarial_view(model_dir, nli_folder, tmp_path
 def test_bad_adversarial_options(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, {"model": "m", **override})
+
+
+def test_resume_of_a_joint_run_restores_the_nli_head(model_dir, nli_folder, tmp_path, monkeypatch):
+    options = {"schedule": "joint", "supervised_loss": "nli_head", "nli_data": str(nli_folder),
+               "max_steps": 6, "save_steps": 2}  # fmt: skip
+    Trainer(config(model_dir, tmp_path / "a", **options)).train()
+    real, calls = NLIHead.forward, {"n": 0}
+
+    def crash_at_step_5(self, u, v):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # after the step-4 checkpoint
+        return real(self, u, v)
+
+    monkeypatch.setattr(NLIHead, "forward", crash_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(model_dir, tmp_path / "b", **options)).train()
+    monkeypatch.setattr(NLIHead, "forward", real)
+    checkpoint = tmp_path / "b" / "checkpoints" / "step-00000004"
+    assert (checkpoint / "nli_head.safetensors").is_file()
+    Trainer(config(model_dir, tmp_path / "b", **options)).train(resume=True)
+    a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert {s: r["classification"] for s, r in a.items()} == {
+        s: r["classification"] for s, r in b.items()
+    }
+    assert {s: r["loss"] for s, r in a.items()} == {s: r["loss"] for s, r in b.items()}

@@ -63,8 +63,12 @@ def save_checkpoint(
     scheduler: Any,
     state: dict[str, Any],
     keep: int = 2,
+    extra: dict[str, torch.nn.Module] | None = None,
 ) -> Path:
-    """Write checkpoint `root/step-XXXXXXXX` atomically and prune all but the newest `keep`."""
+    """Write checkpoint `root/step-XXXXXXXX` atomically and prune all but the newest `keep`.
+
+    `extra` names modules trained alongside the model (e.g. the NLI head) that are saved too, each
+    as `<name>.safetensors`, and restored by `load_checkpoint(..., extra=...)`."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:08d}"
     tmp = root / f"step-{step:08d}.tmp"
@@ -72,6 +76,8 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     save_model(model, str(tmp / MODEL_FILE))
+    for name, module in (extra or {}).items():
+        save_model(module, str(tmp / f"{name}.safetensors"))
     torch.save(
         {
             "optimizer": optimizer.state_dict(),
@@ -110,10 +116,22 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def load_checkpoint(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    extra: dict[str, torch.nn.Module] | None = None,
 ) -> dict[str, Any]:
     """Restore everything saved by save_checkpoint; returns the saved state dict."""
     load_model(model, str(path / MODEL_FILE))
+    for name, module in (extra or {}).items():
+        file = path / f"{name}.safetensors"
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"{file}: this run trains a {name!r} but the checkpoint has none (written by an "
+                f"older dclr?); start the run again without --resume"
+            )
+        load_model(module, str(file))
     trainer = torch.load(path / TRAINER_FILE, weights_only=True, map_location="cpu")
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])

@@ -386,8 +386,10 @@ class Trainer:
             loss_fn = build_loss(cfg, model, complementary)
         groups = param_groups(self.encoder, cfg.weight_decay)
         head = getattr(loss_fn, "head", None)
-        if head is not None:  # the NLI head trains with the encoder (never exported)
+        extra = {}  # modules checkpointed with the encoder
+        if head is not None:  # the NLI head trains with the encoder (checkpointed, never exported)
             groups += param_groups(head, cfg.weight_decay)
+            extra["nli_head"] = head
         optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate)
         scheduler = get_linear_schedule_with_warmup(
             optimizer, int(cfg.warmup_ratio * self.total_steps), self.total_steps
@@ -399,7 +401,7 @@ class Trainer:
             last = latest_checkpoint(ckpt_root)
             if last is None:
                 raise ConfigError(f"--resume: no checkpoint under {ckpt_root}")
-            state = load_checkpoint(last, self.encoder, optimizer, scheduler)
+            state = load_checkpoint(last, self.encoder, optimizer, scheduler, extra)
             start, best, best_step = state["step"], state.get("best_metric"), state.get("best_step")
             last_ckpt = str(last)
         else:
@@ -498,6 +500,7 @@ class Trainer:
                             scheduler,
                             {"best_metric": best, "best_step": best_step, "config": cfg.to_dict()},
                             keep=cfg.keep_checkpoints,
+                            extra=extra,
                         )
                         last_ckpt = str(path)
                     self._barrier()
