@@ -149,9 +149,10 @@ def test_report_without_runs_says_what_to_do(tmp_path: Path) -> None:
 
 def test_augmentations_and_search_sections(tmp_path: Path) -> None:
     root = tmp_path / "exp"
-    for view, method, avg in [("dropout", "simcse", 70.0), ("dropout", "dclr", 71.0),
-                              ("token_shuffle", "simcse", 68.0)]:  # fmt: skip
-        write_run(root, f"{view}-{method}", method=method, avg=avg,
+    for view, method, avg, dev in [("dropout", "simcse", 70.0, 80.0),
+                                   ("dropout", "dclr", 71.0, 81.5),
+                                   ("token_shuffle", "simcse", 68.0, 78.0)]:  # fmt: skip
+        write_run(root, f"{view}-{method}", method=method, avg=avg, dev=dev,
                   labels={"augmentations": [_cells(method=method, view=view)]})  # fmt: skip
     for trial, lr, avg in [(0, 1e-5, 69.0), (1, 3e-5, 72.0)]:
         labels = {
@@ -161,7 +162,10 @@ def test_augmentations_and_search_sections(tmp_path: Path) -> None:
     with _index(root) as registry:
         aug = build_report("augmentations", registry, tmp_path / "aug").read_text()
         search = build_report("search:lr", registry, tmp_path / "search").read_text()
-    assert _table(aug, "view") == [["dropout", "71.00", "70.00"], ["token_shuffle", "—", "68.00"]]
+    assert _table(aug, "view") == [
+        ["dropout", "80.00", "70.00", "81.50", "71.00", "+1.50"],
+        ["token_shuffle", "78.00", "68.00", "—", "—", "—"],
+    ]
     assert (tmp_path / "aug" / "augmentations.png").read_bytes()[:8] == PNG_MAGIC
     assert _table(search, "trial") == [
         ["1", "3e-05", "74.00", "75.00", "72.00"],
