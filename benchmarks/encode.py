@@ -5,8 +5,10 @@ Sentences: a seeded sample of the distinct STS test sentences. Variants, alterna
   - dclr_packed: SentenceEncoder.encode with padding-free packed forwards (the default);
   - dclr_padded: SentenceEncoder.encode with token-length-sorted padded batches;
   - st:          SentenceTransformer(path).encode (the peer; sorts by characters).
-Also: the max |delta| of each against the plain Hugging Face padded forward, and the peak RSS of
-each variant measured in a fresh subprocess. Writes benchmarks/results/encode.json.
+Also: the max |delta| of each against the plain Hugging Face padded forward (raw vectors for the
+dclr variants; L2-normalised vectors for all three, since the MiniLM package's sentence-transformers
+pipeline ends with a Normalize module), and the peak RSS (VmHWM) of each variant measured in a
+fresh subprocess. Writes benchmarks/results/encode.json.
 
     python benchmarks/encode.py --data-dir ../shared/data [--n 4000 --reps 3]
 """
@@ -67,8 +69,8 @@ def peak_rss(variant: str, data_dir: str, n: int) -> float:
     code = (
         f"import sys, resource; sys.path.insert(0, {here!r}); import encode as b; "
         f"f = b.make({variant!r}); f(b.sample({data_dir!r}, {n})); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
-    )
+        "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])"
+    )  # VmHWM, not ru_maxrss: Linux carries the parent's ru_maxrss across fork + exec
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
@@ -83,7 +85,13 @@ def main() -> None:
     sentences = sample(args.data_dir, args.n)
     variants = {name: make(name) for name in ("dclr_packed", "dclr_padded", "st")}
     ref = reference(sentences)
-    diffs = {name: float(np.abs(fn(sentences) - ref).max()) for name, fn in variants.items()}
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    outputs = {name: fn(sentences) for name, fn in variants.items()}
+    diffs = {name: float(np.abs(outputs[name] - ref).max()) for name in variants if name != "st"}
+    diffs_unit = {name: float(np.abs(unit(out) - unit(ref)).max()) for name, out in outputs.items()}
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for rep in range(args.reps):
@@ -103,6 +111,7 @@ def main() -> None:
         "sentences_per_s": {k: len(sentences) / v for k, v in medians.items()},
         "speedup_vs_st": {k: medians["st"] / v for k, v in medians.items()},
         "max_abs_diff_vs_hf_padded": diffs,
+        "max_abs_diff_normalized_vs_hf_padded": diffs_unit,
         "peak_rss_mib": memory,
         "parent_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "all_seconds": times,
@@ -110,12 +119,15 @@ def main() -> None:
     }
     out = ROOT / "benchmarks" / "results" / "encode.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print("| variant | sentences/s | speed-up vs ST | max abs diff vs HF | peak RSS MiB |")
+    print(
+        "| variant | sentences/s | speed-up vs ST | max abs diff vs HF (raw / normalised) | peak RSS MiB |"
+    )
     print("|---|---|---|---|---|")
     for k in names:
+        raw = f"{diffs[k]:.1e}" if k in diffs else "—"
         print(
             f"| {k} | {result['sentences_per_s'][k]:.0f} | {result['speedup_vs_st'][k]:.2f} | "
-            f"{diffs[k]:.1e} | {memory[k]:.0f} |"
+            f"{raw} / {diffs_unit[k]:.1e} | {memory[k]:.0f} |"
         )
 
 

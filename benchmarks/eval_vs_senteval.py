@@ -44,7 +44,9 @@ def main() -> None:
 
     from sentence_transformers import SentenceTransformer
 
-    encoder = SentenceEncoder.from_pretrained(args.model, pooler=args.pooler)
+    encoder = SentenceEncoder.from_pretrained(
+        args.model, pooler=args.pooler, packing=True
+    )  # as dclr eval
     evaluator = StsEvaluator(args.data_dir, mode="test")
     start = time.perf_counter()
     ours = evaluator(lambda s: encoder.encode(s, batch_size=128))

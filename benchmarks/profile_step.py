@@ -21,7 +21,6 @@ from torch.profiler import ProfilerActivity, profile
 from dclr.data.corpus import load_corpus
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
-from dclr.models.packing import ROW_TOKENS
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_FLOP_FACTOR = 3  # backward costs about twice the forward
@@ -62,7 +61,7 @@ def main() -> None:
             r, p = step()
             real, padded = real + r, padded + p
     seconds = (time.perf_counter() - start) / args.steps
-    row = 32 if args.padded else ROW_TOKENS
+    row = 32  # padded rows are 32 long; packed rows are as long as the longest sentence (<= 32)
     per_token = layers * (2 * (4 * d * d + 2 * d * d_ff) + 4 * row * d)
     gflop = TRAIN_FLOP_FACTOR * per_token * real / args.steps / 1e9
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)

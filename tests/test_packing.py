@@ -56,6 +56,24 @@ def test_pack_layout():
     assert allowed[0, :3].all() and not allowed[0, 3] and not allowed[3, 0]
 
 
+def test_rows_as_long_as_the_longest_sentence():
+    batch = pack([[1, 2, 3, 4], [5], [6, 7], [8, 9, 10]], pad_id=0, row_tokens=None)
+    # rows of 4 (the longest): [1,2,3,4]; [8,9,10]+[5]; [6,7]
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4], [8, 9, 10, 5], [6, 7, 0, 0]]
+    assert batch.segment.tolist() == [[0, 0, 0, 0], [3, 3, 3, 1], [2, 2, -1, -1]]
+
+
+@pytest.mark.parametrize("rows", [None, 8, 256])
+def test_packed_equals_padded_for_every_row_length(rows):
+    backbone, tokenizer = tiny("bert")
+    encoder = SentenceEncoder(backbone, tokenizer, "mean").eval()
+    padded = encoder.encode(SENTENCES, batch_size=4)
+    assert encoder.enable_packing()
+    encoder.row_tokens["eval"] = rows
+    packed = encoder.encode(SENTENCES, batch_size=4)
+    assert (padded - packed).__abs__().max() < 1e-5
+
+
 def test_segment_pooling():
     hidden = torch.arange(8.0).reshape(1, 4, 2)
     segment = torch.tensor([[1, 1, 0, -1]])

@@ -20,7 +20,15 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from dclr.errors import ConfigError, InputError
-from dclr.models.packing import pack, position_offset, segment_first, segment_mean, unpad
+from dclr.models.packing import (
+    ROW_TOKENS,
+    TRAIN_ROW_TOKENS,
+    pack,
+    position_offset,
+    segment_first,
+    segment_mean,
+    unpad,
+)
 from dclr.models.pooling import POOLERS, MLPHead, needs_hidden_states, pool
 
 DCLR_CONFIG = "dclr.json"
@@ -160,6 +168,8 @@ class SentenceEncoder(nn.Module):
         if isinstance(backbone_pooler, nn.Module) and (pooler != "cls" or mlp_head):
             backbone_pooler.requires_grad_(False)
         self.packing = False
+        # Tokens per packed row, for inference and for training (see dclr.models.packing).
+        self.row_tokens = {"eval": ROW_TOKENS, "train": TRAIN_ROW_TOKENS}
         if packing:
             self.enable_packing()
 
@@ -281,6 +291,7 @@ class SentenceEncoder(nn.Module):
             ids,
             pad_id=self.tokenizer.pad_token_id or 0,
             position_offset=position_offset(self.backbone),
+            row_tokens=self.row_tokens["train" if self.training else "eval"],
             dtype=dtype,
         ).to(self.device)
         want_hidden = needs_hidden_states(self.pooler)
