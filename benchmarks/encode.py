@@ -75,12 +75,37 @@ def peak_rss(variant: str, data_dir: str, n: int) -> float:
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
+def check_all(data_dir: str) -> None:
+    """max |delta| of the packed and padded dclr paths vs the plain HF forward, every sentence."""
+    sentences = StsEvaluator(resolve_data_dir(data_dir), mode="test", geometry=False).sentences()
+    ref = reference(sentences)
+    result: dict[str, object] = {"sentences": len(sentences)}
+    for name in ("dclr_packed", "dclr_padded"):
+        delta = np.abs(make(name)(sentences) - ref).max(axis=1)
+        result[name] = {
+            "max_abs_diff": float(delta.max()),
+            "sentences_over_1e-5": int((delta > 1e-5).sum()),
+        }
+    result["command"] = " ".join(["python", *sys.argv])
+    out = ROOT / "benchmarks" / "results" / "encode_check_all.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--check-all",
+        action="store_true",
+        help="only the equality check, on every distinct STS test sentence (no timing)",
+    )
     args = parser.parse_args()
+    if args.check_all:
+        check_all(args.data_dir)
+        return
 
     sentences = sample(args.data_dir, args.n)
     variants = {name: make(name) for name in ("dclr_packed", "dclr_padded", "st")}
