@@ -47,7 +47,7 @@ def test_every_experiment_resolves_to_valid_configs(tmp_path: Path) -> None:
 
 def test_ablation_rows_set_the_dclr_options() -> None:
     specs = experiment_specs("ablation", "cpu", 1)
-    assert {s.labels["variant"] for s in specs} == set(paper.ABLATION_AVG) == set(ABLATIONS)
+    assert {s.labels["variant"] for s in specs} == set(paper.ABLATION_LABELS) == set(ABLATIONS)
     by_variant = {s.labels["variant"]: load_config(RECIPES / s.recipe, s.overrides) for s in specs}
     assert by_variant["no_noise"].noise_mode == "none"
     assert by_variant["random_noise"].noise_mode == "random"
