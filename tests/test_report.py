@@ -1,5 +1,6 @@
 """The report builder on fixture run folders: expected tables (worked out by hand), plots, HTML."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -101,11 +102,14 @@ def test_uniformity_report_reads_metric_curves(tmp_path: Path) -> None:
         ("dclr", 42): [(10, -1.5), (20, -2.5)],
     }
     for (method, seed), curve in curves.items():
-        write_run(root, f"{method}{seed}", method=method, seed=seed, uniformity=curve,
-                  labels={"uniformity": [_cells(method=method)]})  # fmt: skip
+        run = write_run(root, f"{method}{seed}", method=method, seed=seed, uniformity=curve,
+                        labels={"uniformity": [_cells(method=method)]})  # fmt: skip
+        if method == "dclr":  # the starting model's value is the curve's step 0
+            (run / "before.json").write_text(json.dumps({"uniformity": -0.25, "avg": 60.0}))
     with _index(root) as registry:
         md = build_report("uniformity", registry, tmp_path / "r").read_text()
     assert _table(md, "method") == [
+        ["DCLR", "0", "-0.250"],
         ["DCLR", "10", "-1.500"],
         ["DCLR", "20", "-2.500"],
         ["SimCSE", "10", "-1.500 ± 0.707"],

@@ -322,11 +322,15 @@ def section_ablation(rep: Report, runs: list[RunData], out: Path) -> None:
 
 
 def _curves(runs: list[RunData], metric: str) -> dict[str, tuple[list[int], Stat | Any]]:
-    """method -> (steps, [Stat per step]) from the eval rows of metrics.jsonl."""
+    """method -> (steps, [Stat per step]) from the eval rows of metrics.jsonl, with step 0 the
+    starting model's value from before.json (same STS-B dev sentences)."""
     out = {}
     for (method,), members in sorted(group(runs, "method").items()):
         per_step: dict[int, list[float]] = defaultdict(list)
         for run in members:
+            before = run.run_dir / "before.json"  # the starting model: step 0
+            if before.is_file() and metric in (start := json.loads(before.read_text())):
+                per_step[0].append(float(start[metric]))
             for row in read_metrics(run.run_dir, "eval"):
                 if metric in row:
                     per_step[int(row["step"])].append(float(row[metric]))
