@@ -352,7 +352,8 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
     for method, (steps, stats) in curves.items():
         mean = np.array([s.mean for s in stats])
         std = np.array([s.std for s in stats])
-        ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=METHOD_NAMES[method])
+        ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=METHOD_NAMES[method],
+                linestyle="--" if method == "simcse" else "-", alpha=0.85)  # fmt: skip
         ax.fill_between(steps, mean - std, mean + std, color=COLORS.get(method), alpha=0.2)
     ax.set_xlabel("training step (optimizer updates)")
     ax.set_ylabel("ℓ_uniform (log-scale loss; lower = more uniform)")
