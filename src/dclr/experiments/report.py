@@ -403,6 +403,18 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
         ax.grid(alpha=0.3, which="both")
         ax.legend()
     rep.image(_save(fig, out / "few_shot.png"), "few-shot curves")
+    if len(fractions) > 1:
+        full, least = fractions[0], fractions[-1]
+        drops = []
+        for m in methods:
+            for task in ("STSBenchmark", "SICKRelatedness"):
+                a, b = stat(groups.get((full, m), []), task), stat(groups.get((least, m), []), task)
+                if a and b:
+                    drops.append(f"{METHOD_NAMES.get(m, m)} {_short(task)} "
+                                 f"{100 * (b.mean - a.mean) / a.mean:+.1f} %")  # fmt: skip
+        if drops:
+            rep.text(f"Ours, {100 * least:g}% vs {100 * full:g}% of the data (relative change of "
+                     f"the mean): {'; '.join(drops)}.")  # fmt: skip
     finding, source = paper.FINDINGS["few-shot"]
     rep.text(f"Paper: {finding} ({source}). No per-point numbers are kept, so none is drawn.")
 
