@@ -200,8 +200,8 @@ def _bars(
 ) -> Path:
     """Grouped bars with std error bars; a series named 'paper' is drawn hatched grey.
 
-    `zoom`: the y axis spans the data (not from 0), for scores that differ by tenths; the axis
-    label says so."""
+    `zoom`: the y axis spans the data (not from 0), for scores that differ by tenths; the title
+    says so."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(labels) + 2), 4))
     width = 0.8 / max(1, len(series))
@@ -231,7 +231,8 @@ def _bars(
         low, high = min(values), max(values)
         margin = max(0.5, 0.15 * (high - low))
         ax.set_ylim(low - margin, high + margin)
-        ax.set_ylabel(f"{ylabel} (axis does not start at 0)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title} (y axis zoomed: it does not start at 0)", fontsize=10)
     else:
         ax.set_ylabel(ylabel)
         ax.axhline(0, color="black", linewidth=0.5)
