@@ -20,9 +20,9 @@ import torch
 # softmax and, in training, the dropout that draws one random number per (row, head, i, j) entry,
 # masked or not) grows with the row length, the dense layers only with the real tokens, so the
 # shortest rows that still hold every sentence are fastest. Measured on MiniLM, 2 CPU threads
-# (docs/performance.md): a SimCSE step of batch 64 / length 32 takes 0.99 s with rows as long as
-# the longest sentence, 1.03 s at 64, 1.23 s at 128, 1.63 s at 256 (padded: 2.25 s); encoding
-# runs 416 sentences/s against 339 at 256.
+# (`python benchmarks/row_length.py`, docs/performance.md): a SimCSE step of batch 64 / length 32
+# takes 1.03 s with rows as long as the longest sentence, 1.11 s at 64, 1.25 s at 128, 1.60 s at
+# 256 (padded: 2.32 s); encoding runs 432 sentences/s against 359 at 256.
 ROW_TOKENS: int | None = None
 TRAIN_ROW_TOKENS: int | None = None
 
