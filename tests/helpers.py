@@ -37,3 +37,40 @@ def make_tiny_model_dir(path: Path, seed: int = 0, dropout: float = 0.1) -> Path
     BertModel(config).save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path
+
+
+# ---- deterministic pseudo-text and simulated interruptions --------------------------------------
+WORDS = ("the", "a", "cat", "dog", "man", "woman", "runs", "eats", "sleeps", "red", "blue", "big",
+         "small", "park", "house", "car", "book")  # fmt: skip
+
+
+def pseudo_sentence(gen: torch.Generator, min_words: int = 3, max_words: int = 12) -> str:
+    """min_words .. max_words - 1 random WORDS, drawn from `gen` (reproducible)."""
+    n = int(torch.randint(min_words, max_words, (1,), generator=gen))
+    return " ".join(WORDS[j] for j in torch.randint(0, len(WORDS), (n,), generator=gen).tolist())
+
+
+def write_pseudo_corpus(path: Path, lines: int, seed: int = 0, blank_every: int = 0) -> Path:
+    """`lines` pseudo-sentences, one per line; with `blank_every` a whitespace-only line follows
+    every blank_every-th sentence (from the first), for readers that must skip them."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(lines):
+        out.append(pseudo_sentence(gen))
+        if blank_every and i % blank_every == 0:
+            out.append("   ")
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def interrupt_on_call(real, n: int):
+    """`real` wrapped to raise KeyboardInterrupt on its n-th call: a run killed mid-training."""
+    calls = {"n": 0}
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    return wrapper

@@ -15,7 +15,7 @@ from dclr.training.tracking import read_metrics
 from dclr.training.trainer import Trainer, build_loss, few_shot_indices
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir  # noqa: E402
+from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
 
 
 def cos(a, b):
@@ -140,31 +140,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
-    words = [
-        "the",
-        "a",
-        "cat",
-        "dog",
-        "man",
-        "woman",
-        "runs",
-        "eats",
-        "sleeps",
-        "red",
-        "blue",
-        "big",
-        "small",
-        "park",
-        "house",
-    ]
-    gen = torch.Generator().manual_seed(0)
-    lines = []
-    for _ in range(120):
-        n = int(torch.randint(3, 12, (1,), generator=gen))
-        lines.append(" ".join(words[j] for j in torch.randint(0, len(words), (n,), generator=gen)))
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 120)
 
 
 def run(model_dir, corpus_file, out, **options):
@@ -219,15 +195,9 @@ def test_resume_with_views_reproduces_the_trajectory(model_dir, corpus_file, tmp
         )  # fmt: skip
 
     Trainer(config(tmp_path / "a")).train()
-    real, calls = consert_module.nt_xent_loss, {"n": 0}
-
-    def crash_at_step_5(z1, z2, temperature):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt  # after the step-4 checkpoint
-        return real(z1, z2, temperature)
-
-    monkeypatch.setattr(consert_module, "nt_xent_loss", crash_at_step_5)
+    real = consert_module.nt_xent_loss
+    # interrupted at step 5, after the step-4 checkpoint
+    monkeypatch.setattr(consert_module, "nt_xent_loss", interrupt_on_call(real, 5))
     with pytest.raises(KeyboardInterrupt):
         Trainer(config(tmp_path / "b")).train()
     monkeypatch.setattr(consert_module, "nt_xent_loss", real)

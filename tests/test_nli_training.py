@@ -14,15 +14,14 @@ from dclr.training.tracking import read_metrics
 from dclr.training.trainer import Trainer, run_schedule, stage_configs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir  # noqa: E402
+from helpers import (  # noqa: E402
+    interrupt_on_call,
+    make_tiny_model_dir,
+    pseudo_sentence,
+    write_pseudo_corpus,
+)
 
-WORDS = ["the", "a", "cat", "dog", "man", "woman", "runs", "eats", "sleeps", "red", "big", "park"]
 LABELS = ["entailment", "neutral", "contradiction"]
-
-
-def sentence(gen):
-    n = int(torch.randint(3, 9, (1,), generator=gen))
-    return " ".join(WORDS[j] for j in torch.randint(0, len(WORDS), (n,), generator=gen))
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +35,10 @@ def nli_folder(tmp_path_factory):
     gen = torch.Generator().manual_seed(0)
     s1, s2, labels = [], [], []
     for _ in range(40):
-        premise = sentence(gen)
+        premise = pseudo_sentence(gen, 3, 9)
         for label in LABELS:
             s1.append(premise)
-            s2.append(sentence(gen))
+            s2.append(pseudo_sentence(gen, 3, 9))
             labels.append(label)
     folder = tmp_path_factory.mktemp("data") / "SNLI"
     folder.mkdir()
@@ -50,10 +49,7 @@ def nli_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
-    gen = torch.Generator().manual_seed(1)
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n".join(sentence(gen) for _ in range(64)) + "\n")
-    return path
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 64, seed=1)
 
 
 def config(model_dir, out, **options):
@@ -81,7 +77,7 @@ def test_supervised_simcse_on_senteval_nli_trains_reproducibly(model_dir, nli_fo
 
 def test_supervised_simcse_on_a_simcse_csv(model_dir, tmp_path):
     gen = torch.Generator().manual_seed(2)
-    rows = [",".join(sentence(gen) for _ in range(3)) for _ in range(16)]
+    rows = [",".join(pseudo_sentence(gen, 3, 9) for _ in range(3)) for _ in range(16)]
     csv = tmp_path / "nli.csv"
     csv.write_text("sent0,sent1,hard_neg\n" + "\n".join(rows) + "\n")
     Trainer(config(model_dir, tmp_path / "r", schedule="sup", nli_data=str(csv))).train()
@@ -252,15 +248,9 @@ def test_resume_of_a_joint_run_restores_the_nli_head(model_dir, nli_folder, tmp_
     options = {"schedule": "joint", "supervised_loss": "nli_head", "nli_data": str(nli_folder),
                "max_steps": 6, "save_steps": 2}  # fmt: skip
     Trainer(config(model_dir, tmp_path / "a", **options)).train()
-    real, calls = NLIHead.forward, {"n": 0}
-
-    def crash_at_step_5(self, u, v):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt  # after the step-4 checkpoint
-        return real(self, u, v)
-
-    monkeypatch.setattr(NLIHead, "forward", crash_at_step_5)
+    real = NLIHead.forward
+    # interrupted at step 5, after the step-4 checkpoint
+    monkeypatch.setattr(NLIHead, "forward", interrupt_on_call(real, 5))
     with pytest.raises(KeyboardInterrupt):
         Trainer(config(model_dir, tmp_path / "b", **options)).train()
     monkeypatch.setattr(NLIHead, "forward", real)

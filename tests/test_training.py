@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import dclr.losses.simcse as simcse_module
 from dclr.errors import TrainingDiverged
@@ -19,27 +18,7 @@ from dclr.training.tracking import read_metrics
 from dclr.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir  # noqa: E402
-
-WORDS = [
-    "the",
-    "a",
-    "cat",
-    "dog",
-    "man",
-    "woman",
-    "runs",
-    "eats",
-    "sleeps",
-    "red",
-    "blue",
-    "big",
-    "small",
-    "park",
-    "house",
-    "car",
-    "book",
-]
+from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +29,9 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
     """400 deterministic pseudo-sentences, one per line, with a few blank lines to skip."""
-    gen = torch.Generator().manual_seed(0)
-    lines = []
-    for i in range(400):
-        n = int(torch.randint(3, 12, (1,), generator=gen))
-        ids = torch.randint(0, len(WORDS), (n,), generator=gen).tolist()
-        lines.append(" ".join(WORDS[j] for j in ids))
-        if i % 97 == 0:
-            lines.append("   ")
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_pseudo_corpus(
+        tmp_path_factory.mktemp("corpus") / "corpus.txt", 400, blank_every=97
+    )
 
 
 def base_overrides(model_dir, corpus_file, out, **extra):
@@ -112,15 +83,9 @@ def test_in_process_resume_matches_uninterrupted(model_dir, corpus_file, tmp_pat
         )
 
     Trainer(config(tmp_path / "a")).train()
-    real, calls = simcse_module.simcse_loss, {"n": 0}
-
-    def crash_at_step_10(z1, z2, temperature):
-        calls["n"] += 1
-        if calls["n"] == 10:
-            raise KeyboardInterrupt  # an interruption after the step-8 checkpoint
-        return real(z1, z2, temperature)
-
-    monkeypatch.setattr(simcse_module, "simcse_loss", crash_at_step_10)
+    real = simcse_module.simcse_loss
+    # an interruption at step 10, after the step-8 checkpoint
+    monkeypatch.setattr(simcse_module, "simcse_loss", interrupt_on_call(real, 10))
     with pytest.raises(KeyboardInterrupt):
         Trainer(config(tmp_path / "b")).train()
     monkeypatch.setattr(simcse_module, "simcse_loss", real)
