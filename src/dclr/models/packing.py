@@ -24,7 +24,6 @@ import torch
 # takes 1.03 s with rows as long as the longest sentence, 1.11 s at 64, 1.25 s at 128, 1.60 s at
 # 256 (padded: 2.32 s); encoding runs 432 sentences/s against 359 at 256.
 ROW_TOKENS: int | None = None
-TRAIN_ROW_TOKENS: int | None = None
 
 
 @dataclass
