@@ -1,0 +1,256 @@
+"""DCLR (Zhou et al., ACL 2022) as a sentence-transformers loss.
+
+The maths is dclr's own: this module embeds the batch, asks the guide (DCLR's complementary model)
+for its similarities, and hands both to `dclr.losses.dclr.DCLRLoss.objective`, which draws the noise
+negatives (`noise_negatives`), weights in-batch negatives (`false_negative_weights` /
+`official_weights`) and computes `dclr_paper_loss` or `dclr_official_loss`. Nothing is re-derived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from dclr import distributed as dist
+from dclr.errors import ConfigError
+from dclr.losses.dclr import DCLRLoss as DCLRObjective
+from dclr.losses.dclr import LossForm, NoiseMode, Weighting
+from dclr.losses.simcse import cosine_matrix
+from dclr.st.embed import ddp_scale, embed, gather_strings, two_views
+
+DCLR_CITATION = """
+@inproceedings{zhou2022debiased,
+    title = {Debiased Contrastive Learning of Unsupervised Sentence Representations},
+    author = {Zhou, Kun and Zhang, Beichen and Zhao, Wayne Xin and Wen, Ji-Rong},
+    booktitle = {Proceedings of ACL},
+    year = {2022},
+    url = {https://aclanthology.org/2022.acl-long.423},
+}
+"""
+
+
+class _BatchTeacher:
+    """dclr's `Complementary` protocol over the similarities this loss computed for the batch.
+
+    dclr's objective asks its complementary model for (n_global, n_global) cosines; here they come
+    from the guide (or a precomputed scorer) and are handed over just before each call.
+    """
+
+    def __init__(self) -> None:
+        self.cos: torch.Tensor | None = None
+
+    def similarities(self, indices: Any, sentences: Any) -> torch.Tensor:
+        if self.cos is None:
+            raise RuntimeError("no guide similarities were set for this batch")
+        return self.cos
+
+
+def _is_sentence_transformer(obj: object) -> bool:
+    return isinstance(obj, nn.Module) and hasattr(obj, "tokenizer") and callable(obj)
+
+
+class DCLRLoss(nn.Module):
+    """DCLR's debiased contrastive loss for `SentenceTransformerTrainer`.
+
+    Inputs: one text column (SimCSE style: each sentence is encoded twice and dropout makes the two
+    views) or two columns (anchor, positive). Labels: none, except with a precomputed guide, where
+    the `label` column holds each sentence's row index in the guide's cache.
+
+    Args:
+        model: the SentenceTransformer being trained.
+        guide: DCLR's complementary model, which scores every in-batch negative; a likely false
+            negative (cosine >= `false_negative_threshold`) is dropped. Either a SentenceTransformer
+            (frozen here: `requires_grad_(False)`, `eval()`, run under `no_grad`, never part of the
+            trained model) or a precomputed scorer with `similarities(indices, sentences)` such as
+            `dclr.losses.complementary.CachedComplementary` (indices from the `label` column).
+            Needed for weighting 'complementary' and 'distill'.
+        temperature: tau (paper: 0.05).
+        noise_ratio: k = round(ratio * global batch size) noise negatives (paper: 1).
+        noise_std, noise_steps, noise_step_size: sigma, t, beta of the noise (paper: 1, 4, 1e-3).
+        noise_temperature: tau_u of the non-uniformity loss the noise ascends (default: tau).
+        noise_mode: 'optimized' (paper), 'random' (no ascent) or 'none'.
+        false_negative_threshold: phi, a cosine in [-1, 1] (paper: 0.9 BERT, 0.85 RoBERTa).
+        weighting: 'complementary' (the guide, paper), 'self' (the trained model scores its own
+            negatives, no gradient), 'none', or 'distill' (KL to the guide's distribution).
+            Default: 'complementary' with a guide, else 'none'.
+        form: 'paper' (the paper's equation) or 'official' (the released code's form, see
+            docs/dclr-loss-forms.md).
+        seed: noise comes from a generator seeded by (seed, call number): reproducible and the same
+            on every rank.
+
+    Under torch.distributed the views (and the guide's vectors) are gathered across ranks, so every
+    rank sees the global batch as negatives, as `dclr train` does.
+    With noise_mode 'none' and weighting 'none' it is SimCSE's InfoNCE (MultipleNegativesRankingLoss
+    at scale 1 / tau with dropout views). `last_parts` holds the parts of the latest call
+    (contrastive, dropped_fraction, noise_count) for logging.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        guide: Any = None,
+        temperature: float = 0.05,
+        noise_ratio: float = 1.0,
+        noise_std: float = 1.0,
+        noise_steps: int = 4,
+        noise_step_size: float = 1e-3,
+        noise_temperature: float | None = None,
+        noise_mode: NoiseMode = "optimized",
+        false_negative_threshold: float = 0.9,
+        weighting: Weighting | None = None,
+        form: LossForm = "paper",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        weighting = weighting or ("complementary" if guide is not None else "none")
+        for name, value, allowed in (
+            ("noise_mode", noise_mode, NoiseMode),
+            ("weighting", weighting, Weighting),
+            ("form", form, LossForm),
+        ):
+            if value not in allowed.__args__:  # type: ignore[attr-defined]
+                raise ConfigError(f"{name} must be one of {allowed.__args__}, got {value!r}")  # type: ignore[attr-defined]
+        if weighting in ("complementary", "distill") and guide is None:
+            raise ConfigError(
+                f"weighting {weighting!r} needs a guide (DCLR's complementary model): pass "
+                "guide=SentenceTransformer(...) or a precomputed scorer, or weighting='none'"
+            )
+        self.model = model
+        # Kept here: under DDP the trainer swaps `model` for its wrapper, which has no tokenizer.
+        self.tokenizer = getattr(model, "tokenizer", None)
+        self.guide = guide
+        self.guide_is_model = _is_sentence_transformer(guide)
+        if self.guide_is_model:
+            guide.requires_grad_(False)
+            guide.eval()
+            self.must_retokenize = _must_retokenize(model, guide)
+        elif guide is not None and not callable(getattr(guide, "similarities", None)):
+            raise ConfigError(
+                "guide must be a SentenceTransformer or have similarities(indices, sentences)"
+            )
+        self._teacher = _BatchTeacher()
+        needs_teacher = weighting in ("complementary", "distill")
+        # dclr's own objective validates the numbers and holds the maths; it never sees a model.
+        self.objective = DCLRObjective(
+            model=None,
+            complementary=self._teacher if needs_teacher else None,
+            temperature=temperature,
+            noise_ratio=noise_ratio,
+            noise_std=noise_std,
+            noise_steps=noise_steps,
+            noise_step_size=noise_step_size,
+            noise_temperature=noise_temperature,
+            noise_mode=noise_mode,
+            false_negative_threshold=false_negative_threshold,
+            weighting=weighting,
+            form=form,
+            seed=seed,
+        )
+        self.noise_temperature = noise_temperature
+        self.step = 0  # calls so far: the noise of call s is drawn from (seed, s)
+        self.last_parts: dict[str, torch.Tensor] = {}
+
+    # ---- the guide ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def guide_similarities(
+        self, sentence_features: Sequence[dict[str, torch.Tensor]], labels: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The guide's (n_global, n_global) cosines between anchors (rows) and positives."""
+        if self.guide is None or self.objective.weighting not in ("complementary", "distill"):
+            return None
+        columns = list(sentence_features)
+        if not self.guide_is_model:
+            if labels is None:
+                raise ValueError(
+                    "a precomputed guide needs each sentence's row index in the `label` column"
+                )
+            indices = dist.gather_with_grad(labels.reshape(-1).long())
+            sentences = gather_strings(self._decode(columns[0]))
+            return self.guide.similarities(indices, sentences).float()
+        if self.guide.training:  # a trainer may have switched every module to train mode
+            self.guide.eval()
+        guide_columns = [self._guide_features(c) for c in columns]
+        vectors = [embed(self.guide, c) for c in guide_columns]  # (n_local, d_guide) each
+        anchors = dist.gather_with_grad(vectors[0].float())
+        positives = anchors if len(vectors) == 1 else dist.gather_with_grad(vectors[1].float())
+        return cosine_matrix(anchors, positives)
+
+    def _decode(self, features: dict[str, torch.Tensor]) -> list[str]:
+        return self.tokenizer.batch_decode(features["input_ids"], skip_special_tokens=True)
+
+    def _guide_features(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not self.must_retokenize:
+            return {k: v for k, v in features.items() if k != "sentence_embedding"}
+        if "cu_seq_lens_q" in features:
+            raise ValueError("a guide with another tokenizer needs padded (not flattened) batches")
+        texts = self._decode(features)
+        preprocess = getattr(self.guide, "preprocess", None) or self.guide.tokenize
+        device = next(self.guide.parameters()).device
+        return {
+            k: v.to(device) if isinstance(v, torch.Tensor) else v
+            for k, v in preprocess(texts).items()
+        }
+
+    # ---- the loss -----------------------------------------------------------------------------
+    def forward(
+        self, sentence_features: Iterable[dict[str, torch.Tensor]], labels: torch.Tensor | None
+    ) -> torch.Tensor:
+        columns = list(sentence_features)
+        teacher = self.guide_similarities(columns, labels)
+        z1, z2 = two_views(self.model, columns)
+        return self.compute_loss_from_embeddings(z1, z2, teacher) * ddp_scale()
+
+    def compute_loss_from_embeddings(
+        self, z1: torch.Tensor, z2: torch.Tensor, guide_cos: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """dclr's DCLR objective on this rank's views z1, z2 (n_local, d) and the guide's global
+        (n_global, n_global) cosines; the views are gathered across ranks inside."""
+        self._teacher.cos = guide_cos
+        try:
+            out = self.objective.objective(z1, z2, step=self.step)
+        finally:
+            self._teacher.cos = None
+        self.step += 1
+        self.last_parts = {k: v for k, v in out.items() if k != "loss"}
+        return out["loss"]
+
+    def get_config_dict(self) -> dict[str, Any]:
+        o = self.objective
+        guide = None
+        if self.guide is not None:
+            guide = (
+                getattr(self.guide, "model_card_data", None)
+                and getattr(self.guide.model_card_data, "base_model", None)
+            ) or type(self.guide).__name__
+        return {
+            "guide": guide,
+            "temperature": o.temperature,
+            "noise_ratio": o.noise_ratio,
+            "noise_std": o.noise_std,
+            "noise_steps": o.noise_steps,
+            "noise_step_size": o.noise_step_size,
+            "noise_temperature": self.noise_temperature,
+            "noise_mode": o.noise_mode,
+            "false_negative_threshold": o.threshold,
+            "weighting": o.weighting,
+            "form": o.form,
+            "seed": o.seed,
+        }
+
+    @property
+    def citation(self) -> str:
+        return DCLR_CITATION
+
+
+def _must_retokenize(model: Any, guide: Any) -> bool:
+    """True when the guide cannot read the trained model's token ids as they are."""
+    try:
+        same_vocab = model.tokenizer.get_vocab() == guide.tokenizer.get_vocab()
+    except AttributeError:
+        return True
+    limits = (getattr(guide, "max_seq_length", None), getattr(model, "max_seq_length", None))
+    shorter = None not in limits and limits[0] < limits[1]
+    return not same_vocab or shorter
