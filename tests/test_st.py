@@ -286,3 +286,47 @@ def test_trainer_with_precomputed_guide_similarities(models, tmp_path):
     assert train(student, data, DCLRLoss(student, guide=cached), tmp_path) > 0
     for indices, sentences in seen:  # indices and decoded texts name the same rows
         assert [SENTENCES[i] for i in indices] == sentences
+
+
+# ---- across devices -----------------------------------------------------------------------------
+def _rank_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from dclr.st.embed import ddp_scale, gather_strings
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    z1, z2, teacher = fixed_batch(5)
+    rows = slice(rank * N // world, (rank + 1) * N // world)
+    a, b = z1[rows].clone().requires_grad_(True), z2[rows].clone().requires_grad_(True)
+    st = DCLRLoss(model=None, guide=FixedTeacher(teacher), seed=7)
+    loss = st.compute_loss_from_embeddings(a, b, teacher) * ddp_scale()
+    loss.backward()
+    names = gather_strings([f"rank{rank}"])
+    torch.save(
+        {"loss": loss.detach(), "a": a.grad, "b": b.grad, "scale": ddp_scale(), "names": names},
+        f"{out_dir}/rank{rank}.pt",
+    )
+    dist.destroy_process_group()
+
+
+def test_two_ranks_see_the_global_batch(tmp_path):
+    """Each rank's loss is the global loss (x world size, which DDP's averaging undoes) and its
+    rows get the single-process gradient of the global batch (x world size)."""
+    import torch.multiprocessing as mp
+
+    world = 2
+    mp.spawn(
+        _rank_worker, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True
+    )
+    z1, z2, teacher = fixed_batch(5)
+    single = DCLRLoss(model=None, guide=FixedTeacher(teacher), seed=7)
+    loss, ga, gb = loss_and_grads(
+        lambda a, b: single.compute_loss_from_embeddings(a, b, teacher), z1, z2
+    )
+    for rank in range(world):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        rows = slice(rank * N // world, (rank + 1) * N // world)
+        assert got["scale"] == world and got["names"] == ["rank0", "rank1"]
+        torch.testing.assert_close(got["loss"] / world, loss)
+        torch.testing.assert_close(got["a"] / world, ga[rows])
+        torch.testing.assert_close(got["b"] / world, gb[rows])

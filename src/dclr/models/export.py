@@ -2,8 +2,12 @@
 
 Layout: config.json + model.safetensors + tokenizer files (plain HF, `AutoModel.from_pretrained`),
 modules.json + 1_Pooling/ + sentence_bert_config.json (stock `Transformer` + `Pooling` modules, so
-`SentenceTransformer(path)` works with no custom code), and dclr.json (pooler, max length).
-Training-only parts (the MLP head) are never written. The folder appears atomically.
+`SentenceTransformer(path)` works with no custom code), dclr.json (pooler, max length, dimension)
+and README.md, the model card (`dclr.models.card`). Training-only parts (the MLP head) are never
+written. The folder appears atomically.
+
+`max_seq_length` is the backbone's own limit (all-MiniLM-L6-v2: 256, from its sentence-transformers
+config), not the training length (SimCSE trains on 32 tokens) nor the position table (512).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
+from dclr.models.card import CardFacts, write_card
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, _model_limit
 
 # dclr pooler -> sentence-transformers Pooling mode (stock modules only).
@@ -34,7 +39,7 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     pooler = encoder.inference_pooler
-    max_length = encoder.max_length or _model_limit(encoder.tokenizer)
+    max_length = encoder.max_length or backbone_limit(encoder)
     encoder.backbone.save_pretrained(tmp, safe_serialization=True)
     encoder.tokenizer.save_pretrained(tmp)
     if pooler in LAYER_AVERAGING:
@@ -55,10 +60,23 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
         "pooler": pooler,
         "max_length": max_length,
         "format": "dclr-1",
+        "dimension": encoder.hidden_size,
         "sentence_transformers": pooler in ST_POOLING_MODE,
         **(extra or {}),
     }
     (tmp / DCLR_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
+    source = str(getattr(encoder.backbone.config, "_name_or_path", "") or "") or None
+    write_card(
+        tmp,
+        CardFacts(
+            base_model=info.get("base_model", source),
+            pooler=pooler,
+            max_seq_length=max_length,
+            dimension=encoder.hidden_size,
+            steps=info.get("step"),
+        ),
+        shown_as=path,
+    )
     old = path.with_name(path.name + ".old")
     if path.exists():
         path.rename(old)
@@ -66,6 +84,34 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
     if old.exists():
         shutil.rmtree(old)
     return path
+
+
+def backbone_limit(encoder: SentenceEncoder) -> int:
+    """The longest input the backbone was trained for: what its source folder's
+    sentence-transformers config (or dclr.json) records, else the tokenizer's limit capped by
+    BERT's position table (`_model_limit`)."""
+    source = Path(str(getattr(encoder.backbone.config, "_name_or_path", "") or "."))
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), (DCLR_CONFIG, "max_length")):
+        file = source / name
+        if source.is_dir() and file.is_file():
+            value = json.loads(file.read_text()).get(key)
+            if value:
+                return min(int(value), _model_limit(encoder.tokenizer))
+    return _model_limit(encoder.tokenizer)
+
+
+def st_modules() -> tuple[type, type, type]:
+    """(Transformer, Pooling, WeightedLayerPooling) from sentence-transformers' current import
+    path; `sentence_transformers.models` (deprecated in 6.x) only for releases before it."""
+    try:
+        from sentence_transformers.sentence_transformer.modules import (
+            Pooling,
+            Transformer,
+            WeightedLayerPooling,
+        )
+    except ImportError:  # sentence-transformers < 6
+        Transformer, Pooling, WeightedLayerPooling = st_modules()
+    return Transformer, Pooling, WeightedLayerPooling
 
 
 def _layer_weights(pooler: str, layers: int) -> tuple[int, list[float]] | None:
@@ -87,7 +133,8 @@ def _write_sentence_transformers(
     """Add the stock sentence-transformers module files, built by sentence-transformers itself."""
     import torch
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.models import Pooling, Transformer, WeightedLayerPooling
+
+    Transformer, Pooling, WeightedLayerPooling = st_modules()
 
     modules: list[torch.nn.Module] = [Transformer(str(folder), max_seq_length=max_length)]
     if layer_weights is not None:
@@ -101,4 +148,5 @@ def _write_sentence_transformers(
             )
         )
     modules.append(Pooling(dim, pooling_mode=mode))
-    SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    # The card is dclr's (written after this); sentence-transformers' generic one is not made.
+    SentenceTransformer(modules=modules, device="cpu").save(str(folder), create_model_card=False)

@@ -14,6 +14,7 @@ from dclr import __version__
 from dclr import distributed as dist
 from dclr.data.sts import STS_TASKS
 from dclr.evaluation.sts import StsEvaluator
+from dclr.models.card import write_run_cards
 from dclr.models.encoder import SentenceEncoder
 from dclr.training.config import TrainConfig
 from dclr.training.trainer import Trainer
@@ -176,6 +177,9 @@ def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     if main and config.test_eval:
         after = evaluate_model(str(result.best_dir), pooler, config.data_dir)
         summary.update(before=before, after=after)
+        write_run_cards(
+            config, result.steps, result.best_dir, result.final_dir, before, after, list(STS_TASKS)
+        )
         columns = {"before": before or {}, "after": after}
         summary_table = scores_table(
             f"STS test, Spearman x100 — {config.method} "
@@ -186,5 +190,6 @@ def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
         (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
         summary["table"] = summary_table
     elif main:
+        write_run_cards(config, result.steps, result.best_dir, result.final_dir, None, None, [])
         (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

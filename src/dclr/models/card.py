@@ -1,0 +1,238 @@
+"""The model card (README.md) written into every exported model folder.
+
+`save_encoder` writes what the folder itself knows (backbone, pooling, length limit, dimension,
+step); `dclr train` rewrites it once the run is evaluated, adding the method and its settings, the
+corpus, the steps and the before/after STS table (`CardFacts.from_run`). The front matter is the
+Hugging Face Hub's (library sentence-transformers, pipeline sentence-similarity), so the folder
+uploads as a sentence-transformers model. sentence-transformers' own card generator is not used
+here: it fills its training sections from its own trainer's callback and resolves `base_model` on
+the Hub; models trained through `SentenceTransformerTrainer` with `dclr.st` get that card instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CARD_FILE = "README.md"
+METHOD_NAMES = {
+    "simcse": "unsupervised SimCSE (Gao et al., EMNLP 2021)",
+    "dclr": "DCLR, debiased contrastive learning (Zhou et al., ACL 2022)",
+    "consert": "ConSERT (Yan et al., ACL 2021)",
+}
+COMMON_SETTINGS = (
+    "pooler", "mlp_head", "max_length", "batch_size", "learning_rate", "temperature", "seed",
+    "schedule", "view1", "view2",
+)  # fmt: skip
+METHOD_SETTINGS = {
+    "dclr": (
+        "noise_mode", "noise_ratio", "noise_std", "noise_steps", "noise_step_size",
+        "false_negative_threshold", "weighting", "dclr_form", "complementary_model",
+        "complementary_pooler", "phi_calibration", "paraphrase_density",
+    ),
+    "consert": ("view1_rate", "view2_rate"),
+}  # fmt: skip
+POOLING_WORDS = {
+    "mean": "mean of the token vectors",
+    "cls_before_pooler": "the [CLS] token vector",
+    "avg_first_last": "mean of the first and last layers' token vectors",
+    "avg_top2": "mean of the last two layers' token vectors",
+}
+DIRECTION = {"alignment": "lower is better", "uniformity": "lower is better"}
+SCORE_KEYS = ("alignment", "uniformity")
+
+
+@dataclass
+class CardFacts:
+    """Everything a card can say; what is None is left out."""
+
+    base_model: str | None = None
+    pooler: str | None = None
+    max_seq_length: int | None = None
+    dimension: int | None = None
+    method: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    corpus: str | None = None
+    steps: int | None = None
+    model_step: int | None = None  # the step this folder's weights come from
+    step_note: str | None = None  # why that step (e.g. "best STS-B dev score")
+    before: dict[str, float] | None = None
+    after: dict[str, float] | None = None
+    tasks: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_run(
+        cls,
+        config: Any,
+        folder: Path,
+        steps: int | None,
+        step_note: str | None = None,
+        before: dict[str, float] | None = None,
+        after: dict[str, float] | None = None,
+        tasks: list[str] | None = None,
+    ) -> CardFacts:
+        """Facts of a `dclr train` run. Settings are read by name, so a config without one of them
+        simply leaves it out."""
+        import json
+
+        method = getattr(config, "method", None)
+        names = (*COMMON_SETTINGS, *METHOD_SETTINGS.get(str(method), ()))
+        settings = {n: getattr(config, n) for n in names if hasattr(config, n)}
+        info = (
+            json.loads((folder / "dclr.json").read_text())
+            if (folder / "dclr.json").is_file()
+            else {}
+        )
+        return cls(
+            base_model=getattr(config, "model", None),
+            pooler=info.get("pooler"),
+            max_seq_length=info.get("max_length"),
+            dimension=info.get("dimension"),
+            method=method,
+            settings=settings,
+            corpus=getattr(config, "corpus", None),
+            steps=steps,
+            model_step=info.get("step"),
+            step_note=step_note,
+            before=before,
+            after=after,
+            tasks=list(tasks or []),
+        )
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    return bool(name) and name.count("/") <= 1 and not name.startswith((".", "/", "~", "python-"))
+
+
+def _fmt(key: str, value: float) -> str:
+    return f"{value:.3f}" if key in SCORE_KEYS else f"{value:.2f}"
+
+
+def sts_table(before: dict[str, float] | None, after: dict[str, float], tasks: list[str]) -> str:
+    """Markdown: task | before | after | change (with which direction is better)."""
+    rows = ["| task | before | after | change |", "| --- | ---: | ---: | ---: |"]
+    for key in [*tasks, "avg", *SCORE_KEYS]:
+        if key not in after:
+            continue
+        label = f"{key} ({DIRECTION[key]})" if key in DIRECTION else key
+        if before and key in before:
+            delta = after[key] - before[key]
+            rows.append(
+                f"| {label} | {_fmt(key, before[key])} | {_fmt(key, after[key])} | "
+                f"{delta:+.{3 if key in SCORE_KEYS else 2}f} |"
+            )
+        else:
+            rows.append(f"| {label} | | {_fmt(key, after[key])} | |")
+    return "\n".join(rows)
+
+
+def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> str:
+    method = METHOD_NAMES.get(str(facts.method), facts.method) if facts.method else None
+    tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "dclr"]
+    if facts.method:
+        tags.append(str(facts.method))
+    front = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
+    front += ["tags:", *(f"- {t}" for t in tags)]
+    if facts.base_model and _looks_like_hub_id(facts.base_model):
+        front.append(f"base_model: {facts.base_model}")
+    front.append("---")
+    title = f"# {facts.method.upper() if facts.method else 'Sentence'} encoder"
+    if facts.base_model:
+        title += f" from {facts.base_model}"
+    lines = [*front, "", title, ""]
+    intro = "A [sentence-transformers](https://www.sbert.net) model"
+    if method:
+        intro += f" trained with dclr using {method}"
+    intro += (
+        f": it maps a sentence to a {facts.dimension}-dimensional vector; compare vectors with "
+        "cosine similarity."
+        if facts.dimension
+        else ": it maps a sentence to a vector; compare vectors with cosine similarity."
+    )
+    lines += [intro, "", "## How to load", "", "```python"]
+    lines += [
+        "from sentence_transformers import SentenceTransformer",
+        "",
+        f'model = SentenceTransformer("{folder_name}")',
+        'embeddings = model.encode(["A man plays a guitar.", "Someone plays an instrument."])',
+        "print(model.similarity(embeddings, embeddings))",
+        "```",
+        "",
+        "The folder is also a plain Hugging Face model (`AutoModel.from_pretrained`), and dclr "
+        f"reads it directly: `dclr eval {folder_name}`, `dclr encode {folder_name} in.txt out.npy`.",
+        "",
+        "## Model",
+        "",
+        "| | |",
+        "| --- | --- |",
+    ]
+    if facts.base_model:
+        lines.append(f"| base model | `{facts.base_model}` |")
+    if facts.pooler:
+        lines.append(f"| pooling | {POOLING_WORDS.get(facts.pooler, facts.pooler)} |")
+    if facts.max_seq_length:
+        lines.append(
+            f"| max sequence length | {facts.max_seq_length} tokens (longer input is truncated) |"
+        )
+    if facts.dimension:
+        lines.append(f"| dimension | {facts.dimension} |")
+    lines.append("| similarity | cosine |")
+    if method or facts.steps is not None:
+        lines += ["", "## Training", "", "| | |", "| --- | --- |"]
+        if method:
+            lines.append(f"| method | {method} |")
+        if facts.corpus:
+            corpus = facts.corpus
+            if corpus == "sts":
+                corpus = "sts (every STS12-16, STS-B and SICK sentence, no labels)"
+            lines.append(f"| corpus | {corpus} |")
+        if facts.steps is not None:
+            steps = f"{facts.steps}"
+            if facts.model_step is not None and facts.model_step != facts.steps:
+                note = f", {facts.step_note}" if facts.step_note else ""
+                steps += f" (this model: step {facts.model_step}{note})"
+            lines.append(f"| steps | {steps} |")
+        for key, value in facts.settings.items():
+            if value is not None:
+                lines.append(f"| {key} | `{value}` |")
+    if facts.after:
+        lines += [
+            "",
+            "## STS results",
+            "",
+            "Spearman x100 of cosine similarity on the test sets (SentEval's procedure; STS12-16 "
+            "in its 'all' setting); before = the starting model.",
+            "",
+            sts_table(facts.before, facts.after, facts.tasks),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_run_cards(
+    config: Any,
+    steps: int,
+    best_dir: Path,
+    final_dir: Path,
+    before: dict[str, float] | None,
+    after: dict[str, float] | None,
+    tasks: list[str],
+) -> None:
+    """The cards of a finished `dclr train` run: `best/` with the before/after table (`after`
+    scores `best/`), `final/` with the run's facts only."""
+    for folder, scores, note in (
+        (final_dir, None, "the last step"),
+        (best_dir, after, "best dev score"),
+    ):
+        if Path(folder).is_dir():
+            facts = CardFacts.from_run(config, Path(folder), steps, note, before, scores, tasks)
+            write_card(folder, facts)
+
+
+def write_card(folder: str | Path, facts: CardFacts, shown_as: str | Path | None = None) -> Path:
+    """Write README.md into `folder`; its examples load the model from `shown_as` (default: the
+    folder itself)."""
+    folder = Path(folder)
+    path = folder / CARD_FILE
+    path.write_text(render_card(facts, folder_name=str(shown_as or folder)))
+    return path
