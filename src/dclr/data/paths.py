@@ -38,8 +38,9 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
             f"no evaluation data found (looked for {root / 'senteval'}, from {source})",
             path=root,
             fix=(
-                f"run `dclr data download --data-dir {root}` to fetch it, or point "
-                f"--data-dir / ${ENV_VAR} at a folder holding senteval/STS, senteval/SICK"
+                f"pass --data-dir DIR or set ${ENV_VAR}=DIR, where DIR holds senteval/ (the "
+                "quickstart uses ../shared/data); with internet, "
+                f"`dclr data download --data-dir {root}` fetches it"
             ),
         )
     return root

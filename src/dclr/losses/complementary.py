@@ -109,6 +109,7 @@ class CachedComplementary:
             max_length=max_length,
             normalize=True,
             show_progress=show_progress,
+            progress_label="encode corpus (complementary model, once)",
         )
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(cache.stem + ".tmp.npy")

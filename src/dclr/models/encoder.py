@@ -105,11 +105,35 @@ def check_model_folder(name_or_path: str) -> None:
         )
 
 
+def _hub_offline() -> bool:
+    import huggingface_hub.constants
+
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(huggingface_hub.constants.HF_HUB_OFFLINE) or flag
+
+
+def check_hub_reachable(name_or_path: str) -> None:
+    """Offline, a hub id that is not in the local cache fails at once (no retries)."""
+    if _is_local(name_or_path) or not _hub_offline():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+        return  # cached: transformers loads it offline
+    raise InputError(
+        f"could not load {name_or_path!r} from the Hugging Face Hub: HF_HUB_OFFLINE is set and "
+        "it is not in the local cache",
+        fix="pass a local model folder (or python-package:NAME), or unset HF_HUB_OFFLINE on a "
+        "machine with internet to download it once",
+    )
+
+
 def load_backbone(name_or_path: str, **config_overrides: object) -> tuple[PreTrainedModel, object]:
     """Load (model, tokenizer) from a local folder or a hub id, safetensors only, no remote code."""
     name_or_path = resolve_model(name_or_path)
     path = Path(name_or_path)
     check_model_folder(name_or_path)
+    check_hub_reachable(name_or_path)
     try:
         config = AutoConfig.from_pretrained(
             name_or_path, trust_remote_code=False, **config_overrides
@@ -343,8 +367,11 @@ class SentenceEncoder(nn.Module):
         max_length: int | None = None,
         normalize: bool = False,
         show_progress: bool = False,
+        progress_label: str = "encode",
     ) -> np.ndarray:
-        """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length."""
+        """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length.
+
+        `progress_label` names the progress bar (several encodes in one command stay apart)."""
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
         was_training = self.training
@@ -354,7 +381,7 @@ class SentenceEncoder(nn.Module):
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
         out = np.empty((len(distinct), self.hidden_size), dtype=np.float32)
-        bar = tqdm(total=len(distinct), desc="encode", unit="sent", disable=not show_progress)
+        bar = tqdm(total=len(distinct), desc=progress_label, unit="sent", disable=not show_progress)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             if self.packing:  # straight from token ids: no pad-then-unpad round trip

@@ -53,11 +53,15 @@ def environment() -> dict[str, Any]:
     }
 
 
-def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, float]:
+def evaluate_model(
+    path: str, pooler: str, data_dir: str | None, label: str = "encode STS"
+) -> dict[str, float]:
     encoder = SentenceEncoder.from_pretrained(
         path, pooler=pooler, packing=not torch.cuda.is_available()
     )
-    return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
+    return StsEvaluator(data_dir, mode="test")(
+        lambda s: encoder.encode(s, show_progress=True, progress_label=label)
+    )
 
 
 def model_fingerprint(model: str, pooler: str, data_dir: str | None) -> str:
@@ -89,7 +93,7 @@ def starting_scores(
     cache = root / f"{model_fingerprint(model, pooler, data_dir)}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    scores = evaluate_model(model, pooler, data_dir)
+    scores = evaluate_model(model, pooler, data_dir, label="encode STS (before: starting model)")
     root.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp")
     tmp.write_text(json.dumps(scores, indent=2) + "\n")
@@ -152,8 +156,14 @@ def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     if config.schedule in TWO_STAGE:
         return run_stages(config, resume)
     run_dir = Path(config.output_dir)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config)
+    try:
+        trainer = Trainer(config)
+    except BaseException:
+        if created and not any(run_dir.iterdir()):  # a bad model id leaves no empty run folder
+            run_dir.rmdir()
+        raise
     main = trainer.rank == 0
     before_file = run_dir / "before.json"
     before: dict[str, float] | None = None
@@ -175,15 +185,17 @@ def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
         "final_dir": str(result.final_dir),
     }
     if main and config.test_eval:
-        after = evaluate_model(str(result.best_dir), pooler, config.data_dir)
+        after = evaluate_model(
+            str(result.best_dir), pooler, config.data_dir, label="encode STS (after: best model)"
+        )
         summary.update(before=before, after=after)
         write_run_cards(
             config, result.steps, result.best_dir, result.final_dir, before, after, list(STS_TASKS)
         )
         columns = {"before": before or {}, "after": after}
         summary_table = scores_table(
-            f"STS test, Spearman x100 — {config.method} "
-            f"({result.steps} steps, best at {result.best_step})",
+            f"STS test, Spearman x100: {config.method}, "
+            f"{result.steps} steps, best at step {result.best_step}",
             columns,
             list(STS_TASKS),
         )

@@ -1,0 +1,39 @@
+"""examples/train_st_dclr.py at tiny scale: SentenceTransformerTrainer with dclr.st.DCLRLoss, then
+`dclr eval` on the saved model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_st_dclr.py"
+
+
+@pytest.mark.slow
+def test_st_dclr_example_trains_and_evaluates(tmp_path, data_dir, capfd):
+    pytest.importorskip("datasets")
+    spec = importlib.util.spec_from_file_location("train_st_dclr", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
+    out = tmp_path / "trained"
+    code = example.main(
+        [
+            "--model", str(model), "--corpus", str(corpus), "--data-dir", str(data_dir),
+            "--steps", "2", "--batch-size", "8", "--output", str(out),
+            "--eval-tasks", "STSBenchmark",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert (out / "modules.json").is_file()
+    assert json.loads((out / "sentence_bert_config.json").read_text())["max_seq_length"] == 512
+    printed = capfd.readouterr()
+    assert "STSBenchmark" in printed.out  # the `dclr eval` table

@@ -1,0 +1,123 @@
+"""What a new user meets in the first hour: errors that name the fix, help that lists the options,
+tables that say which way is better, encode that keeps one row per line."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import huggingface_hub.constants
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dclr.cli import TRAIN_KEYS, app, scores_table, split_tasks
+from dclr.errors import ConfigError, InputError
+from dclr.training.config import TrainConfig, load_config
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+
+runner = CliRunner()
+WIDE = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}  # help text on one line per option
+
+
+def test_set_typo_blames_the_option_and_suggests_the_key(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: m\nmethod: dclr\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(recipe, {"noise_ratioo": 1})
+    text = str(err.value)
+    assert text.startswith("--set: unknown option 'noise_ratioo' (did you mean 'noise_ratio'?)")
+    assert str(recipe) not in text
+
+
+def test_recipe_typo_blames_the_recipe(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: m\nlearning_rte: 1e-5\n")
+    with pytest.raises(ConfigError, match="did you mean 'learning_rate'") as err:
+        load_config(recipe, {})
+    assert str(err.value).startswith(str(recipe))
+
+
+def test_train_without_a_recipe_says_what_is_missing():
+    result = runner.invoke(app, ["train"])
+    assert result.exit_code == 2
+    assert "nothing to train" in result.output and "recipes/dclr_minilm_cpu.yaml" in result.output
+
+
+def test_train_help_lists_every_set_key():
+    assert [f.name for f in dataclasses.fields(TrainConfig)] == TRAIN_KEYS
+    result = runner.invoke(app, ["train", "--help"], env=WIDE)
+    assert result.exit_code == 0
+    for key in ("noise_ratio", "false_negative_threshold", "keep_checkpoints"):
+        assert key in result.output
+
+
+def test_eval_help_mentions_the_python_package_form():
+    result = runner.invoke(app, ["eval", "--help"], env=WIDE)
+    assert "python-package:" in result.output and "--task-set" in result.output
+
+
+def test_task_selection_follows_simcse():
+    assert split_tasks(None, "transfer") == (
+        [],
+        ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"],
+    )
+    sts, transfer = split_tasks(None, "full")
+    assert len(sts) == 7 and len(transfer) == 7
+    assert split_tasks("stsb,SST-2, trec", None) == (["STSBenchmark"], ["SST2", "TREC"])
+    with pytest.raises(ValueError, match="unknown task 'SST5'"):
+        split_tasks("SST5", None)
+
+
+def test_before_after_table_has_a_change_column_and_names_drops():
+    from rich.console import Console
+
+    before = {"STS12": 75.06, "STS13": 80.0, "avg": 77.5, "alignment": 0.20, "uniformity": -2.0}
+    after = {"STS12": 71.90, "STS13": 82.0, "avg": 77.0, "alignment": 0.25, "uniformity": -2.4}
+    table = scores_table("STS test", {"before": before, "after": after}, ["STS12", "STS13"])
+    console = Console(width=120, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "change" in text and "-3.16" in text and "+2.00" in text
+    assert "alignment (lower is better)" in text and "-0.400" in text
+    assert "Fell: STS12 -3.16" in text
+
+
+def test_offline_hub_id_fails_at_once_and_leaves_no_run_folder(tmp_path, monkeypatch):
+    from dclr.training.driver import run_training
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20)
+    run_dir = tmp_path / "runs" / "new"
+    config = load_config(
+        None,
+        {
+            "model": "dclr-tests/no-such-model",
+            "corpus": str(corpus),
+            "test_eval": False,
+            "output_dir": str(run_dir),
+        },
+    )
+    with pytest.raises(InputError, match="HF_HUB_OFFLINE is set"):
+        run_training(config)
+    assert not run_dir.exists()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_encode_skip_blank_records_the_line_of_each_row(model_dir, tmp_path):
+    src = tmp_path / "s.txt"
+    src.write_text("one\n\ntwo\n   \nthree\n")
+    out = tmp_path / "v.npy"
+    args = ["encode", str(model_dir), str(src), str(out), "--pooler", "mean", "--skip-blank"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert np.load(out).shape == (3, 32)
+    assert (tmp_path / "v.npy.lines.txt").read_text().split() == ["1", "3", "5"]
