@@ -89,8 +89,10 @@ def build(
     if "st_mnrl" in names:
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.losses import MultipleNegativesRankingLoss
-        from sentence_transformers.models import Pooling, Transformer
 
+        from dclr.models.export import st_modules
+
+        Transformer, Pooling, _ = st_modules()  # not the deprecated `sentence_transformers.models`
         st_transformer = Transformer(resolve_model(MODEL), max_seq_length=max_length)
         dim = st_transformer.get_word_embedding_dimension()
         peer = SentenceTransformer(
