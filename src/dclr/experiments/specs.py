@@ -211,6 +211,12 @@ DENSE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "dclr": ("dclr", {}),
     "dclr_no_noise": ("dclr", {"noise_mode": "none"}),
     "dclr_no_weighting": ("dclr", {"weighting": "none"}),
+    # phi from MiniLM-mean's own random-pair cosines (top 0.1 % dropped: phi ~ 0.52), the
+    # calibration the audit (docs/results/cpu-scale/audit) finds to transfer across scorers.
+    "dclr_calibrated": (
+        "dclr",
+        {"phi_calibration": "random_pairs", "phi_calibration_target": 0.001},
+    ),
 }
 # The dense runs skip dev evaluation (best/ = final/, the model after a fixed budget): the
 # table compares models at equal steps, and dev evaluations would add ~40 % to a CPU run.
