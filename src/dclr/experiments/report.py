@@ -627,8 +627,9 @@ def section_dense(rep: Report, runs: list[RunData], out: Path) -> None:
         word = (
             ("above" if d.mean > 0 else "below") if d.beyond_noise else "not distinguishable from"
         )
+        seeds = f", {d.n} seeds" if d.n > 1 else ""
         lines.append(f"ρ = {rho:g}: {DENSE_LABELS[v]} is {word} SimCSE on the 7-task avg "
-                     f"(Δ {d.fmt()}, {d.n} seeds).")  # fmt: skip
+                     f"(Δ {d.fmt()}{seeds}).")  # fmt: skip
     if lines:
         rep.text(" ".join(lines))
     rep.heading("Does SimCSE suffer from paraphrase-dense batches?")
