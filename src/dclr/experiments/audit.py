@@ -32,6 +32,9 @@ CALIBRATIONS: dict[str, tuple[str, float]] = {
 }
 
 
+CALIBRATION_MARKED = "random_pairs q=0.001"  # the calibration drawn as a cross on the PR curves
+
+
 def run_audit(
     scorers: Sequence[Scorer],
     densities: Sequence[float] = (0.0, 0.25),
@@ -177,10 +180,14 @@ def _plot(result: dict[str, Any], path: Path) -> Path:
                 [r["recall"] for r in pts], [r["precision"] for r in pts], label=scorer
             )
             for r in entry["table"]:
-                if r["dropped"] and not math.isnan(r["recall"]) and r["phi"] in (0.7, 0.8, 0.9):
+                if r["dropped"] and not math.isnan(r["recall"]) and r["phi"] in (0.7, 0.9):
                     ax.plot(r["recall"], r["precision"], "o", color=line.get_color())
                     ax.annotate(f"φ={r['phi']:g}", (r["recall"], r["precision"]), fontsize=7,
-                                xytext=(3, 3), textcoords="offset points")  # fmt: skip
+                                xytext=(3, -10), textcoords="offset points")  # fmt: skip
+            for r in entry["calibrated"]:
+                if r["rule"] == CALIBRATION_MARKED and r["dropped"] and not math.isnan(r["recall"]):
+                    ax.plot(r["recall"], r["precision"], "x", markersize=9, mew=2,
+                            color=line.get_color(), label=f"{scorer}: calibrated φ = {r['phi']:.2f}")  # fmt: skip
         ax.axhline(s["gold_rate"], color="grey", linestyle=":", label="random guess (gold rate)")
         ax.set_xlabel("recall of gold false negatives")
         ax.set_ylabel("precision of dropped negatives")

@@ -227,6 +227,13 @@ def experiment_run(
     dry_run: Annotated[
         bool, typer.Option(help="Only print what would be skipped, resumed or started.")
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="K/N: train only runs K, K+N, ... of the plan, so N processes or machines "
+            "sharing --root split the experiment (independent runs only)."
+        ),
+    ] = None,
     launcher: Annotated[
         str | None,
         typer.Option(
@@ -250,10 +257,30 @@ def experiment_run(
         _quiet_hf()
         train = launcher_train(launcher) if launcher else None
         run_experiment(
-            name, scale, seeds, root, recipes_dir, overrides, train=train, log=console.print
+            name,
+            scale,
+            seeds,
+            root,
+            recipes_dir,
+            overrides,
+            train=train,
+            log=console.print,
+            shard=_parse_shard(shard),
         )
     except DclrError as err:
         _fail(err)
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    from dclr.errors import ConfigError
+
+    if text is None:
+        return None
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard {text!r}: expected K/N, e.g. 0/2") from None
+    return k, n
 
 
 @experiment_app.command("search")

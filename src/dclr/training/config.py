@@ -80,7 +80,7 @@ class TrainConfig:
     complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
     complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
     phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
-    phi_calibration_target: float = 0.01  # random_pairs: q dropped; paraphrase_recall: r of pairs
+    phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
     # ---- paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist) ----
     paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
     paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)
