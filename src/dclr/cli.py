@@ -113,7 +113,12 @@ def split_tasks(tasks: str | None, task_set: str | None) -> tuple[list[str], lis
         return sets[task_set]
     if not tasks:
         return list(STS_TASKS), []
-    aliases = {"SST-2": "SST2", "STS-B": "STSBenchmark", "SICK-R": "SICKRelatedness"}
+    aliases = {
+        "SST-2": "SST2",
+        "STS-B": "STSBenchmark",
+        "STSB": "STSBenchmark",
+        "SICK-R": "SICKRelatedness",
+    }
     known = {t.lower(): t for t in (*STS_TASKS, *TRANSFER_TASKS)}
     known.update({a.lower(): t for a, t in aliases.items()})
     sts, transfer = [], []
