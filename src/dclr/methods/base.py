@@ -88,6 +88,7 @@ class Method:
     section: type = object  # the config section dataclass
     supports_grad_cache: bool = False  # objective has `.model` and `.objective(z1, z2, batch)`
     distributed: bool = True  # trains under torchrun (DDP)
+    sentence_batches: bool = False  # batches of corpus sentences (paraphrase-dense batches apply)
     # Defaults under every recipe of this method (nested form), e.g. DualCSE's pooler.
     defaults: dict[str, Any] = {}
     # Defaults a flat (pre-sections) recipe of this method assumed, by flat option name.

@@ -13,6 +13,7 @@ from torch import nn
 
 from dclr import distributed as dist
 from dclr.errors import ConfigError
+from dclr.losses.calibration import PhiCalibration, check_target
 from dclr.losses.dclr import ComplementaryMode, LossForm, NoiseMode, Weighting
 from dclr.methods.registry import register
 from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection, build_views
@@ -39,6 +40,8 @@ class DCLRSection(ContrastiveSection):
     complementary_pooler: PoolerName | None = None  # its pooler (None: what its folder records)
     complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
     complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
+    phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
+    phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
 
     def validate(self, config: TrainConfig) -> None:
         super().validate(config)
@@ -57,6 +60,14 @@ class DCLRSection(ContrastiveSection):
             raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
         if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
             raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
+        check_target(self.phi_calibration, self.phi_calibration_target)
+        if self.phi_calibration != "none" and (
+            config.method != "dclr" or self.weighting != "complementary"
+        ):
+            raise ConfigError(
+                "phi_calibration derives phi from the complementary model: it needs "
+                "method: dclr with weighting: complementary"
+            )
 
     @property
     def needs_complementary(self) -> bool:
@@ -92,6 +103,35 @@ def build_complementary(
     if section.complementary_mode == "on_the_fly":
         return OnTheFlyComplementary(encoder, limit)
     return TwoViewComplementary(encoder, limit)
+
+
+def calibrate(
+    config: TrainConfig, section: DCLRSection, corpus: Sequence[str], device: torch.device
+) -> dict[str, Any]:
+    """phi from the complementary model's own similarities (`dclr.losses.calibration`)."""
+    from dclr.data.paraphrases import gold_paraphrase_pairs, parse_sources
+    from dclr.data.paths import resolve_data_dir
+    from dclr.models.encoder import SentenceEncoder
+    from dclr.training.calibrate import calibrate_phi
+
+    spec = section.complementary_model or config.model.name
+    scorer = SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
+    scorer = scorer.to(device)
+    pairs: list[tuple[str, str]] = []
+    if section.phi_calibration == "paraphrase_recall":
+        gold = gold_paraphrase_pairs(
+            resolve_data_dir(config.data.data_dir), parse_sources(config.data.paraphrase_sources)
+        )
+        pairs = [(p.first, p.second) for p in gold]
+    return calibrate_phi(
+        section.phi_calibration,
+        section.phi_calibration_target,
+        scorer,
+        corpus,
+        pairs,
+        max_length=config.model.max_length,
+        seed=config.run.seed,
+    )
 
 
 class DCLR(ContrastiveMethod):
@@ -132,7 +172,12 @@ class DCLR(ContrastiveMethod):
             torch.distributed.barrier()
         if not main:
             complementary = build_complementary(config, section, data, device, False)
-        return self.loss_module(config, model, section, complementary)
+        loss = self.loss_module(config, model, section, complementary)
+        if section.phi_calibration != "none":
+            calibration = calibrate(config, section, data, device)
+            loss.threshold = calibration["phi"]
+            loss.start_records = {"calibration": calibration}  # logged by the loop at step 0
+        return loss
 
 
 register(DCLR())

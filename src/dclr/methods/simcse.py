@@ -76,6 +76,7 @@ class ContrastiveMethod(Method):
     """A two-view method on an unlabelled corpus: `loss_class(model, temperature, views)`."""
 
     supports_grad_cache = True
+    sentence_batches = True
     loss_class: type[nn.Module] = nn.Module
 
     def convert_flat(self, flat: dict[str, Any]) -> dict[str, Any]:

@@ -87,6 +87,9 @@ class DataSection:
     few_shot_sentences: int | None = None  # train on N examples of the training data
     few_shot_fraction: float | None = None  # or on this fraction of it, in (0, 1]
     few_shot_sampling: FewShotSampling = "first"  # first N, or a random N drawn with run.seed
+    # Paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist).
+    paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
+    paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)
 
     def validate(self) -> None:
         if self.few_shot_sentences is not None and self.few_shot_fraction is not None:
@@ -95,6 +98,14 @@ class DataSection:
             raise ConfigError(f"few_shot_sentences must be >= 1, got {self.few_shot_sentences}")
         if self.few_shot_fraction is not None and not 0 < self.few_shot_fraction <= 1:
             raise ConfigError(f"few_shot_fraction must be in (0, 1], got {self.few_shot_fraction}")
+        if not 0 <= self.paraphrase_density <= 1:
+            raise ConfigError(
+                f"paraphrase_density must be in [0, 1], got {self.paraphrase_density}"
+            )
+        if self.paraphrase_density > 0:
+            from dclr.data.paraphrases import parse_sources
+
+            parse_sources(self.paraphrase_sources)
         check_literals(self)
 
 
@@ -228,6 +239,12 @@ class TrainConfig:
         for section in self.sections.values():
             section.validate(self)
             check_literals(section)
+        if self.data.paraphrase_density > 0:
+            if not plugin.sentence_batches:
+                raise ConfigError("paraphrase_density applies to unsupervised training only")
+            from dclr.data.sampler import pairs_per_batch
+
+            pairs_per_batch(self.data.paraphrase_density, self.optimisation.batch_size)
         if self.optimisation.grad_cache_chunk and not plugin.supports_grad_cache:
             raise ConfigError(
                 f"grad_cache_chunk supports unsupervised training only (not method {self.method!r})"
@@ -374,13 +391,16 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "joint_weight": 1.0, "adversarial_epsilon": 0.0, "corpus": "sts", "mlp_head": True,
     "encoder": "cross", "contradiction_negatives": True, "intra_sentence": True,
     "sup_positives": "both", "rte_eval": True, "eval_batch_size": 128, "temperature": 0.05,
+    "phi_calibration": "none", "phi_calibration_target": 0.001,
+    "paraphrase_density": 0.0, "paraphrase_sources": "mrpc,stsb,sick",
 }  # fmt: skip
 NLI_OWNER = "an option of supervised NLI training (schedule: sup | joint), which needs labels"
 LEGACY_OWNER = {
     **{k: NLI_OWNER for k in ("supervised_loss", "nli_data", "nli_split", "joint_weight",
                               "adversarial_epsilon")},
     **{k: "a DCLR option (method: dclr)" for k in LEGACY_DEFAULTS if "noise" in k
-       or "complementary" in k or k in ("weighting", "dclr_form", "false_negative_threshold")},
+       or "complementary" in k or "phi_" in k
+       or k in ("weighting", "dclr_form", "false_negative_threshold")},
     **{k: "a DualCSE option (method: dualcse)" for k in ("encoder", "contradiction_negatives",
                                                           "intra_sentence")},
 }  # fmt: skip

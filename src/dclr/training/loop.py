@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from dclr import distributed as dist
+from dclr.data.sampler import training_batches
 from dclr.data.sampling import few_shot_indices, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.losses.gradcache import GradCache
@@ -115,24 +116,23 @@ class Trainer:
                 f"the training data has {len(self.data)} examples, fewer than one batch "
                 f"of {batch_size}"
             )
+        d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
+        self.data, self.sampler = training_batches(
+            self.data, batch_size, config.run.seed, d.paraphrase_density,
+            d.paraphrase_sources, d.data_dir,
+        )  # fmt: skip
         self.evaluator = evaluator
         if evaluator is None and self.rank == 0:
             self.evaluator = self.method.dev_evaluator(config)
         self.run_dir = Path(config.run.output_dir)
-        self.steps_per_epoch = len(self.data) // batch_size
+        self.steps_per_epoch = self.sampler.steps_per_epoch
         epochs = config.optimisation.epochs
         self.total_steps = config.optimisation.max_steps or math.ceil(epochs * self.steps_per_epoch)
-        self._perm_epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
 
     # ---- data ---------------------------------------------------------------------------------
     def global_batch(self, step: int) -> torch.Tensor:
         """Data indices of the global batch of 0-based `step`, (batch_size,)."""
-        epoch, index = divmod(step, self.steps_per_epoch)
-        if epoch != self._perm_epoch:
-            gen = torch.Generator().manual_seed(self.config.run.seed + epoch)
-            self._perm, self._perm_epoch = torch.randperm(len(self.data), generator=gen), epoch
-        size = self.config.optimisation.batch_size
-        return self._perm[index * size : (index + 1) * size]
+        return self.sampler.global_batch(step)
 
     def batch(self, step: int) -> tuple[Batch, int]:
         """The `Batch` of 0-based `step` on this rank, and its number of local examples."""
@@ -187,6 +187,9 @@ class Trainer:
         if main:
             cfg.save(self.run_dir / "config.yaml")
         log = MetricsLog(self.run_dir, resume_step=start, tensorboard=main) if main else None
+        if log is not None and start == 0:  # what the objective measured before step 1
+            for kind, values in getattr(objective, "start_records", {}).items():
+                log.log(0, kind, values)
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
         end = min(self.total_steps, stop_at_step or self.total_steps)
         bar = tqdm(
