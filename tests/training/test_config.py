@@ -61,3 +61,34 @@ def test_invalid_options_are_rejected_with_a_reason(override, message):
 def test_override_needs_key_value():
     with pytest.raises(ConfigError, match="key=value"):
         parse_overrides(["oops"])
+
+
+# ---- sections and the flat form ----------------------------------------------------------------
+FLAT = REPO_ROOT / "tests" / "training" / "flat_recipes"  # recipes as they were before sections
+
+
+@pytest.mark.parametrize("flat", sorted(FLAT.glob("*.yaml")), ids=lambda p: p.name)
+def test_an_old_flat_recipe_loads_as_its_sectioned_successor(flat):
+    successor = next((REPO_ROOT / "recipes").rglob(flat.name))
+    with pytest.warns(DeprecationWarning, match="dclr config convert"):
+        old = load_config(flat)
+    assert old.to_dict() == load_config(successor).to_dict()
+
+
+def test_dotted_and_flat_overrides_reach_the_same_field():
+    recipe = REPO_ROOT / "recipes" / "dclr_minilm_cpu.yaml"
+    dotted = load_config(recipe, {"optimisation.learning_rate": 1e-5, "dclr.noise_ratio": 0.5})
+    flat = load_config(recipe, {"learning_rate": 1e-5, "noise_ratio": 0.5})
+    assert dotted.to_dict() == flat.to_dict()
+    assert dotted.optimisation.learning_rate == 1e-5 and dotted.section("dclr").noise_ratio == 0.5
+
+
+def test_an_option_of_another_method_is_refused():
+    with pytest.raises(ConfigError, match="unknown option"):
+        load_config(REPO_ROOT / "recipes" / "simcse_minilm_cpu.yaml", {"noise_ratio": 0.5})
+
+
+def test_the_saved_config_round_trips(tmp_path):
+    config = load_config(REPO_ROOT / "recipes" / "consert_joint_snli_minilm_cpu.yaml")
+    config.save(tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml").to_dict() == config.to_dict()

@@ -5,9 +5,10 @@ evaluation hook; everything about *what* is trained comes from the method regist
 `config.method` (`dclr.methods.base.Method`): its model, examples, collate function and
 objective, called as `objective(batch) -> dict[str, Tensor]`.
 
-Batches are a pure function of (seed, step): epoch e uses the permutation of a generator seeded with
-seed + e, so a resumed run sees exactly the examples the uninterrupted run would have. Under
-torchrun each rank takes its slice of the global batch.
+Batches are a pure function of (seed, step) (`dclr.data.sampler`: epoch e uses the permutation of a
+generator seeded with seed + e, or paraphrase-dense batches), so a resumed run sees exactly the
+examples the uninterrupted run would have. Under torchrun each rank takes its slice of the global
+batch.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class Trainer:
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         objective = self.method.build_objective(cfg, model, self.data, self.device)
-        # Modules trained with the model, checkpointed, never exported (e.g. an NLI head).
+        # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = dict(getattr(objective, "training_modules", dict)())
         groups = param_groups(self.model, opt.weight_decay)
         for module in extra.values():
