@@ -12,6 +12,7 @@ from helpers import REPO_ROOT, make_tiny_model_dir
 from inli_data import write_inli_dir
 
 import dclr.losses.dualcse as dualcse_module
+from dclr.data.sampler import build_sampler
 from dclr.dualcse.data import read_inli
 from dclr.dualcse.evaluate import SingleEmbedding, load_embedder
 from dclr.dualcse.model import DualEncoder
@@ -91,6 +92,7 @@ def test_training_moves_the_weights_and_lowers_the_loss_on_a_fixed_batch(model_d
     )
     trainer = DualCSETrainer(cfg)
     trainer.data = trainer.data[:4]  # one batch, seen every step
+    trainer.sampler = build_sampler(trainer.data, 4, cfg.run.seed)
     trainer.steps_per_epoch = 1
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
