@@ -70,6 +70,9 @@ def dclr_config(model_dir, corpus_file, out, **extra):
         "false_negative_threshold": 0.5,
         **extra,
     }
+    if values["method"] != "dclr":  # DCLR's options exist in the dclr section only
+        for key in ("complementary_pooler", "complementary_cache", "false_negative_threshold"):
+            values.pop(key)
     return load_config(None, values)
 
 
