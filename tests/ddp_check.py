@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 from dclr import distributed as dist
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
+from dclr.training.batch import Batch
 
 SENTENCES = [
     "A man is playing a guitar.",
@@ -47,7 +48,7 @@ def main(model_dir: str, out: str) -> None:
     ddp = torch.nn.parallel.DistributedDataParallel(encoder)
     local = len(SENTENCES) // world
     features = encoder.tokenize(SENTENCES[rank * local : (rank + 1) * local], max_length=32)
-    loss = SimCSELoss(ddp, temperature=0.05)(features)["loss"]
+    loss = SimCSELoss(ddp, temperature=0.05)(Batch(features))["loss"]
     (loss * world).backward()  # what the trainer does: DDP averages, the loss is global
     if rank == 0:
         save_file({"loss": loss.detach().reshape(1), **grads(encoder)}, out)

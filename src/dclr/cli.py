@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from dclr.clitools import console, fail, out, quiet_hf, rte_table, scores_table
 from dclr.errors import DclrError
 
 app = typer.Typer(
@@ -23,8 +23,6 @@ data_app = typer.Typer(
     help="Get and check the evaluation data (SentEval layout).", no_args_is_help=True
 )
 app.add_typer(data_app, name="data")
-console = Console(stderr=True)
-out = Console()
 
 DataDir = Annotated[
     Path | None,
@@ -40,31 +38,6 @@ Pooler = Annotated[
         "folder records)."
     ),
 ]
-
-
-def _quiet_hf() -> None:
-    """Hide per-file Hugging Face progress bars; dclr shows its own."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}", highlight=False)
-    raise typer.Exit(2)
-
-
-def scores_table(title: str, columns: dict[str, dict[str, float]], tasks: list[str]) -> Table:
-    table = Table(title=title)
-    table.add_column("task")
-    for name in columns:
-        table.add_column(name, justify="right")
-    for key in [*tasks, "avg", "alignment", "uniformity"]:
-        if all(key in c for c in columns.values()):
-            fmt = "{:.2f}" if key not in ("alignment", "uniformity") else "{:.3f}"
-            table.add_row(key, *(fmt.format(c[key]) for c in columns.values()))
-    return table
 
 
 @app.command("eval")
@@ -87,18 +60,18 @@ def eval_cmd(
     ] = True,
 ) -> None:
     """Spearman x100 of cosine similarity on the STS tasks, computed as SentEval does."""
-    _quiet_hf()
+    quiet_hf()
     from dclr.evaluation.sts import StsEvaluator
     from dclr.models.encoder import SentenceEncoder
 
     if mode not in ("test", "dev"):
-        _fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
+        fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
     try:
         evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
         encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
         results = evaluator(lambda s: encoder.encode(s, batch_size=batch_size, show_progress=True))
     except DclrError as err:
-        _fail(err)
+        fail(err)
     results = {"model": model, "pooler": encoder.pooler, "mode": mode, **results}
     out.print(
         scores_table(
@@ -119,7 +92,9 @@ def train_cmd(
     set_: Annotated[
         list[str] | None,
         typer.Option(
-            "--set", help="Override a recipe option: --set learning_rate=1e-5 (repeatable)."
+            "--set",
+            help="Override a recipe option, dotted or flat: --set optimisation.learning_rate=1e-5 "
+            "or --set learning_rate=1e-5 (repeatable).",
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Backbone folder or hub id.")] = None,
@@ -136,30 +111,55 @@ def train_cmd(
         ),
     ] = None,
 ) -> None:
-    """Train an encoder; evaluates before and after and prints the table."""
-    _quiet_hf()
+    """Train with any method (recipe `method:`); evaluates before and after and prints the table."""
+    quiet_hf()
     from dclr.training.config import load_config, parse_overrides
     from dclr.training.driver import run_training
 
     try:
         overrides = parse_overrides(set_ or [])
         for key, value in (
-            ("model", model),
-            ("data_dir", data_dir),
-            ("output_dir", output_dir),
-            ("max_steps", max_steps),
+            ("model.name", model),
+            ("data.data_dir", data_dir),
+            ("run.output_dir", output_dir),
+            ("optimisation.max_steps", max_steps),
         ):
             if value is not None:
                 overrides[key] = str(value) if isinstance(value, Path) else value
         if resume is not None:
             recipe = resume / "config.yaml"
-            overrides.setdefault("output_dir", str(resume))
+            overrides.setdefault("run.output_dir", str(resume))
         config = load_config(recipe, overrides)
         summary = run_training(config, resume=resume is not None)
     except DclrError as err:
-        _fail(err)
-    if summary.get("table"):
-        out.print(summary["table"])
+        fail(err)
+    render_summary(summary)
+
+
+def render_summary(summary: dict) -> None:
+    """Print a run's results.json: the STS before/after table, or the RTE table."""
+    from dclr.data.sts import STS_TASKS
+
+    method = summary.get("method", "")
+    if summary.get("train_seconds") is not None:
+        console.print(
+            f"{summary['steps']} steps in {summary['train_seconds']:.0f} s; "
+            f"model: {summary['final_dir']}"
+        )
+    if summary.get("after"):
+        detail = (
+            f" ({summary['steps']} steps, best at {summary.get('best_step')})"
+            if "steps" in summary
+            else ""
+        )
+        columns = {"before": summary.get("before") or {}, "after": summary["after"]}
+        out.print(
+            scores_table(f"STS test, Spearman x100 — {method}{detail}", columns, list(STS_TASKS))
+        )
+    if summary.get("rte_test"):
+        encoder = summary.get("encoder", "single")
+        name = method if encoder == "single" else f"{method}-{encoder}"
+        out.print(rte_table("RTE on INLI test, accuracy x100", {name: summary["rte_test"]}))
 
 
 @app.command("encode")
@@ -173,7 +173,7 @@ def encode_cmd(
     packing: Annotated[bool, typer.Option(help="Padding-free packed forwards.")] = True,
 ) -> None:
     """Encode a file of sentences (one per line; blank lines skipped) into a .npy array."""
-    _quiet_hf()
+    quiet_hf()
     import numpy as np
 
     from dclr.data.corpus import TextFileCorpus
@@ -186,7 +186,7 @@ def encode_cmd(
             list(corpus), batch_size=batch_size, normalize=normalize, show_progress=True
         )
     except DclrError as err:
-        _fail(err)
+        fail(err)
     output.parent.mkdir(parents=True, exist_ok=True)
     np.save(output, vectors)
     console.print(f"wrote {vectors.shape} to {output} ({corpus.n_skipped} blank lines skipped)")
@@ -209,7 +209,7 @@ def data_download(
     try:
         path = download_data(target, base_urls={"senteval": url} if url else None, force=force)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     console.print(f"evaluation data ready in {path}")
 
 
@@ -227,8 +227,58 @@ def data_check(data_dir: DataDir = None) -> None:
         for task in STS_TASKS:
             table.add_row(task, str(sum(len(p) for p in load_task(root, task, "test"))))
     except DclrError as err:
-        _fail(err)
+        fail(err)
     out.print(table)
+
+
+config_app = typer.Typer(help="Training recipes.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("convert")
+def config_convert(
+    recipe: Annotated[Path, typer.Argument(help="A flat (pre-sections) recipe.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: print).")
+    ] = None,
+) -> None:
+    """Rewrite a flat recipe (every option at the top level) in sections; comments are dropped."""
+    import warnings
+
+    import yaml
+
+    from dclr.training.config import load_config
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            text = yaml.safe_dump(load_config(recipe).to_dict(), sort_keys=False)
+    except DclrError as err:
+        fail(err)
+    if output is None:
+        out.print(text, end="", highlight=False, markup=False)
+    else:
+        output.write_text(text)
+        console.print(f"wrote {output}")
+
+
+@config_app.command("show")
+def config_show(
+    recipe: Annotated[Path, typer.Argument(help="A recipe.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="An override.")] = None,
+) -> None:
+    """The resolved config of a recipe (+ overrides), every section explicit."""
+    import yaml
+
+    from dclr.training.config import load_config, parse_overrides
+
+    try:
+        config = load_config(recipe, parse_overrides(set_ or []))
+    except DclrError as err:
+        fail(err)
+    out.print(
+        yaml.safe_dump(config.to_dict(), sort_keys=False), end="", highlight=False, markup=False
+    )
 
 
 # Command groups that live with their feature; each module defines `register(app)`.

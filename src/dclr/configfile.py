@@ -70,21 +70,15 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def load(cls: type[T], recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> T:
-    """Recipe YAML (may be None) + overrides -> a validated `cls` (its `.validate()` is called)."""
-    values: dict[str, Any] = {}
-    source = "overrides"
-    if recipe is not None:
-        path = Path(recipe)
-        if not path.is_file():
-            raise ConfigError(f"recipe {path} not found")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: a recipe is a mapping of option: value")
-        values.update(loaded)
-        source = str(path)
-    values.update(overrides or {})
-    return from_dict(cls, values, source).validate()  # type: ignore[attr-defined]
+def read_recipe(recipe: str | Path) -> dict[str, Any]:
+    """The mapping a YAML recipe holds (ConfigError if the file is missing or not a mapping)."""
+    path = Path(recipe)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} not found")
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of option: value")
+    return loaded
 
 
 def check_choices(config: Any, names: tuple[str, ...]) -> None:

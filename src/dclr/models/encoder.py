@@ -252,7 +252,7 @@ class SentenceEncoder(nn.Module):
     def tokenize(
         self, sentences: Sequence[str], max_length: int | None = None
     ) -> dict[str, torch.Tensor]:
-        limit = max_length or self.max_length or _model_limit(self.tokenizer)
+        limit = max_length or self.max_length or model_limit(self.tokenizer)
         return dict(
             self.tokenizer(
                 list(sentences),
@@ -349,7 +349,7 @@ class SentenceEncoder(nn.Module):
             raise ConfigError("batch_size must be >= 1")
         was_training = self.training
         self.eval()
-        limit = max_length or self.max_length or _model_limit(self.tokenizer)
+        limit = max_length or self.max_length or model_limit(self.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
@@ -374,7 +374,7 @@ class SentenceEncoder(nn.Module):
         return out[[index[s] for s in sentences]]
 
 
-def _model_limit(tokenizer: object) -> int:
+def model_limit(tokenizer: object) -> int:
     """The tokenizer's length limit, capped at 512 (BERT's position table; some report 1e30)."""
     return int(min(getattr(tokenizer, "model_max_length", 512) or 512, 512))
 

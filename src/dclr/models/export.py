@@ -12,7 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
-from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, _model_limit
+from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, model_limit
 
 # dclr pooler -> sentence-transformers Pooling mode (stock modules only).
 ST_POOLING_MODE = {
@@ -34,7 +34,7 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     pooler = encoder.inference_pooler
-    max_length = encoder.max_length or _model_limit(encoder.tokenizer)
+    max_length = encoder.max_length or model_limit(encoder.tokenizer)
     encoder.backbone.save_pretrained(tmp, safe_serialization=True)
     encoder.tokenizer.save_pretrained(tmp)
     if pooler in LAYER_AVERAGING:

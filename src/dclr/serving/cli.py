@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from dclr.clitools import console, fail, out, quiet_hf
 from dclr.errors import DclrError
 from dclr.serving.index import EXACT_MAX_VECTORS
 from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
 
-console = Console(stderr=True)
-out = Console()
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
 
 Model = Annotated[str, typer.Argument(help="Model folder, hub id, or python-package:NAME.")]
@@ -49,20 +47,8 @@ Overwrite = Annotated[
 ]
 
 
-def _quiet_hf() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}", highlight=False)
-    raise typer.Exit(2)
-
-
 def _need_extra(err: ModuleNotFoundError) -> None:
-    _fail(
+    fail(
         RuntimeError(
             f"{err.name} is not installed; this command needs the serve extra: "
             "pip install 'dclr[serve]'"
@@ -92,7 +78,7 @@ def encode_bulk(
     overwrite: Overwrite = False,
 ) -> None:
     """Encode a large file into vector shards; run it again after an interruption to resume."""
-    _quiet_hf()
+    quiet_hf()
     from dclr import distributed
     from dclr.serving.bulk import BulkSettings, bulk_encode
     from dclr.serving.readers import open_source
@@ -114,7 +100,7 @@ def encode_bulk(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     if distributed.rank() == 0:
         console.print(
             f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {manifest['rows']} "
@@ -149,7 +135,7 @@ def index_build(
     overwrite: Overwrite = False,
 ) -> None:
     """Encode a corpus and build a FAISS index (cosine similarity) tied to the model."""
-    _quiet_hf()
+    quiet_hf()
     try:
         from dclr.serving.index import IndexParams, build_index
         from dclr.serving.readers import open_source
@@ -170,7 +156,7 @@ def index_build(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     console.print(
         f"{meta['params']['kind']} index of {meta['count']} vectors ({meta['dim']}-d) in {out}"
     )
@@ -184,7 +170,7 @@ def index_info(folder: Annotated[Path, typer.Argument(help="Index folder.")]) ->
     try:
         meta = read_meta(folder)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     out.print_json(json.dumps(meta))
 
 
@@ -202,7 +188,7 @@ def search(
     ] = False,
 ) -> None:
     """Top-k texts of an index by cosine similarity; refuses a model other than the index's."""
-    _quiet_hf()
+    quiet_hf()
     try:
         from dclr.models.encoder import SentenceEncoder
         from dclr.serving.fingerprint import model_fingerprint
@@ -220,7 +206,7 @@ def search(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
-        _fail(err)
+        fail(err)
     if json_out:
         rows = [{"rank": r + 1, **hit.__dict__} for r, hit in enumerate(hits)]
         out.print_json(json.dumps({"query": query, "model": name, "results": rows}))
@@ -264,7 +250,7 @@ def serve(
     Routes: POST /v1/embeddings, POST /similarity, POST /search (with --index), GET /health,
     the page at /, the OpenAPI schema at /openapi.json. Binds 127.0.0.1 unless told otherwise.
     """
-    _quiet_hf()
+    quiet_hf()
     try:
         from dclr.serving.bulk import load_encoder, pick_device
         from dclr.serving.fingerprint import model_fingerprint
@@ -288,7 +274,7 @@ def serve(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
-        _fail(err)
+        fail(err)
     if not is_loopback(host):
         console.print(
             f"[yellow]warning:[/] binding {host} exposes the service (no authentication) beyond "
@@ -297,7 +283,7 @@ def serve(
     try:
         run(app, host, port, max_connections)
     except OSError as err:
-        _fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
+        fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
 
 
 def register(app: typer.Typer) -> None:

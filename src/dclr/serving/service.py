@@ -24,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dclr.models.encoder import SentenceEncoder, _model_limit
+from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.serving.batcher import (
     MAX_BATCH_TEXTS,
     MAX_PENDING_TEXTS,
@@ -96,7 +96,7 @@ def make_encode_fn(
     and at most `max_batch_tokens` padded tokens (texts x longest text), so activation memory
     is bounded whatever the inputs; a single text longer than the budget still goes alone.
     """
-    limit = encoder.max_length or _model_limit(encoder.tokenizer)
+    limit = encoder.max_length or model_limit(encoder.tokenizer)
 
     def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         ids = encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
