@@ -63,12 +63,30 @@ class Limits:
                 )
             if not text.strip():
                 raise LimitError(400, f"{name(i)} is empty", name(i), "empty_text")
+            bad = unencodable(text)
+            if bad is not None:
+                raise LimitError(
+                    400,
+                    f"{name(i)} is not valid Unicode: {bad}; send UTF-8 text (a JSON \\uD800-"
+                    "\\uDFFF escape must be half of a surrogate pair)",
+                    name(i),
+                    "invalid_unicode",
+                )
 
     def check_k(self, k: int) -> None:
         if not 1 <= k <= self.max_k:
             raise LimitError(
                 400, f"k must be between 1 and {self.max_k} (max_k), got {k}", "k", "k_out_of_range"
             )
+
+
+def unencodable(text: str) -> str | None:
+    """Why `text` cannot be UTF-8 (a lone surrogate, e.g. from JSON "\\ud800"), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"character {err.start} is the lone surrogate U+{ord(text[err.start]):04X}"
+    return None
 
 
 class LimitError(Exception):
