@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dclr.atomic import named_os_error
 from dclr.errors import DclrError
 
 app = typer.Typer(
@@ -135,11 +136,21 @@ def train_cmd(
             "used; --set still applies)."
         ),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Delete the previous run's outputs in the run folder and start over (without "
+            "it, a folder holding a run is refused)."
+        ),
+    ] = False,
 ) -> None:
-    """Train an encoder; evaluates before and after and prints the table."""
-    _quiet_hf()
+    """Train an encoder; evaluates before and after and prints the table.
+
+    The run folder is locked while training: a second run into it is refused, naming the holder.
+    SIGTERM or Ctrl-C saves a checkpoint at the end of the current step before stopping.
+    """
+    from dclr.runlock import FolderLock
     from dclr.training.config import load_config, parse_overrides
-    from dclr.training.driver import run_training
 
     try:
         overrides = parse_overrides(set_ or [])
@@ -155,9 +166,15 @@ def train_cmd(
             recipe = resume / "config.yaml"
             overrides.setdefault("output_dir", str(resume))
         config = load_config(recipe, overrides)
-        summary = run_training(config, resume=resume is not None)
+        FolderLock(config.output_dir, "dclr train").check()  # refuse before loading anything
+        _quiet_hf()
+        from dclr.training.driver import run_training
+
+        summary = run_training(config, resume=resume is not None, overwrite=overwrite)
     except DclrError as err:
         _fail(err)
+    except OSError as err:  # disk full, read-only folder: name the file and the fix
+        _fail(named_os_error(err))
     if summary.get("table"):
         out.print(summary["table"])
 

@@ -96,6 +96,27 @@ class FolderLock:
             return self
         raise LockHeld(f"{self.path}: could not take the lock (other processes keep taking it)")
 
+    def check(self) -> None:
+        """Raise LockHeld if another process holds the lock now (a fast early check; the lock
+        itself is only held after `acquire`)."""
+        if not self.path.is_file():
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.holder()
+            raise LockHeld(
+                f"{self.folder} is in use by {describe(holder)} "
+                f"({holder.get('purpose', 'dclr')})\n"
+                "  fix: wait for that process to finish or stop it, or write to another folder"
+            ) from None
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         if self._fd is None:
             return

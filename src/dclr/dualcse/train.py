@@ -31,7 +31,7 @@ from dclr.errors import ConfigError, TrainingDiverged
 from dclr.losses.dualcse import DualCSELoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.export import save_encoder
-from dclr.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.driver import environment
 from dclr.training.tracking import MetricsLog
 from dclr.training.trainer import DROPOUT_KEYS, param_groups
@@ -136,10 +136,7 @@ class DualCSETrainer:
         ckpt_root = self.run_dir / "checkpoints"
         start, train_seconds, cpu_seconds, last_ckpt = 0, 0.0, 0.0, None
         if resume:
-            last = latest_checkpoint(ckpt_root)
-            if last is None:
-                raise ConfigError(f"--resume: no checkpoint under {ckpt_root}")
-            state = load_checkpoint(last, self.model, optimizer, scheduler)
+            last, state = resume_checkpoint(ckpt_root, self.model, optimizer, scheduler)
             start, last_ckpt = state["step"], str(last)
             train_seconds, cpu_seconds = state["train_seconds"], state.get("cpu_seconds", 0.0)
         else:

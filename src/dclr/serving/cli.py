@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dclr.errors import DclrError
+from dclr.atomic import named_os_error
+from dclr.errors import DclrError, InputError
 from dclr.serving.index import EXACT_MAX_VECTORS
 from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
 
@@ -115,6 +116,8 @@ def encode_bulk(
         _need_extra(err)
     except DclrError as err:
         _fail(err)
+    except OSError as err:  # disk full, read-only folder: the file and the fix, no traceback
+        _fail(named_os_error(err, out_dir))
     if distributed.rank() == 0:
         console.print(
             f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {manifest['rows']} "
@@ -171,6 +174,8 @@ def index_build(
         _need_extra(err)
     except DclrError as err:
         _fail(err)
+    except OSError as err:
+        _fail(named_os_error(err, out))
     console.print(
         f"{meta['params']['kind']} index of {meta['count']} vectors ({meta['dim']}-d) in {out}"
     )
@@ -207,9 +212,17 @@ def search(
         from dclr.models.encoder import SentenceEncoder
         from dclr.serving.fingerprint import model_fingerprint
         from dclr.serving.index import SearchIndex, read_meta
+        from dclr.serving.readers import unencodable
 
         if k < 1:
             raise ValueError("-k must be >= 1")
+        bad = unencodable(query)
+        if bad is not None:
+            raise InputError(
+                f"the query is not valid text: {bad} (bytes that are not UTF-8 on the command "
+                "line arrive this way)",
+                fix="pass the query as UTF-8 text (check the terminal's or the script's encoding)",
+            )
         meta = read_meta(index)
         name = model or meta["model"]
         encoder = SentenceEncoder.from_pretrained(name, pooler=pooler or meta["pooler"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from dclr.serving.readers import unencodable
+
 # OpenAI's /v1/embeddings accepts up to 2048 inputs; 256 keeps one request to a few forward
 # passes (and its vectors to 256 x d floats) so one client cannot stall the others for long.
 MAX_TEXTS = 256
@@ -78,15 +80,6 @@ class Limits:
             raise LimitError(
                 400, f"k must be between 1 and {self.max_k} (max_k), got {k}", "k", "k_out_of_range"
             )
-
-
-def unencodable(text: str) -> str | None:
-    """Why `text` cannot be UTF-8 (a lone surrogate, e.g. from JSON "\\ud800"), or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return f"character {err.start} is the lone surrogate U+{ord(text[err.start]):04X}"
-    return None
 
 
 class LimitError(Exception):

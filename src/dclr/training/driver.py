@@ -15,6 +15,7 @@ from dclr import distributed as dist
 from dclr.data.sts import STS_TASKS
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.encoder import SentenceEncoder
+from dclr.training import runfolder
 from dclr.training.config import TrainConfig
 from dclr.training.trainer import Trainer
 
@@ -99,18 +100,24 @@ def starting_scores(
 TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
 
 
-def run_stages(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
+def run_stages(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
     """ConSERT's two-stage schedules: each stage is a run in `<output_dir>/stage-k` (see
     `stage_configs`); a finished stage is skipped, an interrupted one resumed. The before/after
     table compares the starting model with the best model of the last stage."""
+    root = Path(config.output_dir)
+    with runfolder.claim(root, resume, overwrite):
+        return _run_stages(config, root, resume)
+
+
+def _run_stages(config: TrainConfig, root: Path, resume: bool) -> dict[str, Any]:
     import dataclasses
 
     from dclr.cli import scores_table
     from dclr.training.checkpoint import latest_checkpoint
     from dclr.training.trainer import stage_configs
 
-    root = Path(config.output_dir)
-    root.mkdir(parents=True, exist_ok=True)
     config.save(root / "config.yaml")
     pooler = "cls_before_pooler" if config.mlp_head else config.pooler
     before_file = root / "before.json"
@@ -144,14 +151,24 @@ def run_stages(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     return summary
 
 
-def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run `config` end to end; returns a summary (and a rich table on rank 0)."""
+def run_training(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
+    """Run `config` end to end; returns a summary (and a rich table on rank 0).
+
+    The run folder is locked for the run, and one holding another run is refused unless `resume`
+    or `overwrite` (see `dclr.training.runfolder`).
+    """
+    if config.schedule in TWO_STAGE:
+        return run_stages(config, resume, overwrite)
+    run_dir = Path(config.output_dir)
+    with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
+        return _run_training(config, run_dir, resume)
+
+
+def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any]:
     from dclr.cli import scores_table
 
-    if config.schedule in TWO_STAGE:
-        return run_stages(config, resume)
-    run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config)
     main = trainer.rank == 0
     before_file = run_dir / "before.json"

@@ -36,8 +36,9 @@ from dclr.losses.simcse import SimCSELoss
 from dclr.losses.supervised import AdversarialView, NLIHead, SupervisedNLILoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.export import save_encoder
-from dclr.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
+from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
 from dclr.views.pair import PositiveViews, ViewSpec
 
@@ -397,11 +398,10 @@ class Trainer:
         ckpt_root = self.run_dir / "checkpoints"
         start, best, best_step = 0, None, None
         last_ckpt: str | None = None
-        if resume:
-            last = latest_checkpoint(ckpt_root)
-            if last is None:
-                raise ConfigError(f"--resume: no checkpoint under {ckpt_root}")
-            state = load_checkpoint(last, self.encoder, optimizer, scheduler, extra)
+        if resume:  # the newest intact checkpoint of this run (damaged ones are named, skipped)
+            last, state = resume_checkpoint(
+                ckpt_root, self.encoder, optimizer, scheduler, extra, run_id(self.run_dir)
+            )
             start, best, best_step = state["step"], state.get("best_metric"), state.get("best_step")
             last_ckpt = str(last)
         else:
@@ -415,6 +415,7 @@ class Trainer:
         )
         self.encoder.train()
         tic, seen = time.perf_counter(), 0
+        stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
         try:
             for step in range(start, self.total_steps):
                 global_ids = self.global_batch(step)
@@ -490,7 +491,7 @@ class Trainer:
                             )
                         self.encoder.train()
                     self._barrier()
-                if done % cfg.checkpoint_every == 0 or is_last:
+                if done % cfg.checkpoint_every == 0 or is_last or stop.requested:
                     if main:
                         path = save_checkpoint(
                             ckpt_root,
@@ -498,13 +499,21 @@ class Trainer:
                             self.encoder,
                             optimizer,
                             scheduler,
-                            {"best_metric": best, "best_step": best_step, "config": cfg.to_dict()},
+                            {
+                                "best_metric": best,
+                                "best_step": best_step,
+                                "config": cfg.to_dict(),
+                                "run_id": run_id(self.run_dir),
+                            },
                             keep=cfg.keep_checkpoints,
                             extra=extra,
                         )
                         last_ckpt = str(path)
                     self._barrier()
+                    if stop.requested and not is_last:
+                        raise TrainingStopped(done, str(last_ckpt), str(self.run_dir))
         finally:
+            stop.restore()
             bar.close()
             if log is not None:
                 log.close()
