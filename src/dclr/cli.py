@@ -217,6 +217,12 @@ def data_download(
         typer.Option(help="Archive URL (default: SimCSE's SentEval tarball, or $DCLR_DATA_URL)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Download again even if present.")] = False,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            help="Expected sha256 of the archive (else $DCLR_DATA_SHA256, else the pinned one)."
+        ),
+    ] = None,
 ) -> None:
     """Download the STS/SICK evaluation data and lay it out as SentEval does."""
     from dclr.data.download import download_data
@@ -224,7 +230,9 @@ def data_download(
 
     target = data_dir or Path(os.environ.get("DCLR_DATA_DIR") or default_cache_dir())
     try:
-        path = download_data(target, base_urls={"senteval": url} if url else None, force=force)
+        path = download_data(
+            target, base_urls={"senteval": url} if url else None, force=force, sha256=sha256
+        )
     except DclrError as err:
         _fail(err)
     console.print(f"evaluation data ready in {path}")
