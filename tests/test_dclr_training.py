@@ -232,3 +232,27 @@ def test_torchrun_dclr_follows_the_single_process_trajectory(model_dir, corpus_f
     for step, row in single.items():
         assert ddp[step]["loss"] == pytest.approx(row["loss"], abs=1e-4), step
         assert ddp[step]["dropped_fraction"] == row["dropped_fraction"]
+
+
+def test_dense_batches_and_calibrated_phi_in_the_trainer(
+    model_dir, corpus_file, data_dir, tmp_path
+):
+    """paraphrase_density places gold pairs in the training batches; phi_calibration replaces
+    phi with the scorer's quantile and logs it."""
+    from dclr.data.paraphrases import GoldIndex, gold_paraphrase_pairs
+
+    config = dclr_config(
+        model_dir, corpus_file, tmp_path / "run", max_steps=2, data_dir=str(data_dir),
+        paraphrase_density=0.5, complementary_mode="on_the_fly", complementary_model=str(model_dir),
+        phi_calibration="random_pairs", phi_calibration_target=0.25,
+    )  # fmt: skip
+    trainer = Trainer(config)
+    gold = GoldIndex(gold_paraphrase_pairs(data_dir))
+    for step in range(2):
+        flags = np.asarray(gold.matrix(trainer.batch_sentences(step)))
+        assert flags.sum() == 2 * 2  # 8 * 0.5 / 2 = 2 pairs, each counted (i, j) and (j, i)
+    trainer.train()
+    (row,) = read_metrics(tmp_path / "run", "calibration")
+    assert row["mode"] == "random_pairs" and -1 <= row["phi"] <= 1 and row["sentences"] > 1
+    drops = [r["dropped_fraction"] for r in read_metrics(tmp_path / "run", "train")]
+    assert max(drops) > 0  # a q = 0.25 quantile threshold drops in-batch negatives

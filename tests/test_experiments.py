@@ -207,6 +207,18 @@ def test_experiment_commands(tmp_path: Path) -> None:
     if VIEW_FIELD not in typing.get_type_hints(TrainConfig):
         assert result.exit_code == 2 and "not available yet" in result.output
     else:
-        assert result.exit_code == 0 and result.stdout.count("start") == 12, result.output
+        # 6 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
+        assert result.exit_code == 0 and result.stdout.count("start") == 36, result.output
     result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "unknown experiment" in result.output
+
+
+def test_shards_split_the_plan(tmp_path: Path) -> None:
+    calls: list = []
+    overrides = {"data_dir": "/nowhere"}
+    for k in (0, 1):
+        run_experiment("dense", "cpu", 3, tmp_path, RECIPES, overrides, train=fake_train(calls),
+                       log=lambda _: None, shard=(k, 2))  # fmt: skip
+    trained = [name for name, _ in calls]
+    everything = [p.run_dir.name for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)]
+    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 42

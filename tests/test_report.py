@@ -37,6 +37,18 @@ def _index(root: Path) -> Registry:
     return registry
 
 
+def test_paired_difference_and_interval() -> None:
+    from dclr.experiments.report import Paired
+
+    # seeds 42, 43, 44: diffs 1, 2, 3 -> mean 2, sd 1, t(0.975, 2) = 4.303, half 4.303 / sqrt 3
+    p = Paired.of({42: 10.0, 43: 10.0, 44: 10.0, 45: 9.0}, {42: 11.0, 43: 12.0, 44: 13.0})
+    assert (p.n, p.mean, p.std) == (3, 2.0, 1.0)
+    assert p.high - p.mean == pytest.approx(4.3027 / 3**0.5, rel=1e-4)
+    assert p.fmt() == "+2.00 [-0.48, +4.48]" and not p.beyond_noise
+    assert Paired.of({1: 0.0, 2: 0.0}, {1: 1.0, 2: 1.1}).beyond_noise
+    assert Paired.of({1: 0.0}, {2: 1.0}) is None  # no common seed
+
+
 def test_stat_mean_and_sample_std() -> None:
     assert Stat.of([70.0, 72.0]).fmt() == "71.00 ± 1.41"  # sample std: sqrt(2)
     assert Stat.of([73.0]).fmt() == "73.00"
@@ -66,7 +78,9 @@ def test_main_report_table(tmp_path: Path) -> None:
     ]  # fmt: skip
     # MiniLM has no paper row: compared with BERT-base, 76.25 -> 77.22 (+0.97)
     assert _table(md, "backbone | SimCSE") == [
-        ["minilm", "71.00 ± 1.41", "73.50 ± 0.71", "+2.50", "76.25 (BERT-base)",
+        # paired by seed: diffs 3 and 2 -> mean 2.5, sd 0.707, t(0.975, 1) = 12.706,
+        # half-width 12.706 * 0.707 / sqrt(2) = 6.35
+        ["minilm", "71.00 ± 1.41", "73.50 ± 0.71", "+2.50 [-3.85, +8.85]", "76.25 (BERT-base)",
          "77.22 (BERT-base)", "+0.97"],
     ]  # fmt: skip
     assert "1 incomplete run(s) left out" in md
@@ -86,10 +100,14 @@ def test_ablation_report_table(tmp_path: Path) -> None:
         md = build_report("ablation", registry, tmp_path / "r").read_text()
     rows = {r[0]: r[1:] for r in _table(md, "variant")}
     # task_scores(avg): STS-B = avg + 2, SICK-R = avg + 3
-    assert rows["DCLR (full)"] == ["1", "73.00", "+0.00", "75.00", "76.00"]
-    assert rows["w/o noise-based negatives"] == ["1", "72.00", "-1.00", "74.00", "75.00"]
-    assert rows["knowledge distillation"] == ["1", "70.50", "-2.50", "72.50", "73.50"]
-    assert rows["self instance weighting"] == ["0", "—", "—", "—", "—"]
+    # one seed each: the paired difference has no interval and says so
+    # last two columns: the paper's Table 6 value and its drop from 77.22
+    assert rows["DCLR (full)"] == ["1", "73.00", "—", "75.00", "76.00", "77.22", "—"]
+    assert rows["w/o noise-based negatives"] == ["1", "72.00", "-1.00 (1 seed)", "74.00", "75.00",
+                                                 "76.17", "-1.05"]  # fmt: skip
+    assert rows["knowledge distillation"] == ["1", "70.50", "-2.50 (1 seed)", "72.50", "73.50",
+                                              "75.05", "-2.17"]  # fmt: skip
+    assert rows["self instance weighting"] == ["0", "—", "—", "—", "—", "73.93", "-3.29"]
     assert "below full DCLR" in md
     assert (tmp_path / "r" / "ablation_delta.png").read_bytes()[:8] == PNG_MAGIC
 
@@ -134,8 +152,8 @@ def test_few_shot_and_sensitivity_reports(tmp_path: Path) -> None:
         sens = build_report("sensitivity", registry, tmp_path / "sens").read_text()
     # columns: DCLR STS-B, DCLR SICK-R, SimCSE STS-B, SimCSE SICK-R (STS-B = avg+2, SICK-R = avg+3)
     assert _table(few, "fraction") == [
-        ["100%", "73.00", "74.00", "72.00", "73.00"],
-        ["0.3%", "64.00", "65.00", "62.00", "63.00"],
+        ["100%", "73.00", "74.00", "72.00", "73.00", "+1.00 (1 seed)", "+1.00 (1 seed)"],
+        ["0.3%", "64.00", "65.00", "62.00", "63.00", "+2.00 (1 seed)", "+2.00 (1 seed)"],
     ]
     assert ("0.3% vs 100% of the data (relative change of the mean): DCLR STS-B -12.3 %; "
             "DCLR SICK-R -12.2 %; SimCSE STS-B -13.9 %; SimCSE SICK-R -13.7 %.") in few  # fmt: skip
@@ -171,7 +189,7 @@ def test_augmentations_and_search_sections(tmp_path: Path) -> None:
         aug = build_report("augmentations", registry, tmp_path / "aug").read_text()
         search = build_report("search:lr", registry, tmp_path / "search").read_text()
     assert _table(aug, "view") == [
-        ["dropout", "80.00", "70.00", "81.50", "71.00", "+1.50"],
+        ["dropout", "80.00", "70.00", "81.50", "71.00", "+1.50 (1 seed)"],
         ["token_shuffle", "78.00", "68.00", "—", "—", "—"],
     ]
     assert (tmp_path / "aug" / "augmentations.png").read_bytes()[:8] == PNG_MAGIC
@@ -193,7 +211,7 @@ def test_report_command(tmp_path: Path) -> None:
         registry.rebuild()
     result = CliRunner().invoke(app, ["report", "main", "--root", str(root), "--html"])
     assert result.exit_code == 0, result.output
-    assert "| minilm | 70.00 | 71.00 | +1.00 |" in result.stdout
+    assert "| minilm | 70.00 | 71.00 | +1.00 (1 seed) |" in result.stdout
     folder = root / "reports" / "main"
     assert sorted(p.name for p in folder.iterdir()) == [
         "main_delta.png",
@@ -202,3 +220,26 @@ def test_report_command(tmp_path: Path) -> None:
     ]
     result = CliRunner().invoke(app, ["report", "ablation", "--root", str(root)])
     assert result.exit_code == 2 and "no complete run" in result.output
+
+
+def test_dense_report_pairs_by_seed(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    # SimCSE / DCLR per seed at rho 0.5; DCLR logs a dropped fraction of 0.01
+    for variant, method, seed, avg in [("simcse", "simcse", 42, 70.0), ("simcse", "simcse", 43, 71.0),
+                                       ("simcse", "simcse", 44, 72.0), ("dclr", "dclr", 42, 71.0),
+                                       ("dclr", "dclr", 43, 72.1), ("dclr", "dclr", 44, 72.9)]:  # fmt: skip
+        run = write_run(root, f"{variant}{seed}", method=method, seed=seed, avg=avg,
+                        labels={"dense": [_cells(method=method, variant=variant, density=0.5)]})  # fmt: skip
+        if method == "dclr":
+            (run / "metrics.jsonl").write_text(
+                json.dumps({"step": 10, "kind": "train", "loss": 1.0, "dropped_fraction": 0.01})
+                + "\n"
+            )
+    with _index(root) as registry:
+        md = build_report("dense", registry, tmp_path / "r").read_text()
+    rows = {r[1]: r for r in _table(md, "ρ | variant")}
+    # diffs 1.0, 1.1, 0.9: mean 1.0, sd 0.1, half = 4.303 * 0.1 / sqrt(3) = 0.248
+    assert rows["DCLR (paper form)"][6:8] == ["1.000", "+1.00 [+0.75, +1.25]"]
+    assert rows["SimCSE"][7] == "—"
+    assert "ρ = 0.5: DCLR (paper form) is above SimCSE on the 7-task avg" in md
+    assert (tmp_path / "r" / "dense.png").read_bytes()[:8] == PNG_MAGIC

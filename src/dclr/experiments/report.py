@@ -56,6 +56,57 @@ class Stat:
         return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
 
 
+@dataclass
+class Paired:
+    """Paired difference b - a over the seeds both have: mean, sample std, n and the 95 %
+    t-interval mean ± t(0.975, n-1) · std / √n (no interval for a single seed)."""
+
+    mean: float
+    std: float
+    n: int
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, a: dict[int, float], b: dict[int, float]) -> Paired | None:
+        seeds = sorted(set(a) & set(b))
+        diffs = [b[s] - a[s] for s in seeds]
+        if not diffs:
+            return None
+        mean = float(np.mean(diffs))
+        if len(diffs) == 1:
+            return cls(mean, 0.0, 1, math.nan, math.nan)
+        from scipy.stats import t
+
+        std = float(np.std(diffs, ddof=1))
+        half = float(t.ppf(0.975, len(diffs) - 1)) * std / math.sqrt(len(diffs))
+        return cls(mean, std, len(diffs), mean - half, mean + half)
+
+    @property
+    def beyond_noise(self) -> bool:
+        """The 95 % interval excludes 0."""
+        return self.n > 1 and (self.low > 0 or self.high < 0)
+
+    def fmt(self, digits: int = 2) -> str:
+        if self.n == 1:
+            return f"{self.mean:+.{digits}f} (1 seed)"
+        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+
+
+def fmt_paired(p: Paired | None, digits: int = 2) -> str:
+    return "—" if p is None else p.fmt(digits)
+
+
+def by_seed(runs: list[RunData], key: str) -> dict[int, float]:
+    """seed -> score `key` (runs without it are left out)."""
+    return {r.seed: float(r.scores[key]) for r in runs if r.scores.get(key) is not None}
+
+
+def paired(a: list[RunData], b: list[RunData], key: str) -> Paired | None:
+    """b - a on `key`, paired by seed (same seed: same batches and dropout stream)."""
+    return Paired.of(by_seed(a, key), by_seed(b, key))
+
+
 def fmt(stat: Stat | None, digits: int = 2) -> str:
     return "—" if stat is None else stat.fmt(digits)
 
@@ -107,6 +158,13 @@ def group(runs: list[RunData], *keys: str) -> dict[tuple[Any, ...], list[RunData
 
 def stat(runs: list[RunData], key: str) -> Stat | None:
     return Stat.of(r.scores.get(key) for r in runs)
+
+
+def _as_stat(d: Paired | None) -> Stat | None:
+    """A paired difference as a bar: mean, with the 95 % half-width as its error bar."""
+    if d is None:
+        return None
+    return Stat(d.mean, 0.0 if d.n == 1 else d.high - d.mean, d.n)
 
 
 # ---- blocks -----------------------------------------------------------------------------------
@@ -261,14 +319,18 @@ def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
     rep.table(header, rows)
     rep.heading("Ours next to the paper (7-task avg)")
     rows, labels, ours, theirs = [], [], {"simcse": [], "dclr": []}, []
+    deltas: list[Paired | None] = []
     for backbone in sorted({b for b, _ in groups}):
         s = stat(groups.get((backbone, "simcse"), []), "avg")
         d = stat(groups.get((backbone, "dclr"), []), "avg")
         ref, note = _paper_ref(backbone)
         ps, pd = paper.MAIN_AVG[(ref, "simcse")].value, paper.MAIN_AVG[(ref, "dclr")].value
-        delta = d.mean - s.mean if s and d else None
+        delta = paired(
+            groups.get((backbone, "simcse"), []), groups.get((backbone, "dclr"), []), "avg"
+        )
+        deltas.append(delta)
         rows.append(
-            [backbone, fmt(s), fmt(d), fmt_num(delta, signed=True), f"{ps:.2f}{note}",
+            [backbone, fmt(s), fmt(d), fmt_paired(delta), f"{ps:.2f}{note}",
              f"{pd:.2f}{note}", fmt_num(pd - ps, signed=True)]
         )  # fmt: skip
         labels.append(f"{backbone}\n(paper: {ref})" if note else backbone)
@@ -276,20 +338,20 @@ def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
         ours["dclr"].append(d)
         theirs.append(Stat(pd - ps, 0.0, 1))
     rep.table(
-        ["backbone", "SimCSE", "DCLR", "Δ ours", "paper SimCSE", "paper DCLR", "Δ paper"], rows
+        ["backbone", "SimCSE", "DCLR", "Δ ours [95 % CI]", "paper SimCSE", "paper DCLR", "Δ paper"],
+        rows,
     )
-    deltas = [Stat(d.mean - s.mean, math.hypot(s.std, d.std), min(s.n, d.n)) if s and d else None
-              for s, d in zip(ours["simcse"], ours["dclr"], strict=True)]  # fmt: skip
     path = _bars(
         out / "main_delta.png",
         "DCLR − SimCSE, 7-task STS avg",
         labels,
-        {"ours": deltas, "paper": theirs},
+        {"ours": [_as_stat(d) for d in deltas], "paper": theirs},
         "Δ Spearman × 100 (DCLR − SimCSE)",
     )
     rep.image(path, "DCLR minus SimCSE, ours and the paper's")
     rep.text(
-        "Δ ours error bars: √(std_SimCSE² + std_DCLR²). Rows without a paper backbone are "
+        "Δ ours: paired by seed (DCLR − SimCSE of the same seed), mean [95 % t-interval]; error "
+        "bars: the interval's half-width. Rows without a paper backbone are "
         "compared with the paper's BERT-base numbers; the absolute scores are not comparable "
         "across backbones, the Δ is the quantity to compare."
     )
@@ -297,29 +359,36 @@ def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
 
 def section_ablation(rep: Report, runs: list[RunData], out: Path) -> None:
     groups = group(runs, "variant")
-    full = stat(groups.get(("full",), []), "avg")
     rep.heading("Ablations: 7-task STS avg (mean ± std over seeds)")
-    rows, labels, ours = [], [], []
+    rows, labels, ours, theirs = [], [], [], []
     for variant, label in paper.ABLATION_LABELS.items():
         members = groups.get((variant,), [])
         s = stat(members, "avg")
-        delta = s.mean - full.mean if s and full else None
-        rows.append([label, str(len(members)), fmt(s), fmt_num(delta, signed=True),
-                     fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness"))])  # fmt: skip
+        delta = paired(groups.get(("full",), []), members, "avg") if variant != "full" else None
+        ref = paper.ABLATION[variant].value
+        ref_delta = ref - paper.ABLATION["full"].value
+        rows.append([label, str(len(members)), fmt(s), fmt_paired(delta),
+                     fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness")),
+                     f"{ref:.2f}", fmt_num(ref_delta, signed=True) if variant != "full" else "—"])  # fmt: skip
         if variant != "full":
             labels.append(label)
-            ours.append(Stat(delta, s.std, s.n) if s and delta is not None else None)
-    rep.table(["variant", "seeds", "avg", "Δ avg vs full", "STS-B", "SICK-R"], rows)
+            ours.append(_as_stat(delta))
+            theirs.append(Stat(ref_delta, 0.0, 1))
+    rep.table(["variant", "seeds", "avg", "Δ avg vs full [95 % CI]", "STS-B", "SICK-R",
+               "paper avg (BERT-base)", "paper Δ"], rows)  # fmt: skip
     path = _bars(
         out / "ablation_delta.png",
         "Ablations: change of the 7-task STS avg vs full DCLR",
         labels,
-        {"ours": ours},
+        {"ours": ours, "paper (BERT-base)": theirs},
         "Δ Spearman × 100 vs full DCLR",
     )
     rep.image(path, "ablation deltas")
     finding, source = paper.FINDINGS["ablation"]
-    rep.text(f"Error bars: the variant's std over seeds. Paper: {finding} ({source}).")
+    rep.text(
+        "Δ: paired by seed against full DCLR, mean [95 % t-interval]; error bars: the interval's "
+        f"half-width. Paper: {finding} ({source})."
+    )
 
 
 def _curves(runs: list[RunData], metric: str) -> dict[str, tuple[list[int], Stat | Any]]:
@@ -378,9 +447,12 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
         for m in methods:
             members = groups.get((f, m), [])
             row += [fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness"))]
+        simcse, dclr = groups.get((f, "simcse"), []), groups.get((f, "dclr"), [])
+        row += [fmt_paired(paired(simcse, dclr, t)) for t in ("STSBenchmark", "SICKRelatedness")]
         rows.append(row)
     header = ["fraction"] + [f"{METHOD_NAMES.get(m, m)} {t}" for m in methods
                              for t in ("STS-B", "SICK-R")]  # fmt: skip
+    header += ["Δ STS-B (DCLR − SimCSE, paired)", "Δ SICK-R (paired)"]
     rep.table(header, rows)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -476,14 +548,11 @@ def section_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
         for m in methods:
             members = groups.get((v, m), [])
             row += [fmt(stat(members, "dev")), fmt(stat(members, "avg"))]
-        dev = {m: stat(groups.get((v, m), []), "dev") for m in methods}
-        delta = (
-            dev["dclr"].mean - dev["simcse"].mean if dev.get("dclr") and dev.get("simcse") else None
-        )
-        rows.append([*row, fmt_num(delta, signed=True)])
+        delta = paired(groups.get((v, "simcse"), []), groups.get((v, "dclr"), []), "dev")
+        rows.append([*row, fmt_paired(delta)])
     header = ["view"] + [f"{METHOD_NAMES.get(m, m)} {c}" for m in methods
                          for c in ("STS-B dev", "avg")]  # fmt: skip
-    rep.table([*header, "Δ dev (DCLR − SimCSE)"], rows)
+    rep.table([*header, "Δ dev (DCLR − SimCSE, paired) [95 % CI]"], rows)
     series = {METHOD_NAMES.get(m, m): [stat(groups.get((v, m), []), "dev") for v in views]
               for m in methods}  # fmt: skip
     path = _bars(out / "augmentations.png", "STS-B dev per positive view (view 1 = dropout)",
@@ -506,6 +575,119 @@ def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
     rep.table(["trial", *params, "STS-B", "SICK-R", "avg"], rows)
 
 
+DENSE_LABELS = {
+    "simcse": "SimCSE",
+    "dclr": "DCLR (paper form)",
+    "dclr_no_noise": "DCLR w/o noise negatives",
+    "dclr_no_weighting": "DCLR w/o instance weighting",
+    "dclr_calibrated": "DCLR, calibrated φ",
+}
+
+
+def mean_logged(run: RunData, key: str) -> float | None:
+    """Mean of a training metric over the run's logged steps (e.g. dropped_fraction)."""
+    values = [float(r[key]) for r in read_metrics(run.run_dir, "train") if key in r]
+    return float(np.mean(values)) if values else None
+
+
+def section_dense(rep: Report, runs: list[RunData], out: Path) -> None:
+    groups = group(runs, "density", "variant")
+    densities = sorted({d for d, _ in groups})
+    variants = [v for v in DENSE_LABELS if any(v == w for _, w in groups)]
+    rep.heading("STS test after training, per paraphrase density ρ (Spearman × 100)")
+    rep.text(
+        "ρ: share of every batch made of gold paraphrase pairs (train splits; both sentences of a "
+        "pair in the same batch). avg: 7-task STS average, mean ± std over seeds. Δ: paired by "
+        "seed against SimCSE at the same ρ (same batches and dropout stream), mean [95 % t-interval]. "
+        "dropped %: share of in-batch negatives DCLR's weighting removed, mean over logged steps."
+    )
+    header = ["ρ", "variant", "seeds", "avg", "STS-B", "SICK-R", "dropped %", "Δ avg",
+              "Δ STS-B", "Δ SICK-R"]  # fmt: skip
+    rows, verdicts = [], []
+    for rho in densities:
+        base = groups.get((rho, "simcse"), [])
+        for v in variants:
+            members = groups.get((rho, v), [])
+            if not members:
+                continue
+            drop = Stat.of(
+                x for r in members if (x := mean_logged(r, "dropped_fraction")) is not None
+            )
+            deltas = [paired(base, members, k) if v != "simcse" else None
+                      for k in ("avg", "STSBenchmark", "SICKRelatedness")]  # fmt: skip
+            rows.append([f"{rho:g}", DENSE_LABELS[v], str(len(members)), fmt(stat(members, "avg")),
+                         fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness")),
+                         "—" if drop is None else f"{100 * drop.mean:.3f}",
+                         *(fmt_paired(d) for d in deltas)])  # fmt: skip
+            if v != "simcse" and deltas[0] is not None:
+                verdicts.append((rho, v, deltas[0]))
+    rep.table(header, rows)
+    lines = []
+    for rho, v, d in verdicts:
+        word = (
+            ("above" if d.mean > 0 else "below") if d.beyond_noise else "not distinguishable from"
+        )
+        seeds = f", {d.n} seeds" if d.n > 1 else ""
+        lines.append(f"ρ = {rho:g}: {DENSE_LABELS[v]} is {word} SimCSE on the 7-task avg "
+                     f"(Δ {d.fmt()}{seeds}).")  # fmt: skip
+    if lines:
+        rep.text(" ".join(lines))
+    rep.heading("Does SimCSE suffer from paraphrase-dense batches?")
+    rows = []
+    zero = groups.get((0.0, "simcse"), [])
+    for rho in densities:
+        members = groups.get((rho, "simcse"), [])
+        d = paired(zero, members, "avg") if rho else None
+        rows.append([f"{rho:g}", fmt(stat(members, "avg")), fmt_paired(d),
+                     fmt_paired(paired(zero, members, "STSBenchmark") if rho else None)])  # fmt: skip
+    rep.table(["ρ", "SimCSE avg", "Δ avg vs ρ = 0 (paired)", "Δ STS-B vs ρ = 0"], rows)
+    rep.image(_dense_plot(groups, densities, variants, out / "dense.png"), "dense batches")
+    rep.text(
+        "Left: each seed's 7-task avg (dots) and the mean (line) per variant and ρ. Right: the "
+        "paired difference to SimCSE with its 95 % interval; an interval that crosses 0 is "
+        "inside the seed noise."
+    )
+
+
+def _dense_plot(groups: dict, densities: list, variants: list[str], path: Path) -> Path:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = dict(
+        zip(DENSE_LABELS, ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"), strict=True)
+    )
+    offsets = np.linspace(-0.03, 0.03, max(1, len(variants)))
+    for off, v in zip(offsets, variants, strict=True):
+        means = []
+        for rho in densities:
+            vals = [r.scores["avg"] for r in groups.get((rho, v), []) if "avg" in r.scores]
+            axes[0].scatter([rho + off] * len(vals), vals, color=colors[v], s=12, alpha=0.6)
+            means.append(np.mean(vals) if vals else np.nan)
+        axes[0].plot(
+            np.array(densities) + off, means, color=colors[v], marker="_", label=DENSE_LABELS[v]
+        )
+        if v == "simcse":
+            continue
+        pts = [(rho, paired(groups.get((rho, "simcse"), []), groups.get((rho, v), []), "avg"))
+               for rho in densities]  # fmt: skip
+        pts = [(rho, d) for rho, d in pts if d is not None]
+        if pts:
+            axes[1].errorbar([rho + off for rho, _ in pts], [d.mean for _, d in pts],
+                             yerr=[[d.mean - d.low if d.n > 1 else 0 for _, d in pts],
+                                   [d.high - d.mean if d.n > 1 else 0 for _, d in pts]],
+                             marker="o", capsize=3, color=colors[v], label=DENSE_LABELS[v])  # fmt: skip
+    axes[0].set_ylabel("7-task STS avg (Spearman × 100)")
+    axes[0].set_title("per seed (dots) and mean (line)", fontsize=10)
+    axes[1].axhline(0, color="black", linewidth=0.7)
+    axes[1].set_ylabel("Δ 7-task avg vs SimCSE (paired by seed)")
+    axes[1].set_title("paired difference, 95 % t-interval", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("paraphrase density ρ (share of the batch in gold pairs)")
+        ax.set_xticks(densities, [f"{d:g}" for d in densities])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 SECTIONS = {
     "main": section_main,
     "ablation": section_ablation,
@@ -513,6 +695,7 @@ SECTIONS = {
     "few-shot": section_few_shot,
     "sensitivity": section_sensitivity,
     "augmentations": section_augmentations,
+    "dense": section_dense,
 }
 
 
@@ -557,7 +740,8 @@ def build_report(
     section(rep, runs, out_dir)
     rep.heading("Sources")
     rep.text(
-        f"Paper numbers: {paper.PAPER}; {paper.UNVERIFIED}. Kept in dclr/experiments/paper.py."
+        f"Paper numbers: {paper.PAPER}, {paper.UNVERIFIED}, each with its line. Kept in "
+        "dclr/experiments/paper.py."
     )
     md = out_dir / "report.md"
     md.write_text(rep.markdown())

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, config_hash, set_labels
 from dclr.experiments.specs import RunSpec, default_recipes_dir, experiment_specs
 from dclr.training.checkpoint import latest_checkpoint
@@ -172,14 +173,37 @@ def run_experiment(
     overrides: dict[str, Any] | None = None,
     train: Callable[[TrainConfig, bool], Any] | None = None,
     log: Callable[[str], None] = print,
+    shard: tuple[int, int] | None = None,
 ) -> list[Planned]:
-    """Train every missing run of the experiment, then label and register each run folder."""
+    """Train every missing run of the experiment, then label and register each run folder.
+
+    `shard=(k, n)`: only the runs at positions k, k + n, k + 2n, ... of the plan, so n processes
+    (or machines sharing ROOT) split an experiment. A run whose complementary-model dependency
+    belongs to another shard must find it complete: start the shards after the dependencies
+    (`--shard` is meant for independent runs, e.g. every CPU-scale experiment)."""
     if train is None:
         from dclr.training.driver import run_training
 
         train = run_training
     root = Path(root)
     runs = plan(name, scale, n_seeds, root, recipes_dir, overrides, materialize=True)
+    if shard is not None:
+        k, n = shard
+        if not 0 <= k < n:
+            raise ConfigError(f"--shard {k}/{n}: need 0 <= k < n")
+        mine = [r for i, r in enumerate(runs) if i % n == k]
+        for item in mine:
+            dep = item.spec.complementary_from
+            if dep is not None and not item.labels:
+                continue
+            if dep is not None:
+                _, dep_dir = resolve(dep, root, recipes_dir or default_recipes_dir(), overrides)
+                if action_for(dep_dir) != "skip":
+                    raise ConfigError(
+                        f"--shard {k}/{n}: {item.run_dir.name} needs {dep_dir.name}, which is not "
+                        "complete; train the dependencies first (run without --shard)"
+                    )
+        runs = mine
     with Registry(root) as registry:
         for i, item in enumerate(runs, 1):
             log(f"[{i}/{len(runs)}] {item.action} {item.run_dir.name} {item.labels}")

@@ -203,6 +203,44 @@ def _augmentations(scale: str, seeds: list[int]) -> list[RunSpec]:
     ]
 
 
+# Paraphrase-dense batches (issue 12): rho = share of each batch made of gold paraphrase pairs.
+DENSITIES = (0.0, 0.25, 0.5)
+# variant -> (method, overrides): SimCSE, DCLR as the paper writes it, and DCLR without each part.
+DENSE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "simcse": ("simcse", {}),
+    "dclr": ("dclr", {}),
+    "dclr_no_noise": ("dclr", {"noise_mode": "none"}),
+    "dclr_no_weighting": ("dclr", {"weighting": "none"}),
+    # phi from MiniLM-mean's own random-pair cosines (top 0.1 % dropped: phi ~ 0.52), the
+    # calibration the audit (docs/results/cpu-scale/audit) finds to transfer across scorers.
+    "dclr_calibrated": (
+        "dclr",
+        {"phi_calibration": "random_pairs", "phi_calibration_target": 0.001},
+    ),
+}
+# Variants run at some densities only (CPU budget): calibrated phi where there are no gold false
+# negatives (does it cost anything?) and where they are densest (does it help?).
+DENSE_VARIANT_DENSITIES: dict[str, tuple[float, ...]] = {"dclr_calibrated": (0.0, 0.5)}
+# The dense runs skip dev evaluation (best/ = final/, the model after a fixed budget): the
+# table compares models at equal steps, and dev evaluations would add ~40 % to a CPU run.
+DENSE_SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 0}, "paper": {}}
+
+
+def _dense(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    specs = []
+    for seed in seeds:  # seed-major: each finished seed is a complete paired comparison
+        for density in DENSITIES:
+            for variant, (method, overrides) in DENSE_VARIANTS.items():
+                if density not in DENSE_VARIANT_DENSITIES.get(variant, DENSITIES):
+                    continue
+                extra = {**DENSE_SCALE_OVERRIDES[scale], **overrides, "paraphrase_density": density}
+                spec = _pair(scale, backbone, seed, method, extra)
+                labels = {**spec.labels, "variant": variant, "density": density}
+                specs.append(dataclasses.replace(spec, labels=labels))
+    return specs
+
+
 EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = {
     "main": (_main, "SimCSE vs DCLR per backbone: the 7-task STS table"),
     "ablation": (_ablation, "Table 6: DCLR without each of its parts, and alternatives"),
@@ -210,6 +248,10 @@ EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = 
     "few-shot": (_few_shot, "STS-B and SICK-R vs fraction of the training corpus"),
     "sensitivity": (_sensitivity, "sweeps of phi (false_negative_threshold) and noise ratio k"),
     "augmentations": (_augmentations, "each positive-view strategy with and without DCLR"),
+    "dense": (
+        _dense,
+        "paraphrase-dense batches: SimCSE vs DCLR and its parts at rho = 0, 0.25, 0.5",
+    ),
 }
 
 

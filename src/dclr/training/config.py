@@ -15,6 +15,7 @@ import yaml
 from dclr.configfile import check_choices, from_dict, load
 from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
 from dclr.errors import ConfigError
+from dclr.losses.calibration import PhiCalibration, check_target
 from dclr.models.pooling import POOLERS
 from dclr.views.strategies import ViewStrategy, check_view
 
@@ -78,6 +79,11 @@ class TrainConfig:
     complementary_pooler: str | None = None  # its pooler (None: what its folder records)
     complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
     complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
+    phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
+    phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
+    # ---- paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist) ----
+    paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
+    paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)
     # ---- positive views (dclr.views; ConSERT), for every method ----
     view1: ViewStrategy = "dropout"  # dropout | none | token_shuffle | token/span/feature_cutoff
     view1_rate: float = 0.0  # fraction cut by a cutoff view, in [0, 1)
@@ -144,6 +150,7 @@ class TrainConfig:
             raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
         if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
             raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
+        self._validate_debiasing()
         check_view(self.view1, self.view1_rate, "view1")
         check_view(self.view2, self.view2_rate, "view2")
         if "adversarial" in (self.view1, self.view2):
@@ -199,9 +206,33 @@ class TrainConfig:
                 "few_shot_sampling",
                 "schedule",
                 "supervised_loss",
+                "phi_calibration",
             ),
         )
         return self
+
+    def _validate_debiasing(self) -> None:
+        """Paraphrase-dense batches and calibrated phi (issue 12's options)."""
+        from dclr.data.paraphrases import parse_sources
+        from dclr.data.sampler import pairs_per_batch
+
+        if not 0 <= self.paraphrase_density <= 1:
+            raise ConfigError(
+                f"paraphrase_density must be in [0, 1], got {self.paraphrase_density}"
+            )
+        if self.paraphrase_density > 0:
+            if self.schedule != "unsup":
+                raise ConfigError("paraphrase_density applies to unsupervised training only")
+            pairs_per_batch(self.paraphrase_density, self.batch_size)
+            parse_sources(self.paraphrase_sources)
+        check_target(self.phi_calibration, self.phi_calibration_target)
+        if self.phi_calibration != "none" and (
+            self.method != "dclr" or self.weighting != "complementary"
+        ):
+            raise ConfigError(
+                "phi_calibration derives phi from the complementary model: it needs "
+                "method: dclr with weighting: complementary"
+            )
 
     @property
     def checkpoint_every(self) -> int:

@@ -22,6 +22,7 @@ from transformers import get_linear_schedule_with_warmup
 from dclr import distributed as dist
 from dclr.data.corpus import ListCorpus, load_corpus
 from dclr.data.nli import NliTriple, nli_triples, read_senteval_nli, read_simcse_csv
+from dclr.data.sampler import BatchSampler, training_batches
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.evaluation.sts import StsEvaluator
 from dclr.losses.complementary import (
@@ -333,9 +334,22 @@ class Trainer:
         if evaluator is None and config.eval_steps > 0 and self.rank == 0:
             self.evaluator = StsEvaluator(config.data_dir, mode="dev", geometry=True)
         self.run_dir = Path(config.output_dir)
-        self.steps_per_epoch = len(self.corpus) // config.batch_size
+        self.sampler = self._build_sampler()
+        self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = config.max_steps or math.ceil(config.epochs * self.steps_per_epoch)
-        self._perm_epoch, self._perm = -1, torch.empty(0)
+
+    def _build_sampler(self) -> BatchSampler:
+        """Random batches, or paraphrase-dense ones (the corpus then gains the pair sentences)."""
+        cfg = self.config
+        self.corpus, sampler = training_batches(
+            self.corpus,
+            cfg.batch_size,
+            cfg.seed,
+            cfg.paraphrase_density,
+            cfg.paraphrase_sources,
+            cfg.data_dir,
+        )
+        return sampler
 
     # ---- data -------------------------------------------------------------------------------
     def batch_sentences(self, step: int) -> list[str]:
@@ -346,12 +360,7 @@ class Trainer:
 
     def global_batch(self, step: int) -> torch.Tensor:
         """Corpus indices of the global batch of 0-based `step`, (batch_size,)."""
-        epoch, index = divmod(step, self.steps_per_epoch)
-        if epoch != self._perm_epoch:
-            gen = torch.Generator().manual_seed(self.config.seed + epoch)
-            self._perm, self._perm_epoch = torch.randperm(len(self.corpus), generator=gen), epoch
-        size = self.config.batch_size
-        return self._perm[index * size : (index + 1) * size]
+        return self.sampler.global_batch(step)
 
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -385,6 +394,9 @@ class Trainer:
             loss_fn.to(self.device)
         else:
             loss_fn = build_loss(cfg, model, complementary)
+        calibration = self._calibrate() if cfg.phi_calibration != "none" else None
+        if calibration is not None:
+            loss_fn.threshold = calibration["phi"]
         groups = param_groups(self.encoder, cfg.weight_decay)
         head = getattr(loss_fn, "head", None)
         extra = {}  # modules checkpointed with the encoder
@@ -409,6 +421,8 @@ class Trainer:
         if main:
             cfg.save(self.run_dir / "config.yaml")
         log = MetricsLog(self.run_dir, resume_step=start, tensorboard=main) if main else None
+        if log is not None and calibration is not None and start == 0:
+            log.log(0, "calibration", calibration)
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
         bar = tqdm(
             total=self.total_steps, initial=start, desc="train", unit="step", disable=not main
@@ -524,6 +538,32 @@ class Trainer:
                 save_encoder(self.encoder, self.run_dir / "best", extra={"step": self.total_steps})
         self._barrier()
         return TrainResult(self.total_steps, final_dir, self.run_dir / "best", best, best_step)
+
+    def _calibrate(self) -> dict[str, Any]:
+        """phi from the complementary model's own similarities (`dclr.losses.calibration`)."""
+        from dclr.data.paraphrases import gold_paraphrase_pairs, parse_sources
+        from dclr.data.paths import resolve_data_dir
+        from dclr.training.calibrate import calibrate_phi
+
+        cfg = self.config
+        spec = cfg.complementary_model or cfg.model
+        scorer = SentenceEncoder.from_pretrained(spec, pooler=cfg.complementary_pooler)
+        scorer = scorer.to(self.device)
+        pairs: list[tuple[str, str]] = []
+        if cfg.phi_calibration == "paraphrase_recall":
+            gold = gold_paraphrase_pairs(
+                resolve_data_dir(cfg.data_dir), parse_sources(cfg.paraphrase_sources)
+            )
+            pairs = [(p.first, p.second) for p in gold]
+        return calibrate_phi(
+            cfg.phi_calibration,
+            cfg.phi_calibration_target,
+            scorer,
+            self.corpus,
+            pairs,
+            max_length=cfg.max_length,
+            seed=cfg.seed,
+        )
 
     def _barrier(self) -> None:
         if self.world > 1:

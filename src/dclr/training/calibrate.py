@@ -1,0 +1,46 @@
+"""Resolve a calibrated phi for a DCLR run (see `dclr.losses.calibration` for the rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from dclr.losses.calibration import phi_from_paraphrases, phi_from_random_pairs
+from dclr.models.encoder import SentenceEncoder
+
+# Random corpus sentences for `random_pairs`: 4,000 give ~8M pairs, so even q = 0.001 rests on
+# ~8k pairs in the tail.
+CALIBRATION_SENTENCES = 4_000
+# Known paraphrase pairs for `paraphrase_recall`: a small labelled set, as a user would have.
+CALIBRATION_PAIRS = 500
+
+
+def calibrate_phi(
+    mode: str,
+    target: float,
+    scorer: SentenceEncoder,
+    corpus: Sequence[str],
+    paraphrases: Sequence[tuple[str, str]] = (),
+    max_length: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """phi for `mode` from the frozen `scorer` (a seeded sample of corpus or pairs)."""
+    rng = np.random.default_rng(seed)
+    with torch.inference_mode():
+        if mode == "random_pairs":
+            ids = rng.choice(
+                len(corpus), size=min(CALIBRATION_SENTENCES, len(corpus)), replace=False
+            )
+            vectors = scorer.encode([corpus[int(i)] for i in ids], max_length=max_length)
+            phi = phi_from_random_pairs(vectors, target)
+            return {"mode": mode, "target": target, "phi": phi, "sentences": len(ids)}
+        chosen = rng.choice(
+            len(paraphrases), size=min(CALIBRATION_PAIRS, len(paraphrases)), replace=False
+        )
+        first = scorer.encode([paraphrases[int(i)][0] for i in chosen], max_length=max_length)
+        second = scorer.encode([paraphrases[int(i)][1] for i in chosen], max_length=max_length)
+        phi = phi_from_paraphrases(first, second, target)
+        return {"mode": mode, "target": target, "phi": phi, "pairs": len(chosen)}
