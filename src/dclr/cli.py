@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from dclr.atomic import named_os_error
 from dclr.clitools import console, fail, out, quiet_hf, rte_table, scores_table
 from dclr.errors import DclrError
 
@@ -110,11 +111,21 @@ def train_cmd(
             "used; --set still applies)."
         ),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Delete the previous run's outputs in the run folder and start over (without "
+            "it, a folder holding a run is refused)."
+        ),
+    ] = False,
 ) -> None:
-    """Train with any method (recipe `method:`); evaluates before and after and prints the table."""
-    quiet_hf()
+    """Train with any method (recipe `method:`); evaluates before and after and prints the table.
+
+    The run folder is locked while training: a second run into it is refused, naming the holder.
+    SIGTERM or Ctrl-C saves a checkpoint at the end of the current step before stopping.
+    """
+    from dclr.runlock import FolderLock
     from dclr.training.config import load_config, parse_overrides
-    from dclr.training.driver import run_training
 
     try:
         overrides = parse_overrides(set_ or [])
@@ -130,9 +141,15 @@ def train_cmd(
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
         config = load_config(recipe, overrides)
-        summary = run_training(config, resume=resume is not None)
+        FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading anything
+        quiet_hf()
+        from dclr.training.driver import run_training
+
+        summary = run_training(config, resume=resume is not None, overwrite=overwrite)
     except DclrError as err:
         fail(err)
+    except OSError as err:  # disk full, read-only folder: name the file and the fix
+        fail(named_os_error(err))
     render_summary(summary)
 
 
@@ -200,6 +217,12 @@ def data_download(
         typer.Option(help="Archive URL (default: SimCSE's SentEval tarball, or $DCLR_DATA_URL)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Download again even if present.")] = False,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            help="Expected sha256 of the archive (else $DCLR_DATA_SHA256, else the pinned one)."
+        ),
+    ] = None,
 ) -> None:
     """Download the STS/SICK evaluation data and lay it out as SentEval does."""
     from dclr.data.download import download_data
@@ -207,7 +230,9 @@ def data_download(
 
     target = data_dir or Path(os.environ.get("DCLR_DATA_DIR") or default_cache_dir())
     try:
-        path = download_data(target, base_urls={"senteval": url} if url else None, force=force)
+        path = download_data(
+            target, base_urls={"senteval": url} if url else None, force=force, sha256=sha256
+        )
     except DclrError as err:
         fail(err)
     console.print(f"evaluation data ready in {path}")

@@ -125,7 +125,12 @@ def test_download_lays_out_senteval(tmp_path: Path, server: Server, prefix: str)
 
     assert root == data_dir
     assert all(path.is_file() for path in required_files(data_dir))
-    assert sorted(p.name for p in (data_dir / "senteval").iterdir()) == ["MR", "SICK", "STS"]
+    assert sorted(p.name for p in (data_dir / "senteval").iterdir()) == [
+        "MR",
+        "SICK",
+        "SOURCE.json",  # the URL, sha256 and size of the archive
+        "STS",
+    ]
     assert sorted(p.name for p in data_dir.iterdir()) == ["senteval"]
     for task, subsets in STS_SUBSETS.items():
         groups = load_task(root, task, "test")
@@ -300,3 +305,65 @@ def test_broken_archive_leaves_existing_data_untouched(tmp_path: Path, server: S
     assert "STS.gs.tweet-news.txt" in str(info.value)
     assert all(path.is_file() for path in required_files(data_dir))
     assert_no_leftovers(data_dir)
+
+
+# ---- issue 13: a pinned checksum per URL and caps on size ----------------------------------------
+def test_every_default_source_has_a_pin_entry() -> None:
+    from dclr.data.download import SHA256_BY_URL, SOURCES
+
+    assert set(SOURCES.values()) <= set(SHA256_BY_URL)  # the value may still be "" (unverified)
+
+
+def test_checksum_from_environment_and_the_record_of_what_was_downloaded(
+    tmp_path: Path, server: Server, monkeypatch
+) -> None:
+    import json
+
+    from dclr.data.download import SHA256_ENV_VAR, SOURCE_RECORD
+
+    archive = write_tar(server.folder / "senteval.tar", fake_senteval())
+    monkeypatch.setenv(SHA256_ENV_VAR, "f" * 64)
+    with pytest.raises(InputError, match="sha256 of the download is"):
+        download(tmp_path / "bad", server.url("senteval.tar"))
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    monkeypatch.setenv(SHA256_ENV_VAR, digest)
+    root = download(tmp_path / "good", server.url("senteval.tar"))
+    record = json.loads((root / "senteval" / SOURCE_RECORD).read_text())
+    assert record == {
+        "url": server.url("senteval.tar"),
+        "sha256": digest,
+        "bytes": archive.stat().st_size,
+    }
+
+
+def test_pinned_url_must_match_its_checksum(tmp_path: Path, server: Server, monkeypatch) -> None:
+    from dclr.data import download as module
+
+    write_tar(server.folder / "senteval.tar", fake_senteval())
+    url = server.url("senteval.tar")
+    monkeypatch.setitem(module.SHA256_BY_URL, url, "0" * 64)
+    with pytest.raises(InputError, match="expected 0000"):
+        download(tmp_path / "data", url)
+
+
+def test_download_larger_than_the_cap_is_refused(tmp_path: Path, server: Server) -> None:
+    write_tar(server.folder / "senteval.tar", fake_senteval())
+    with pytest.raises(InputError, match="the limit is 1000 bytes"):
+        download(tmp_path / "data", server.url("senteval.tar"), max_bytes=1000)
+    assert_no_leftovers(tmp_path / "data")
+
+
+def test_archive_expanding_past_the_cap_is_refused_before_extraction(
+    tmp_path: Path, server: Server
+) -> None:
+    import gzip
+
+    bomb = io.BytesIO()
+    with tarfile.open(fileobj=bomb, mode="w") as tar:
+        info = tarfile.TarInfo("data/downstream/STS/huge.txt")
+        info.size = 50_000_000  # zeros compress ~1000x
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    (server.folder / "senteval.tar").write_bytes(gzip.compress(bomb.getvalue()))
+    with pytest.raises(InputError, match="add up to more than 10000000 bytes"):
+        download(tmp_path / "data", server.url("senteval.tar"), max_extracted_bytes=10_000_000)
+    assert_no_leftovers(tmp_path / "data")

@@ -324,7 +324,7 @@ def test_overload_is_refused_with_503_not_queued(server, client):
     statuses = {status for status, _, _ in results}
     assert statuses <= {200, 503} and 503 in statuses and 200 in statuses
     refused = next(r for status, _, r in results if status == 503)
-    assert refused.headers["retry-after"] == "1"
+    assert int(refused.headers["retry-after"]) >= 1  # the estimated wait, in whole seconds
     assert refused.json()["error"]["code"] == "queue_full"
     health = client.get("/health").json()
     assert health["batcher"]["pending_texts"] == 0 and health["batcher"]["refused"] > 0

@@ -18,6 +18,7 @@ import torch
 from dclr import __version__
 from dclr import distributed as dist
 from dclr.methods.registry import get_method
+from dclr.training import runfolder
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.config import TrainConfig
 from dclr.training.loop import Trainer
@@ -60,13 +61,20 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def run_stages(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
+def run_stages(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
     """A schedule of several runs (`Method.stages`): each stage is a run in its own folder; a
     finished stage is skipped, an interrupted one resumed. The before/after scores compare the
-    starting model with the best model of the last stage."""
-    method = get_method(config.method)
+    starting model with the best model of the last stage. The root folder is locked for the
+    schedule (`dclr.training.runfolder`)."""
     root = Path(config.run.output_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    with runfolder.claim(root, resume, overwrite):
+        return _run_stages(config, root, resume)
+
+
+def _run_stages(config: TrainConfig, root: Path, resume: bool) -> dict[str, Any]:
+    method = get_method(config.method)
     config.save(root / "config.yaml")
     before_file = root / "before.json"
     before = json.loads(before_file.read_text()) if before_file.exists() else None
@@ -110,13 +118,24 @@ def _result_of(summary: dict[str, Any]) -> Any:
     )
 
 
-def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run `config` end to end; returns the summary written to results.json (rank 0)."""
+def run_training(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
+    """Run `config` end to end; returns the summary written to results.json (rank 0).
+
+    The run folder is locked for the run, and one holding another run is refused unless `resume`
+    or `overwrite` (see `dclr.training.runfolder`).
+    """
     method = get_method(config.method)
     if len(method.stages(config)) > 1:
-        return run_stages(config, resume)
+        return run_stages(config, resume, overwrite)
     run_dir = Path(config.run.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
+        return _run_training(config, run_dir, resume)
+
+
+def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any]:
+    method = get_method(config.method)
     trainer = Trainer(config)
     main = trainer.rank == 0
     before_file = run_dir / "before.json"

@@ -31,8 +31,9 @@ from dclr.errors import ConfigError, TrainingDiverged
 from dclr.losses.gradcache import GradCache
 from dclr.methods.registry import get_method
 from dclr.training.batch import Batch
-from dclr.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
+from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
 
 Evaluator = Callable[[torch.nn.Module], dict[str, float]]
@@ -174,11 +175,10 @@ class Trainer:
         ckpt_root = self.run_dir / "checkpoints"
         start, best, best_step, last_ckpt = 0, None, None, None
         train_seconds, cpu_seconds = 0.0, 0.0
-        if resume:
-            last = latest_checkpoint(ckpt_root)
-            if last is None:
-                raise ConfigError(f"--resume: no checkpoint under {ckpt_root}")
-            state = load_checkpoint(last, self.model, optimizer, scheduler, extra)
+        if resume:  # the newest intact checkpoint of this run (damaged ones are named, skipped)
+            last, state = resume_checkpoint(
+                ckpt_root, self.model, optimizer, scheduler, extra, run_id(self.run_dir)
+            )
             start, best, best_step = state["step"], state.get("best_metric"), state.get("best_step")
             train_seconds = state.get("train_seconds", 0.0)
             cpu_seconds = state.get("cpu_seconds", 0.0)
@@ -198,6 +198,7 @@ class Trainer:
         )
         self.model.train()
         tic, seen = time.perf_counter(), 0
+        stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
         try:
             for step in range(start, end):
                 step_start, step_cpu = time.perf_counter(), time.process_time()
@@ -258,7 +259,7 @@ class Trainer:
                             self.method.export(self.model, self.run_dir / "best", meta)
                         self.model.train()
                     self._barrier()
-                if done % run.checkpoint_every == 0 or done == end or is_last:
+                if done % run.checkpoint_every == 0 or done == end or is_last or stop.requested:
                     if main:
                         state = {
                             "best_metric": best,
@@ -266,6 +267,7 @@ class Trainer:
                             "train_seconds": train_seconds,
                             "cpu_seconds": cpu_seconds,
                             "config": cfg.to_dict(),
+                            "run_id": run_id(self.run_dir),
                         }
                         path = save_checkpoint(
                             ckpt_root,
@@ -279,7 +281,10 @@ class Trainer:
                         )
                         last_ckpt = str(path)
                     self._barrier()
+                    if stop.requested and not is_last:
+                        raise TrainingStopped(done, str(last_ckpt), str(self.run_dir))
         finally:
+            stop.restore()
             bar.close()
             if log is not None:
                 log.close()
