@@ -21,9 +21,9 @@ from dclr.training.checkpoint import (
     verify_checkpoint,
 )
 from dclr.training.config import load_config
+from dclr.training.loop import Trainer
 from dclr.training.runfolder import TrainingStopped
 from dclr.training.tracking import read_metrics
-from dclr.training.loop import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus  # noqa: E402

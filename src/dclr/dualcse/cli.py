@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -34,10 +35,25 @@ def register(parent: typer.Typer) -> None:
     """Add the `dualcse` command group to the `dclr` app."""
     for info in parent.registered_commands:  # `dclr dualcse train` is `dclr train`, kept for
         if info.name == "train":  # old scripts: one loop, one command
-            app.command("train", help="Same as `dclr train` (DualCSE recipes: recipes/dualcse/).")(
-                info.callback
-            )
+            app.command(
+                "train",
+                help="Same as `dclr train` with method dualcse when no recipe is given "
+                "(DualCSE recipes: recipes/dualcse/).",
+            )(_dualcse_default(info.callback))
     parent.add_typer(app, name="dualcse")
+
+
+def _dualcse_default(callback: Any) -> Any:
+    """`dclr train`, with `method: dualcse` when no recipe says otherwise (the old command's
+    default)."""
+
+    @functools.wraps(callback)
+    def train(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("recipe") is None and kwargs.get("resume") is None:
+            kwargs["set_"] = ["method=dualcse", *(kwargs.get("set_") or [])]
+        return callback(*args, **kwargs)
+
+    return train
 
 
 @app.command("encode")
