@@ -19,9 +19,18 @@ from typing import Any
 
 from dclr import API
 from dclr.evaluation.sts import StsEvaluator
+
+# Re-exported for `import dclr` (the names in dclr.API).
+from dclr.methods import available_methods as available_methods
+from dclr.methods import get_method as get_method
+from dclr.methods import register as register
+from dclr.methods.base import Method as Method
 from dclr.models.encoder import SentenceEncoder
+from dclr.training.batch import Batch as Batch
 from dclr.training.config import TrainConfig, load_config
 from dclr.training.driver import run_training
+from dclr.training.loop import Trainer as Trainer
+from dclr.training.loop import TrainResult as TrainResult
 
 __all__ = list(API)  # the names `import dclr` exposes (dclr.API)
 
