@@ -126,6 +126,7 @@ def train_cmd(
     """
     from dclr.runlock import FolderLock
     from dclr.training.config import load_config, parse_overrides
+    from dclr.training.runfolder import rank_from_env
 
     try:
         overrides = parse_overrides(set_ or [])
@@ -141,7 +142,8 @@ def train_cmd(
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
         config = load_config(recipe, overrides)
-        FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading anything
+        if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
+            FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
         quiet_hf()
         from dclr.training.driver import run_training
 

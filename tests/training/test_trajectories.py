@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ def load_script():
     spec = importlib.util.spec_from_file_location("check_trajectories", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve string annotations through it
     spec.loader.exec_module(module)
     return module
 
