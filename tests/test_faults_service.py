@@ -99,6 +99,7 @@ def test_poison_request_fails_only_itself(model_dir):
         await app.state.batcher.start()
         transport = httpx.ASGITransport(app=app)
         try:
+            # in-process ASGI transport: "http://t" is never resolved, nothing leaves the process
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                 inputs = [*texts[:5], "POISON here", *texts[5:]]
                 return await asyncio.gather(
@@ -132,7 +133,7 @@ def test_poison_mixed_into_32_concurrent_clients(client, server):
 
 # ---- slow clients -------------------------------------------------------------------------------
 def test_slow_header_connections_do_not_block_the_service(server, client):
-    host, port = server.url.removeprefix("http://").split(":")
+    host, port = server.url.removeprefix("http://").split(":")  # the test server on 127.0.0.1
     held = []
     try:
         for _ in range(SLOW_CONNECTIONS):
