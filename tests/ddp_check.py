@@ -2,8 +2,11 @@
 
 Rank 0 writes the (global) loss and the DDP-averaged gradients to OUT as safetensors, for
 tests/test_distributed.py to compare with a single process on the whole batch.
+A rank that is still running after HANG_S seconds prints every thread's stack and exits, so a
+hang (rendezvous, a collective) fails with a traceback instead of eating the test's timeout.
 """
 
+import faulthandler
 import sys
 
 import torch
@@ -56,5 +59,8 @@ def main(model_dir: str, out: str) -> None:
     torch.distributed.destroy_process_group()
 
 
+HANG_S = 100
+
 if __name__ == "__main__":
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
     main(sys.argv[1], sys.argv[2])
