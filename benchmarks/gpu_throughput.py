@@ -27,6 +27,7 @@ from dclr.losses.complementary import CachedComplementary
 from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
+from dclr.training.batch import Batch
 
 WORDS = [
     "the",
@@ -152,7 +153,7 @@ def main() -> None:
             for k, v in encoder.tokenize(sentences, max_length=args.max_length).items()
         }
         with autocast():
-            loss = loss_fn(features, indices=ids, sentences=sentences)["loss"]
+            loss = loss_fn(Batch(features, indices=ids, sentences=sentences))["loss"]
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

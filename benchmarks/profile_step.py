@@ -21,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 from dclr.data.corpus import load_corpus
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
+from dclr.training.batch import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_FLOP_FACTOR = 3  # backward costs about twice the forward
@@ -47,7 +48,7 @@ def main() -> None:
     def step() -> tuple[int, int]:
         ids = torch.randperm(len(corpus), generator=gen)[:64]
         features = encoder.tokenize([corpus[int(i)] for i in ids], max_length=32)
-        loss_fn(features)["loss"].backward()
+        loss_fn(Batch(features))["loss"].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         mask = features["attention_mask"]

@@ -27,6 +27,7 @@ from encode import MODEL, sample  # noqa: E402
 from dclr.data.corpus import load_corpus  # noqa: E402
 from dclr.losses.simcse import SimCSELoss  # noqa: E402
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
+from dclr.training.batch import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS: list[int | None] = [None, 64, 128, 256]
@@ -56,7 +57,7 @@ def train(data_dir: str, reps: int) -> dict[str, float]:
             for batch in batches:
                 start = time.perf_counter()
                 features = encoder.tokenize(batch, max_length=32)
-                loss_fn(features)["loss"].backward()
+                loss_fn(Batch(features))["loss"].backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 if rep:

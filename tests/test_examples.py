@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+from helpers import make_tiny_model_dir, write_pseudo_corpus
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_st_dclr.py"
 

@@ -4,20 +4,19 @@ tables that say which way is better, encode that keeps one row per line."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
+import socket
 
 import huggingface_hub.constants
 import numpy as np
 import pytest
+from helpers import make_tiny_model_dir, write_pseudo_corpus
 from typer.testing import CliRunner
 
-from dclr.cli import TRAIN_KEYS, app, scores_table, split_tasks
+from dclr.cli import app, split_tasks
+from dclr.clitools import HELP_SECTIONS, scores_table, train_keys_help
 from dclr.errors import ConfigError, InputError
-from dclr.training.config import TrainConfig, load_config
-
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+from dclr.methods.registry import available_methods, get_method
+from dclr.training.config import CORE_SECTIONS, load_config
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}  # help text on one line per option
@@ -25,17 +24,23 @@ WIDE = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}  # help text on one line per 
 
 def test_set_typo_blames_the_option_and_suggests_the_key(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model: m\nmethod: dclr\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(recipe, {"noise_ratioo": 1})
-    text = str(err.value)
-    assert text.startswith("--set: unknown option 'noise_ratioo' (did you mean 'noise_ratio'?)")
-    assert str(recipe) not in text
+    recipe.write_text("method: dclr\nmodel:\n  name: m\n")
+    for key, prefix in (
+        ("noise_ratioo", "--set (method 'dclr'): unknown option 'noise_ratioo'"),
+        ("dclr.noise_ratioo", "--set dclr.noise_ratioo: unknown option 'noise_ratioo'"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            load_config(recipe, {key: 1})
+        text = str(err.value)
+        assert text.startswith(prefix) and "(did you mean 'noise_ratio'?)" in text
+        assert str(recipe) not in text
+    with pytest.raises(ConfigError, match="unknown section 'dlcr'"):
+        load_config(recipe, {"dlcr.noise_ratio": 1})
 
 
 def test_recipe_typo_blames_the_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model: m\nlearning_rte: 1e-5\n")
+    recipe.write_text("method: simcse\nmodel:\n  name: m\noptimisation:\n  learning_rte: 1e-5\n")
     with pytest.raises(ConfigError, match="did you mean 'learning_rate'") as err:
         load_config(recipe, {})
     assert str(err.value).startswith(str(recipe))
@@ -47,11 +52,17 @@ def test_train_without_a_recipe_says_what_is_missing():
     assert "nothing to train" in result.output and "recipes/dclr_minilm_cpu.yaml" in result.output
 
 
-def test_train_help_lists_every_set_key():
-    assert [f.name for f in dataclasses.fields(TrainConfig)] == TRAIN_KEYS
+def test_train_help_lists_every_set_key_by_section():
+    registered = {**CORE_SECTIONS, **{m: get_method(m).section for m in available_methods()}}
+    assert set(HELP_SECTIONS) == set(registered)  # a new method is added to the help too
+    expected = "; ".join(
+        f"{name}: {', '.join(f.name for f in dataclasses.fields(registered[name]))}"
+        for name in HELP_SECTIONS
+    )
+    assert train_keys_help() == expected  # read from source, equal to the dataclasses
     result = runner.invoke(app, ["train", "--help"], env=WIDE)
     assert result.exit_code == 0
-    for key in ("noise_ratio", "false_negative_threshold", "keep_checkpoints"):
+    for key in ("noise_ratio", "false_negative_threshold", "keep_checkpoints", "dclr:"):
         assert key in result.output
 
 
@@ -68,7 +79,7 @@ def test_task_selection_follows_simcse():
     sts, transfer = split_tasks(None, "full")
     assert len(sts) == 7 and len(transfer) == 7
     assert split_tasks("stsb,SST-2, trec", None) == (["STSBenchmark"], ["SST2", "TREC"])
-    with pytest.raises(ValueError, match="unknown task 'SST5'"):
+    with pytest.raises(ConfigError, match="unknown task 'SST5'"):
         split_tasks("SST5", None)
 
 
@@ -105,6 +116,42 @@ def test_offline_hub_id_fails_at_once_and_leaves_no_run_folder(tmp_path, monkeyp
     with pytest.raises(InputError, match="HF_HUB_OFFLINE is set"):
         run_training(config)
     assert not run_dir.exists()
+
+
+def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
+    import dclr.models.encoder as encoder_module
+
+    with socket.socket() as probe:  # a port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+
+    def hub_client(*args, **kwargs):
+        raise AssertionError("the Hub client (and its retries) must not be reached")
+
+    monkeypatch.setattr(encoder_module.AutoConfig, "from_pretrained", hub_client)
+    with pytest.raises(InputError, match="cannot be reached"):
+        encoder_module.load_backbone("dclr-tests/no-such-model")
+
+
+def test_export_falls_back_to_the_old_sentence_transformers_import_path(monkeypatch):
+    import builtins
+
+    from dclr.models.export import st_modules
+
+    current = st_modules()
+    real_import = builtins.__import__
+    new_path = "sentence_transformers.sentence_transformer.modules"
+
+    def before_6(name, globals=None, *args, **kwargs):  # export.py sees a release before 6
+        if name == new_path and (globals or {}).get("__name__") == "dclr.models.export":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, globals, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", before_6)
+    assert st_modules() == current  # the same classes, through `sentence_transformers.models`
 
 
 @pytest.fixture(scope="module")

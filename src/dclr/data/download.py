@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import posixpath
 import shutil
@@ -39,11 +40,28 @@ from dclr.errors import ConfigError, InputError
 SOURCES: dict[str, str] = {
     "senteval": "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/senteval.tar",
 }
-# Known sha256 of each archive. Empty: the upstream file carries no published checksum, so the
-# default download is checked by validating its contents instead; pass `sha256=` to pin one.
-SHA256: dict[str, str] = {}
+# The sha256 pinned for each archive URL: a download from a pinned URL must match it. The upstream
+# file carries no published checksum and this code was written offline, so the default URL's pin
+# is still EMPTY: UNVERIFIED. Fill it once from a trusted network (`sha256sum senteval.tar`, or the
+# digest `dclr data download` prints and records in senteval/SOURCE.json) and commit it; until
+# then the download is checked by reading every STS task in full, and a user can pin the digest
+# with --sha256 or $DCLR_DATA_SHA256.
+SHA256_BY_URL: dict[str, str] = {
+    SOURCES["senteval"]: "",  # UNVERIFIED: to be filled (see above)
+}
+# Kept for callers of the old name: source name -> pinned sha256 (the default URL's pin).
+SHA256: dict[str, str] = {name: SHA256_BY_URL.get(url, "") for name, url in SOURCES.items()}
 # Overrides SOURCES["senteval"] (a mirror, or file:///path/to/senteval.tar for a manual download).
 URL_ENV_VAR = "DCLR_DATA_URL"
+# Expected sha256 of the archive, whatever its URL (overrides the pin).
+SHA256_ENV_VAR = "DCLR_DATA_SHA256"
+# Written into senteval/ after a download: the URL, its sha256 and size (to pin or compare later).
+SOURCE_RECORD = "SOURCE.json"
+# Caps that stop a wrong URL or a hostile archive from filling the disk. SentEval's tarball is a few
+# hundred MB with a few thousand files; ten times that is still refused at once.
+MAX_DOWNLOAD_BYTES = 2 * 1024**3
+MAX_EXTRACTED_BYTES = 4 * 1024**3
+MAX_MEMBERS = 100_000
 
 # SentEval's task folders that are laid out when the archive has them; STS and SICK are required.
 REQUIRED_FOLDERS = ("STS", "SICK")
@@ -87,6 +105,8 @@ def download_data(
     force: bool = False,
     show_progress: bool = True,
     timeout: float = _TIMEOUT_S,
+    max_bytes: int = MAX_DOWNLOAD_BYTES,
+    max_extracted_bytes: int = MAX_EXTRACTED_BYTES,
 ) -> Path:
     """Download SentEval's evaluation data and lay it out under `data_dir/senteval/`.
 
@@ -94,13 +114,18 @@ def download_data(
         data_dir: the data root; `senteval/` is created inside it (parents too).
         base_urls: full archive URLs by source name (only "senteval"), replacing `SOURCES` and
             $DCLR_DATA_URL. Any scheme urllib opens works, including `file://`.
-        sha256: expected hex digest of the archive; checked before extraction when given
-            (defaults to `SHA256.get("senteval")`, which is unset).
+        sha256: expected hex digest of the archive, checked before extraction. Default:
+            $DCLR_DATA_SHA256, else the digest pinned for the URL in `SHA256_BY_URL` (the default
+            URL's pin is still empty: see there). The digest of every download is printed and
+            recorded in `senteval/SOURCE.json`.
         force: replace an existing `senteval/` folder. Without it, a complete one is kept
             untouched (no network access) and an incomplete one is an error, so that nothing
             the user put there is deleted silently.
         show_progress: show a tqdm bar while downloading.
         timeout: seconds each network operation may block.
+        max_bytes: a longer download is stopped and refused.
+        max_extracted_bytes: an archive whose files add up to more (or that has more than
+            `MAX_MEMBERS` members) is refused before anything is extracted.
 
     Returns:
         `data_dir`, checked by `resolve_data_dir` and by reading the STS-B test set. A fresh
@@ -129,23 +154,29 @@ def download_data(
         )
 
     url = source_urls(base_urls)["senteval"]
-    expected = sha256 or SHA256.get("senteval")
+    expected = sha256 or os.environ.get(SHA256_ENV_VAR) or SHA256_BY_URL.get(url)
     data_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".dclr-download-", dir=data_dir))
     try:
         archive = work / "senteval.tar"
-        digest = _fetch(url, archive, show_progress=show_progress, timeout=timeout)
+        digest = _fetch(
+            url, archive, show_progress=show_progress, timeout=timeout, max_bytes=max_bytes
+        )
         if expected and digest != expected.lower():
             raise InputError(
                 f"sha256 of the download is {digest}, expected {expected}",
                 path=url,
                 fix="the file is corrupt or has changed upstream; retry, or check the checksum",
             )
+        if not expected and show_progress:
+            print(f"sha256 {digest} (no checksum pinned for {url}: not verified)", flush=True)
+        record = {"url": url, "sha256": digest, "bytes": archive.stat().st_size}
         extracted = work / "extracted"
-        _extract(archive, extracted, url)
+        _extract(archive, extracted, url, max_extracted_bytes)
         archive.unlink()
         staged = work / "root"
         _stage(_find_senteval_root(extracted, url), staged / "senteval")
+        (staged / "senteval" / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         _read_all_tasks(staged)  # a broken archive fails here, before anything is replaced
         _swap_in(staged / "senteval", target, work)
     finally:
@@ -167,14 +198,23 @@ def _network_error(url: str, reason: object) -> InputError:
     )
 
 
-def _fetch(url: str, dest: Path, *, show_progress: bool, timeout: float) -> str:
-    """Stream `url` to `dest`; return the sha256 hex digest of what was written."""
+def _fetch(
+    url: str,
+    dest: Path,
+    *,
+    show_progress: bool,
+    timeout: float,
+    max_bytes: int = MAX_DOWNLOAD_BYTES,
+) -> str:
+    """Stream `url` to `dest` (at most `max_bytes`); return the sha256 hex digest written."""
     digest = hashlib.sha256()
     received = 0
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, dest.open("wb") as out:
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
+            if total is not None and total > max_bytes:
+                raise _too_big(url, f"announces {total} bytes", max_bytes)
             with tqdm(
                 total=total,
                 unit="B",
@@ -184,9 +224,11 @@ def _fetch(url: str, dest: Path, *, show_progress: bool, timeout: float) -> str:
                 disable=not show_progress,
             ) as bar:
                 while chunk := response.read(_CHUNK_BYTES):
+                    received += len(chunk)
+                    if received > max_bytes:
+                        raise _too_big(url, f"sent more than {max_bytes} bytes", max_bytes)
                     out.write(chunk)
                     digest.update(chunk)
-                    received += len(chunk)
                     bar.update(len(chunk))
     except urllib.error.HTTPError as err:
         raise _network_error(url, f"HTTP {err.code} {err.reason}") from None
@@ -203,6 +245,14 @@ def _fetch(url: str, dest: Path, *, show_progress: bool, timeout: float) -> str:
     if total is not None and received != total:
         raise _network_error(url, f"connection closed after {received} of {total} bytes")
     return digest.hexdigest()
+
+
+def _too_big(url: str, what: str, limit: int) -> InputError:
+    return InputError(
+        f"the download {what}; the limit is {limit} bytes",
+        path=url,
+        fix="check the URL: SentEval's tarball is a few hundred MB",
+    )
 
 
 def _unsafe_reason(member: tarfile.TarInfo, *, links_allowed: bool) -> str | None:
@@ -227,12 +277,24 @@ def _unsafe_reason(member: tarfile.TarInfo, *, links_allowed: bool) -> str | Non
     return None
 
 
-def _extract(archive: Path, dest: Path, url: str) -> None:
-    """Extract `archive` into `dest`, refusing the whole archive if any member is unsafe."""
+def _extract(archive: Path, dest: Path, url: str, max_bytes: int = MAX_EXTRACTED_BYTES) -> None:
+    """Extract `archive` into `dest`, refusing the whole archive if any member is unsafe or the
+    files add up to more than `max_bytes` (a compressed archive can expand a thousandfold)."""
     has_data_filter = hasattr(tarfile, "data_filter")  # Python >= 3.11.4
     try:
         with tarfile.open(archive) as tar:
-            members = tar.getmembers()
+            members = []
+            total = 0
+            for member in tar:  # headers only; stops early on a bomb
+                members.append(member)
+                total += member.size if member.isfile() else 0
+                if total > max_bytes or len(members) > MAX_MEMBERS:
+                    raise InputError(
+                        f"refusing to extract the archive: its files add up to more than "
+                        f"{max_bytes} bytes or {MAX_MEMBERS} members",
+                        path=url,
+                        fix="the archive is not the expected SentEval tarball; check the URL",
+                    )
             for member in members:
                 reason = _unsafe_reason(member, links_allowed=has_data_filter)
                 if reason:

@@ -30,7 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dclr.errors import ConfigError, InputError
-from dclr.models.encoder import SentenceEncoder, _model_limit, resolve_model
+from dclr.models.encoder import SentenceEncoder, model_limit, resolve_model
 from dclr.models.export import save_encoder
 
 EncoderKind = Literal["cross", "bi"]
@@ -165,7 +165,7 @@ class DualEncoder(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """A padded batch of `sentences` as encoded for `semantics` (pairs for a cross encoder)."""
         encoder = self.encoder_for(semantics)
-        limit = max_length or encoder.max_length or _model_limit(encoder.tokenizer)
+        limit = max_length or encoder.max_length or model_limit(encoder.tokenizer)
         batch = encoder.tokenizer(
             **self._texts(sentences, semantics),
             padding=True,
@@ -206,7 +206,7 @@ class DualEncoder(nn.Module):
         encoder = self.encoder_for(semantics)
         was_training = self.training
         self.eval()
-        limit = max_length or encoder.max_length or _model_limit(encoder.tokenizer)
+        limit = max_length or encoder.max_length or model_limit(encoder.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         tokens = encoder.tokenizer(
             **self._texts(distinct, semantics), truncation=self._truncation(), max_length=limit

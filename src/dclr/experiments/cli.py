@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dclr.clitools import console, fail, out, quiet_hf, scores_table
 from dclr.errors import DclrError
 
 runs_app = typer.Typer(
@@ -20,8 +21,6 @@ experiment_app = typer.Typer(
     "hyper-parameter search.",
     no_args_is_help=True,
 )
-console = Console(stderr=True)
-out = Console()
 ROOT_ENV = "DCLR_EXPERIMENTS_DIR"
 
 Root = Annotated[
@@ -40,11 +39,6 @@ def register(parent: typer.Typer) -> None:
     parent.add_typer(runs_app, name="runs")
     parent.add_typer(experiment_app, name="experiment")
     parent.command("report")(report_cmd)
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -101,7 +95,7 @@ def runs_list(
 def _get(registry: object, run: str) -> object:
     row = registry.get(run)  # type: ignore[attr-defined]
     if row is None:
-        _fail(KeyError(f"no run {run!r} (or several match): see `dclr runs list`"))
+        fail(KeyError(f"no run {run!r} (or several match): see `dclr runs list`"))
     return row
 
 
@@ -116,7 +110,6 @@ def runs_show(
     root: Root = DEFAULT_ROOT,
 ) -> None:
     """A run's config, environment, scores and the experiments that use it."""
-    from dclr.cli import scores_table
     from dclr.data.sts import STS_TASKS
     from dclr.experiments.registry import Registry
 
@@ -254,7 +247,7 @@ def experiment_run(
                     f"{item.action:6} {item.run_dir.name}  {json.dumps(item.labels) if item.labels else '(dependency)'}"
                 )
             return
-        _quiet_hf()
+        quiet_hf()
         train = launcher_train(launcher) if launcher else None
         run_experiment(
             name,
@@ -268,7 +261,7 @@ def experiment_run(
             shard=_parse_shard(shard),
         )
     except DclrError as err:
-        _fail(err)
+        fail(err)
 
 
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -316,12 +309,12 @@ def experiment_search(
         overrides = parse_overrides(set_ or [])
         if dry_run:
             for trial, params, config in trial_configs(recipe, space, root, overrides, name):
-                out.print(f"trial {trial}: {params} -> {Path(config.output_dir).name}")
+                out.print(f"trial {trial}: {params} -> {Path(config.run.output_dir).name}")
             return
-        _quiet_hf()
+        quiet_hf()
         best = run_search(recipe, space, root, name, overrides, parallel, log=console.print)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     if best is not None:
         out.print(f"best trial: {best}")
 
@@ -362,7 +355,7 @@ def experiment_audit(
     from dclr.experiments.audit import run_audit, write_report
 
     try:
-        _quiet_hf()
+        quiet_hf()
         result = run_audit(
             [Scorer.parse(s) for s in scorer],
             density or [0.0, 0.25],
@@ -375,7 +368,7 @@ def experiment_audit(
         )
         path = write_report(result, output)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     console.print(f"wrote {path}")
     typer.echo(path.read_text())
 
@@ -402,7 +395,7 @@ def experiment_noise_sweep(
     from dclr.experiments.noise_sweep import run_noise_sweep, write_report
 
     try:
-        _quiet_hf()
+        quiet_hf()
         result = run_noise_sweep(
             model,
             pooler,
@@ -414,16 +407,9 @@ def experiment_noise_sweep(
         )
         path = write_report(result, output)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     console.print(f"wrote {path}")
     typer.echo(path.read_text())
-
-
-def _quiet_hf() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -458,7 +444,7 @@ def report_cmd(
         with Registry(root) as registry:
             path = build_report(experiment, registry, target, scale, html)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     console.print(f"wrote {path}" + (f" and {path.with_suffix('.html')}" if html else ""))
     if show:
         typer.echo(path.read_text())  # plain text: no re-wrapping of table rows

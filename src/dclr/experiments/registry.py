@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from dclr.data.sts import STS_TASKS
+from dclr.training.config import flat_config
 
 INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"
@@ -131,7 +132,7 @@ def read_run(path: Path, run_id: str) -> RunRecord:
         file = path / name
         return json.loads(file.read_text()) if file.is_file() else None
 
-    config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    config = flat_config(yaml.safe_load((path / "config.yaml").read_text()) or {})
     return RunRecord(run_id, config, load_json("results.json"), load_json("env.json"),
                      load_json(LABELS_FILE) or {})  # fmt: skip
 

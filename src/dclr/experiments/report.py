@@ -575,6 +575,9 @@ def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
     rep.table(["trial", *params, "STS-B", "SICK-R", "avg"], rows)
 
 
+# Smallest difference (Spearman x 100) called "above" / "below": the tables' resolution is 0.01,
+# and a 0.004 shift whose interval excludes 0 is real but of no practical size.
+PRACTICAL_DELTA = 0.05
 DENSE_LABELS = {
     "simcse": "SimCSE",
     "dclr": "DCLR (paper form)",
@@ -624,9 +627,12 @@ def section_dense(rep: Report, runs: list[RunData], out: Path) -> None:
     rep.table(header, rows)
     lines = []
     for rho, v, d in verdicts:
-        word = (
-            ("above" if d.mean > 0 else "below") if d.beyond_noise else "not distinguishable from"
-        )
+        if d.beyond_noise and abs(d.mean) >= PRACTICAL_DELTA:
+            word = "above" if d.mean > 0 else "below"
+        elif d.beyond_noise:  # e.g. +0.004 [+0.001, +0.007]: real but below the table's resolution
+            word = f"within {PRACTICAL_DELTA} of"
+        else:
+            word = "not distinguishable from"
         seeds = f", {d.n} seeds" if d.n > 1 else ""
         lines.append(f"ρ = {rho:g}: {DENSE_LABELS[v]} is {word} SimCSE on the 7-task avg "
                      f"(Δ {d.fmt()}{seeds}).")  # fmt: skip

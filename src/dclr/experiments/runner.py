@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from dclr.data.sampling import few_shot_indices
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, config_hash, set_labels
 from dclr.experiments.specs import RunSpec, default_recipes_dir, experiment_specs
@@ -54,14 +53,14 @@ def portable_hash(config: TrainConfig, root: Path) -> str:
     prefix = str(root.resolve())
     values = {
         k: v.replace(prefix, ROOT_TOKEN) if isinstance(v, str) else v
-        for k, v in config.to_dict().items()
+        for k, v in config.flat().items()
     }
     return config_hash(values)
 
 
 def run_dir_for(config: TrainConfig, root: Path) -> Path:
     """ROOT/runs/<method>-<model>-<hash>: a function of the config alone, so equal runs share it."""
-    name = f"{config.method}-{_slug(config.model)}-{portable_hash(config, root)}"
+    name = f"{config.method}-{_slug(config.model.name)}-{portable_hash(config, root)}"
     return (root / RUNS_DIR / name).resolve()
 
 
@@ -69,13 +68,15 @@ def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -
     """Write a seeded random `fraction` of the config's corpus (at least one batch) to a file."""
     from dclr.data.corpus import load_corpus
 
-    name = f"{_slug(config.corpus)}-f{fraction:g}-s{seed}.txt"
+    name = f"{_slug(config.data.corpus)}-f{fraction:g}-s{seed}.txt"
     path = root / CORPORA_DIR / name
     if not path.is_file():
-        corpus = load_corpus(config.corpus, config.data_dir)
-        size = max(config.batch_size, round(fraction * len(corpus)))
-        rng = np.random.default_rng(seed)
-        chosen = np.sort(rng.choice(len(corpus), size=size, replace=False))
+        corpus = load_corpus(config.data.corpus, config.data.data_dir)
+        # The one few-shot sampler (as `data.few_shot_fraction` with random sampling).
+        chosen = few_shot_indices(
+            len(corpus), fraction=fraction, sampling="random", seed=seed,
+            minimum=config.optimisation.batch_size,
+        ) or []  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(" ".join(corpus[int(i)].split()) + "\n" for i in chosen))
@@ -99,12 +100,12 @@ def resolve(
     config = load_config(recipes_dir / spec.recipe, values)
     if spec.corpus_fraction < 1:
         if materialize:
-            config.corpus = subset_corpus(config, spec.corpus_fraction, spec.seed, root)
+            config.data.corpus = subset_corpus(config, spec.corpus_fraction, spec.seed, root)
         else:  # planning only: the path the subset will have
-            slug = f"{_slug(config.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
-            config.corpus = str((root / CORPORA_DIR / slug).resolve())
+            slug = f"{_slug(config.data.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
+            config.data.corpus = str((root / CORPORA_DIR / slug).resolve())
     run_dir = run_dir_for(config, root)
-    config.output_dir = str(run_dir)
+    config.run.output_dir = str(run_dir)
     return config, run_dir
 
 
@@ -150,7 +151,7 @@ def launcher_train(
     --nproc_per_node 4" for DDP on 4 GPUs), so the runner itself stays one process."""
 
     def train(config: TrainConfig, resume: bool) -> None:
-        run_dir = Path(config.output_dir)
+        run_dir = Path(config.run.output_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
             args = ["--resume", str(run_dir)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import typing
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import yaml
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, set_labels
 from dclr.experiments.runner import action_for, run_dir_for
-from dclr.training.config import TrainConfig, load_config
+from dclr.training.config import TrainConfig, flat_hints, load_config
 
 
 @dataclass
@@ -72,7 +71,7 @@ class SearchSpace:
         if not self.ranges:
             return grid
         rng = np.random.default_rng(self.seed)
-        hints = typing.get_type_hints(TrainConfig)
+        hints = flat_hints()
         out = []
         for _ in range(self.trials or 0):
             point = dict(grid[int(rng.integers(len(grid)))]) if grid else {}
@@ -113,7 +112,7 @@ def trial_configs(
     out = []
     for i, params in enumerate(space.points()):
         config = load_config(recipe, {**(overrides or {}), **params})
-        config.output_dir = str(run_dir_for(config, Path(root)))
+        config.run.output_dir = str(run_dir_for(config, Path(root)))
         out.append((i, params, config))
     return out
 
@@ -128,7 +127,7 @@ def _train_one(values: dict[str, Any], resume: bool, threads: int) -> str:
     torch.set_num_threads(threads)
     config = config_from_dict(values).validate()
     run_training(config, resume=resume)
-    return config.output_dir
+    return config.run.output_dir
 
 
 def run_search(
@@ -150,13 +149,13 @@ def run_search(
     with Registry(root) as registry:
 
         def finish(i: int, params: dict[str, Any], config: TrainConfig) -> None:
-            run_dir = Path(config.output_dir)
+            run_dir = Path(config.run.output_dir)
             set_labels(run_dir, experiment, [{"trial": i, "params": params, "scale": "custom"}])
             registry.register(run_dir)
 
         todo = []
         for i, params, config in trials:
-            action = action_for(Path(config.output_dir))
+            action = action_for(Path(config.run.output_dir))
             log(f"trial {i}: {action} {params}")
             if action == "skip":
                 finish(i, params, config)

@@ -15,14 +15,13 @@ Scales:
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from dclr.errors import ConfigError
-from dclr.training.config import TrainConfig
+from dclr.training.config import flat_hints
 
 Scale = Literal["cpu", "paper"]
 SCALES: tuple[str, ...] = get_args(Scale)
@@ -171,7 +170,7 @@ def _sensitivity(scale: str, seeds: list[int]) -> list[RunSpec]:
 
 def view_strategies() -> tuple[str, ...]:
     """The positive-view strategies TrainConfig offers; raises until the option exists."""
-    hints = typing.get_type_hints(TrainConfig)
+    hints = flat_hints()
     if VIEW_FIELD not in hints:
         raise ExperimentUnavailable(
             f"experiment 'augmentations' is not available yet: it needs the TrainConfig option "

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from dclr.distributed import gather_with_grad
-from dclr.losses.simcse import SimCSELoss, cosine_matrix
+from dclr.losses.infonce import info_nce
+from dclr.losses.simcse import SimCSELoss
+from dclr.training.batch import Batch
 from dclr.views.pair import PositiveViews
 
 CONSERT_TEMPERATURE = 0.1  # ConSERT's tau (Yan et al. 2021, Sec. 4.1)
@@ -27,14 +28,10 @@ def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torc
     """NT-Xent over 2N views. z1, z2: (N, d) -> scalar mean over the 2N anchors."""
     n = z1.shape[0]
     z = torch.cat([z1, z2], dim=0)  # (2N, d)
-    logits = cosine_matrix(z, z) / temperature  # (2N, 2N)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    self_mask = torch.eye(2 * n, dtype=torch.bool, device=z.device)
-    logits = logits.masked_fill(self_mask, float("-inf"))  # a view is not its own negative
+    self_mask = torch.eye(2 * n, dtype=torch.bool, device=z.device)  # not its own negative
     half = torch.arange(n, device=z.device)
     labels = torch.cat([half + n, half])  # (2N,): z1_i -> z2_i, z2_i -> z1_i
-    return F.cross_entropy(logits, labels)
+    return info_nce(z, [z], temperature, masked=self_mask, labels=labels)  # (2N, 2N) logits
 
 
 class ConSERTLoss(SimCSELoss):
@@ -57,6 +54,8 @@ class ConSERTLoss(SimCSELoss):
     ) -> None:
         super().__init__(model, temperature, views)
 
-    def objective(self, z1: torch.Tensor, z2: torch.Tensor, **_: object) -> dict[str, torch.Tensor]:
+    def objective(
+        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None
+    ) -> dict[str, torch.Tensor]:
         """The loss from this rank's two views (n_local, d); gathered across ranks here."""
         return {"loss": nt_xent_loss(gather_with_grad(z1), gather_with_grad(z2), self.temperature)}

@@ -29,9 +29,18 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from dclr.losses.simcse import cosine_matrix
+from dclr.distributed import gather_with_grad
+from dclr.errors import ConfigError
+from dclr.losses.infonce import cosine_matrix, info_nce
+from dclr.losses.simcse import check_temperature, two_views
+from dclr.training.batch import Batch
+from dclr.views.pair import SEED_STRIDE
 
+# The option types of DCLR, declared once (the config section uses these).
 LossForm = Literal["paper", "official"]
+NoiseMode = Literal["optimized", "random", "none"]
+Weighting = Literal["complementary", "self", "none", "distill"]
+ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 # The released DCLR code compares teacher logits with `phi * 20`: 20 = 1 / 0.05, a hard-wired tau.
 OFFICIAL_LOGIT_SCALE = 20.0
 
@@ -100,17 +109,20 @@ def dclr_paper_loss(
     weights: torch.Tensor | None,
     temperature: float,
 ) -> torch.Tensor:
-    """The paper's weighted InfoNCE. z1, z2: (n, d); noise: (k, d) or None; weights: (n, n)."""
-    logits = cosine_matrix(z1, z2) / temperature  # (n, n), positives on the diagonal
-    if weights is not None:
-        logits = logits.masked_fill(weights == 0, float("-inf"))  # alpha = 0: out of the sum
+    """The paper's weighted InfoNCE. z1, z2: (n, d); noise: (k, d) or None; weights: (n, n).
+
+    Logits (n, n + k): the batch block, whose alpha = 0 entries leave the denominator, then the
+    noise block (never dropped).
+    """
+    blocks, dropped = [z2], None if weights is None else weights == 0  # (n, n)
     if noise is not None and noise.shape[0] > 0:
-        noise_logits = cosine_matrix(z1, noise.to(z1.dtype)) / temperature  # (n, k)
-        logits = torch.cat([logits, noise_logits], dim=1)  # (n, n + k)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    labels = torch.arange(z1.shape[0], device=z1.device)
-    return F.cross_entropy(logits, labels)
+        blocks.append(noise.to(z1.dtype))  # (k, d)
+        if dropped is not None:
+            keep_noise = torch.zeros(
+                z1.shape[0], noise.shape[0], dtype=torch.bool, device=z1.device
+            )
+            dropped = torch.cat([dropped, keep_noise], dim=1)  # (n, n + k)
+    return info_nce(z1, blocks, temperature, masked=dropped)
 
 
 def official_weights(teacher_cos: torch.Tensor, phi: float, temperature: float) -> torch.Tensor:
@@ -149,8 +161,6 @@ def distillation_loss(
 
 
 # ---- module -----------------------------------------------------------------------------------
-NoiseMode = Literal["optimized", "random", "none"]
-Weighting = Literal["complementary", "self", "none", "distill"]
 
 
 class DCLRLoss(torch.nn.Module):
@@ -196,9 +206,6 @@ class DCLRLoss(torch.nn.Module):
         views=None,
     ) -> None:
         super().__init__()
-        from dclr.errors import ConfigError
-        from dclr.losses.simcse import check_temperature
-
         self.temperature = check_temperature(temperature)
         if noise_ratio < 0:
             raise ConfigError(f"noise_ratio must be >= 0, got {noise_ratio}")
@@ -228,7 +235,7 @@ class DCLRLoss(torch.nn.Module):
         k = round(self.noise_ratio * z1.shape[0])
         if self.noise_mode == "none" or k == 0:
             return None
-        gen = torch.Generator(device=z1.device).manual_seed(self.seed * 1_000_003 + step)
+        gen = torch.Generator(device=z1.device).manual_seed(self.seed * SEED_STRIDE + step)
         steps = self.noise_steps if self.noise_mode == "optimized" else 0
         return noise_negatives(
             z1,
@@ -241,29 +248,19 @@ class DCLRLoss(torch.nn.Module):
             generator=gen,
         )
 
-    def forward(
-        self,
-        features: dict[str, torch.Tensor],
-        indices: torch.Tensor | None = None,
-        sentences: list[str] | None = None,
-        step: int = 0,
-    ) -> dict[str, torch.Tensor]:
-        from dclr.losses.simcse import two_views
-
-        z1, z2 = two_views(self.model, features, self.views, step)
-        return self.objective(z1, z2, indices=indices, sentences=sentences, step=step)
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """`batch.features`: the n sentences; `batch.indices` / `batch.sentences`: the global batch
+        (what the complementary model scores); `batch.step` seeds the noise."""
+        z1, z2 = two_views(self.model, dict(batch.features), self.views, batch.step)
+        return self.objective(z1, z2, batch)
 
     def objective(
-        self,
-        z1: torch.Tensor,
-        z2: torch.Tensor,
-        indices: torch.Tensor | None = None,
-        sentences: list[str] | None = None,
-        step: int = 0,
+        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None
     ) -> dict[str, torch.Tensor]:
         """The loss from this rank's two views (n_local, d); gathered across ranks here."""
-        from dclr.distributed import gather_with_grad
-
+        indices = batch.indices if batch is not None else None
+        sentences = batch.sentences if batch is not None else None
+        step = batch.step if batch is not None else 0
         z1, z2 = gather_with_grad(z1), gather_with_grad(z2)  # (n_global, d)
         noise = self.noise(z1, z2, step)
         teacher = None

@@ -24,14 +24,14 @@ implicit embeddings as the only extra negatives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from dclr.losses.simcse import check_temperature, cosine_matrix
+from dclr.losses.infonce import info_nce
+from dclr.losses.simcse import check_temperature
+from dclr.training.batch import Batch
 
 # The loss parts, in the order of the docstring; each is logged on its own.
 DUALCSE_TERMS = ("explicit", "implicit", "intra_explicit", "intra_implied", "intra_contradiction")
@@ -42,21 +42,6 @@ class DualEmbeddings(NamedTuple):
 
     r: torch.Tensor
     u: torch.Tensor
-
-
-def info_nce(
-    anchors: torch.Tensor, candidate_blocks: Sequence[torch.Tensor], temperature: float
-) -> torch.Tensor:
-    """Mean InfoNCE; anchors (n, d), blocks each (m, d); anchor i's positive is row i of block 0.
-
-    Every row of every block is in the denominator (the positive included), as in SimCSE.
-    """
-    logits = torch.cat([cosine_matrix(anchors, block) for block in candidate_blocks], dim=1)
-    logits = logits / temperature  # (n, m * len(blocks))
-    if logits.dtype in (torch.float16, torch.bfloat16):  # softmax in fp32 under autocast
-        logits = logits.float()
-    labels = torch.arange(anchors.shape[0], device=anchors.device)
-    return F.cross_entropy(logits, labels)
 
 
 def dualcse_loss(
@@ -94,7 +79,7 @@ class DualCSELoss(nn.Module):
         temperature: tau > 0 (paper: 0.05).
         contradiction_negatives, intra_sentence: see `dualcse_loss`.
 
-    `forward(features)` takes {"explicit": batch, "implicit": batch}, each the tokenization (for that
+    `forward(batch)` takes `batch.features` = {"explicit": ..., "implicit": ...}, each the tokenization (for that
     semantics) of the 4n sentences [premises; explicit entailments; implied entailments;
     contradictions], and returns the dict of `dualcse_loss`.
     """
@@ -112,7 +97,8 @@ class DualCSELoss(nn.Module):
         self.contradiction_negatives = contradiction_negatives
         self.intra_sentence = intra_sentence
 
-    def forward(self, features: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        features = batch.features
         r = self.model("explicit", **features["explicit"])  # (4n, d)
         u = self.model("implicit", **features["implicit"])  # (4n, d)
         premise, explicit, implied, contradiction = (

@@ -14,12 +14,12 @@ randomness is the same (dropout off, or the same chunking), which the tests chec
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 from torch import nn
 
 from dclr.errors import ConfigError
+from dclr.training.batch import Batch
 
 
 def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -34,9 +34,9 @@ def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torc
 
 
 class GradCache(nn.Module):
-    """Wrap a loss module that has `.model` and `.objective(z1, z2, **context)`.
+    """Wrap a loss module that has `.model` and `.objective(z1, z2, batch)`.
 
-    `forward(features, **context)` runs the three passes above, calls backward itself (scaled by
+    `forward(batch)` runs the three passes above, calls backward itself (scaled by
     `backward_scale`, e.g. the DDP world size) and returns the loss parts, detached.
     """
 
@@ -48,8 +48,8 @@ class GradCache(nn.Module):
         self.chunk_size = chunk_size
         self.backward_scale = backward_scale
 
-    def forward(self, features: dict[str, torch.Tensor], **context: Any) -> dict[str, torch.Tensor]:
-        model = self.loss.model
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        model, features = self.loss.model, batch.features
         n = features["input_ids"].shape[0]
         doubled = {k: torch.cat([v, v], dim=0) for k, v in features.items()}  # (2n, L)
         starts = range(0, 2 * n, self.chunk_size)
@@ -62,7 +62,7 @@ class GradCache(nn.Module):
                 cached.append(model(**chunk))
         after_pass1 = _rng_state(device)
         z = torch.cat(cached).detach().requires_grad_(True)  # (2n, d)
-        parts = self.loss.objective(z[:n], z[n:], **context)
+        parts = self.loss.objective(z[:n], z[n:], batch)
         (parts["loss"] * self.backward_scale).backward()  # pass 2: d loss / d z
         grad = z.grad
         assert grad is not None

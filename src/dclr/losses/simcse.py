@@ -10,26 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
+from dclr.losses.infonce import cosine_matrix as cosine_matrix  # re-exported for callers
+from dclr.losses.infonce import info_nce
+from dclr.training.batch import Batch
 from dclr.views.pair import PositiveViews
-
-
-def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a: (n, d), b: (m, d) -> (n, m) cosine similarities."""
-    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
 
 
 def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """InfoNCE over in-batch negatives. z1, z2: (n, d) -> scalar mean loss."""
-    logits = cosine_matrix(z1, z2) / temperature  # (n, n), positives on the diagonal
-    labels = torch.arange(z1.shape[0], device=z1.device)
-    if logits.dtype in (torch.float16, torch.bfloat16):  # softmax in fp32 under autocast
-        logits = logits.float()
-    return F.cross_entropy(logits, labels)
+    return info_nce(z1, [z2], temperature)  # (n, n) logits, positives on the diagonal
 
 
 def check_temperature(temperature: float) -> float:
@@ -65,6 +58,7 @@ class SimCSELoss(nn.Module):
             DDP pass the wrapped model. Views are gathered across ranks before the loss.
         temperature: tau > 0 (SimCSE: 0.05).
         views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
+    `forward(batch)` reads `batch.features` (one tokenization of the n sentences) and `batch.step`.
     Returns a dict with "loss".
     """
 
@@ -79,13 +73,12 @@ class SimCSELoss(nn.Module):
         self.temperature = check_temperature(temperature)
         self.views = views
 
-    def forward(
-        self, features: dict[str, torch.Tensor], **context: object
-    ) -> dict[str, torch.Tensor]:
-        step = context.get("step", 0)
-        z1, z2 = two_views(self.model, features, self.views, int(step) if step else 0)
-        return self.objective(z1, z2, **context)
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        z1, z2 = two_views(self.model, dict(batch.features), self.views, batch.step)
+        return self.objective(z1, z2, batch)
 
-    def objective(self, z1: torch.Tensor, z2: torch.Tensor, **_: object) -> dict[str, torch.Tensor]:
+    def objective(
+        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None
+    ) -> dict[str, torch.Tensor]:
         """The loss from this rank's two views (n_local, d); gathered across ranks here."""
         return {"loss": simcse_loss(gather_with_grad(z1), gather_with_grad(z2), self.temperature)}

@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dclr.errors import ConfigError, InputError
-from dclr.losses.simcse import check_temperature, cosine_matrix
+from dclr.losses.infonce import info_nce
+from dclr.losses.simcse import check_temperature
+from dclr.training.batch import Batch
 from dclr.views.adversarial import fgsm_perturbation
 from dclr.views.masks import content_mask
 from dclr.views.pair import ViewSpec, dropout_off, unwrap, view_generator, view_inputs
@@ -35,15 +37,12 @@ def supervised_simcse_loss(
     hard_negatives: torch.Tensor | None,
     temperature: float,
 ) -> torch.Tensor:
-    """anchors, positives, hard_negatives: (n, d) (negatives may be None) -> scalar."""
-    logits = cosine_matrix(anchors, positives) / temperature  # (n, n), positives on the diagonal
-    if hard_negatives is not None:
-        negatives = cosine_matrix(anchors, hard_negatives) / temperature  # (n, n)
-        logits = torch.cat([logits, negatives], dim=1)  # (n, 2n)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    labels = torch.arange(anchors.shape[0], device=anchors.device)
-    return F.cross_entropy(logits, labels)
+    """anchors, positives, hard_negatives: (n, d) (negatives may be None) -> scalar.
+
+    InfoNCE with in-batch positives (and hard negatives) as negatives: (n, n) or (n, 2n) logits.
+    """
+    blocks = [positives] if hard_negatives is None else [positives, hard_negatives]
+    return info_nce(anchors, blocks, temperature)
 
 
 def pair_features(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -98,6 +97,10 @@ class SupervisedNLILoss(nn.Module):
     With joint_weight 0, 'joint' is 'nli_head'. Returns a dict: loss and its parts.
     """
 
+    def training_modules(self) -> dict[str, nn.Module]:
+        """Modules trained with the encoder and checkpointed, never exported: the NLI head."""
+        return {} if self.head is None else {"nli_head": self.head}
+
     def __init__(
         self,
         model: Callable[..., torch.Tensor],
@@ -125,13 +128,9 @@ class SupervisedNLILoss(nn.Module):
         self.hard_negatives = hard_negatives
         self.adversarial = adversarial
 
-    def forward(
-        self,
-        features: dict[str, torch.Tensor],
-        labels: torch.Tensor | None = None,
-        step: int = 0,
-        **_: object,
-    ) -> dict[str, torch.Tensor]:
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """`batch.features` tokenizes the rows described above; `batch.labels` the pair labels."""
+        features, labels, step = dict(batch.features), batch.labels, batch.step
         if self.kind == "simcse":
             z = self.model(**features)  # (3n or 2n, d)
             if self.hard_negatives:
@@ -152,7 +151,7 @@ class SupervisedNLILoss(nn.Module):
         if self.kind == "nli_head":
             return {"loss": classification}
         assert self.contrastive is not None
-        contrastive = self.contrastive(features, step=step)["loss"]
+        contrastive = self.contrastive(Batch(features, step=step))["loss"]
         return self._joint(classification, contrastive)
 
     def _joint(
@@ -192,7 +191,7 @@ class SupervisedNLILoss(nn.Module):
         with guard:
             z_other = self.model(**other)
         z1, z2 = (z_adv, z_other) if adv.adversarial_first else (z_other, z_adv)
-        contrastive = self.contrastive.objective(z1, z2, step=step)["loss"]
+        contrastive = self.contrastive.objective(z1, z2, Batch(features, step=step))["loss"]
         return self._joint(classification, contrastive)
 
 

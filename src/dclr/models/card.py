@@ -76,22 +76,23 @@ class CardFacts:
         simply leaves it out."""
         import json
 
-        method = getattr(config, "method", None)
+        values = config.flat() if hasattr(config, "flat") else dict(vars(config))
+        method = values.get("method")
         names = (*COMMON_SETTINGS, *METHOD_SETTINGS.get(str(method), ()))
-        settings = {n: getattr(config, n) for n in names if hasattr(config, n)}
+        settings = {n: values[n] for n in names if n in values}
         info = (
             json.loads((folder / "dclr.json").read_text())
             if (folder / "dclr.json").is_file()
             else {}
         )
         return cls(
-            base_model=getattr(config, "model", None),
+            base_model=values.get("model"),
             pooler=info.get("pooler"),
             max_seq_length=info.get("max_length"),
             dimension=info.get("dimension"),
             method=method,
             settings=settings,
-            corpus=getattr(config, "corpus", None),
+            corpus=values.get("corpus"),
             steps=steps,
             model_step=info.get("step"),
             step_note=step_note,
@@ -216,10 +217,14 @@ def write_run_cards(
     final_dir: Path,
     before: dict[str, float] | None,
     after: dict[str, float] | None,
-    tasks: list[str],
+    tasks: list[str] | None = None,
 ) -> None:
     """The cards of a finished `dclr train` run: `best/` with the before/after table (`after`
-    scores `best/`), `final/` with the run's facts only."""
+    scores `best/`), `final/` with the run's facts only. `tasks` default: the 7 STS tasks."""
+    if tasks is None:
+        from dclr.data.sts import STS_TASKS
+
+        tasks = list(STS_TASKS)
     for folder, scores, note in (
         (final_dir, None, "the last step"),
         (best_dir, after, "best dev score"),
@@ -234,5 +239,6 @@ def write_card(folder: str | Path, facts: CardFacts, shown_as: str | Path | None
     folder itself)."""
     folder = Path(folder)
     path = folder / CARD_FILE
-    path.write_text(render_card(facts, folder_name=str(shown_as or folder)))
-    return path
+    from dclr.atomic import write_text
+
+    return write_text(path, render_card(facts, folder_name=str(shown_as or folder)))

@@ -112,14 +112,49 @@ def _hub_offline() -> bool:
     return bool(huggingface_hub.constants.HF_HUB_OFFLINE) or flag
 
 
+HUB_PROBE_TIMEOUT_S = 5.0  # one TCP connect: a reachable hub answers in well under a second
+
+
+def hub_endpoint_reachable(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the host of `endpoint` (an http(s) URL) opens within
+    `timeout`. True when a proxy is configured: the proxy, not this probe, decides."""
+    import socket
+    import urllib.parse
+    import urllib.request
+
+    url = urllib.parse.urlsplit(endpoint)
+    if url.scheme in urllib.request.getproxies() or not url.hostname:
+        return True
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def check_hub_reachable(name_or_path: str) -> None:
-    """Offline, a hub id that is not in the local cache fails at once (no retries)."""
-    if _is_local(name_or_path) or not _hub_offline():
+    """A hub id that is not in the local cache fails at once, without the Hub client's retries
+    (29 s on a machine without internet), when HF_HUB_OFFLINE is set or the Hub cannot be
+    reached."""
+    if _is_local(name_or_path):
         return
+    import huggingface_hub.constants
     from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
         return  # cached: transformers loads it offline
+    if not _hub_offline():
+        endpoint = huggingface_hub.constants.ENDPOINT
+        if hub_endpoint_reachable(endpoint):
+            return
+        raise InputError(
+            f"could not load {name_or_path!r}: the Hugging Face Hub ({endpoint}) cannot be "
+            f"reached (no connection within {HUB_PROBE_TIMEOUT_S:.0f} s) and it is not in the "
+            "local cache",
+            fix="pass a local model folder (or python-package:NAME), or run once on a machine "
+            "with internet (or set HF_ENDPOINT / HTTPS_PROXY) to download it",
+        )
     raise InputError(
         f"could not load {name_or_path!r} from the Hugging Face Hub: HF_HUB_OFFLINE is set and "
         "it is not in the local cache",
@@ -276,7 +311,7 @@ class SentenceEncoder(nn.Module):
     def tokenize(
         self, sentences: Sequence[str], max_length: int | None = None
     ) -> dict[str, torch.Tensor]:
-        limit = max_length or self.max_length or _model_limit(self.tokenizer)
+        limit = max_length or self.max_length or model_limit(self.tokenizer)
         return dict(
             self.tokenizer(
                 list(sentences),
@@ -376,7 +411,7 @@ class SentenceEncoder(nn.Module):
             raise ConfigError("batch_size must be >= 1")
         was_training = self.training
         self.eval()
-        limit = max_length or self.max_length or _model_limit(self.tokenizer)
+        limit = max_length or self.max_length or model_limit(self.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
@@ -401,7 +436,7 @@ class SentenceEncoder(nn.Module):
         return out[[index[s] for s in sentences]]
 
 
-def _model_limit(tokenizer: object) -> int:
+def model_limit(tokenizer: object) -> int:
     """The tokenizer's length limit, capped at 512 (BERT's position table; some report 1e30)."""
     return int(min(getattr(tokenizer, "model_max_length", 512) or 512, 512))
 

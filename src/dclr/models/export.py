@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from dclr.models.card import CardFacts, write_card
-from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, _model_limit
+from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, model_limit
 
 # dclr pooler -> sentence-transformers Pooling mode (stock modules only).
 ST_POOLING_MODE = {
@@ -66,17 +66,14 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
     }
     (tmp / DCLR_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
     source = str(getattr(encoder.backbone.config, "_name_or_path", "") or "") or None
-    write_card(
-        tmp,
-        CardFacts(
-            base_model=info.get("base_model", source),
-            pooler=pooler,
-            max_seq_length=max_length,
-            dimension=encoder.hidden_size,
-            steps=info.get("step"),
-        ),
-        shown_as=path,
+    facts = CardFacts(
+        base_model=info.get("base_model", source),
+        pooler=pooler,
+        max_seq_length=max_length,
+        dimension=encoder.hidden_size,
+        steps=info.get("step"),
     )
+    write_card(tmp, facts, shown_as=path)
     old = path.with_name(path.name + ".old")
     if path.exists():
         path.rename(old)
@@ -89,15 +86,15 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
 def backbone_limit(encoder: SentenceEncoder) -> int:
     """The longest input the backbone was trained for: what its source folder's
     sentence-transformers config (or dclr.json) records, else the tokenizer's limit capped by
-    BERT's position table (`_model_limit`)."""
+    BERT's position table (`model_limit`)."""
     source = Path(str(getattr(encoder.backbone.config, "_name_or_path", "") or "."))
     for name, key in (("sentence_bert_config.json", "max_seq_length"), (DCLR_CONFIG, "max_length")):
         file = source / name
         if source.is_dir() and file.is_file():
             value = json.loads(file.read_text()).get(key)
             if value:
-                return min(int(value), _model_limit(encoder.tokenizer))
-    return _model_limit(encoder.tokenizer)
+                return min(int(value), model_limit(encoder.tokenizer))
+    return model_limit(encoder.tokenizer)
 
 
 def st_modules() -> tuple[type, type, type]:
@@ -110,7 +107,7 @@ def st_modules() -> tuple[type, type, type]:
             WeightedLayerPooling,
         )
     except ImportError:  # sentence-transformers < 6
-        Transformer, Pooling, WeightedLayerPooling = st_modules()
+        from sentence_transformers.models import Pooling, Transformer, WeightedLayerPooling
     return Transformer, Pooling, WeightedLayerPooling
 
 

@@ -6,14 +6,19 @@ its vectors do not depend on how many processes ran, and a job killed midway res
 only the shards whose files are missing. With N processes (`processes=N`, through
 `torch.multiprocessing`, or N ranks under `torchrun`) process r encodes the shards k with
 k % N == r, each on its own GPU when there are GPUs. `manifest.json` records the model (spec and
-fingerprint), the input (path, size, mtime), the settings, and whether every shard is done; a
-resumed job with a different model, input or setting is refused.
+fingerprint), the input (path, size, mtime), the settings, and whether every shard is done (with
+each shard's file sizes and checksums once complete); a resumed job with a different model, input or
+setting is refused. A shard counts as done only when its done-record matches its files (see
+`dclr.serving.shards`): a resumed job checks every existing shard's checksums and encodes a damaged
+one again, naming it. The output folder is locked for the job (`dclr.runlock`): a second job into it
+is refused, naming the first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,8 +27,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from dclr import atomic
 from dclr.errors import ConfigError, DclrError, InputError
 from dclr.models.encoder import SentenceEncoder
+from dclr.runlock import FolderLock
 from dclr.serving.fingerprint import model_fingerprint
 from dclr.serving.memory import trim_heap
 from dclr.serving.readers import TextSource, is_blank
@@ -32,7 +39,10 @@ from dclr.serving.shards import (
     StorageDtype,
     check_choice,
     is_done,
+    read_record,
+    remove_shard,
     shard_name,
+    shard_problem,
     write_shard,
 )
 
@@ -75,10 +85,12 @@ def read_manifest(out_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+class DamagedShardWarning(UserWarning):
+    """An existing shard failed its check and is encoded again; the message names the file."""
+
+
 def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
-    tmp = out_dir / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, out_dir / MANIFEST)
+    atomic.write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
 def plan(
@@ -123,19 +135,28 @@ def plan(
 
 def _remove_outputs(out_dir: Path, manifest: dict[str, Any]) -> None:
     """Delete this job's own files only (never the folder or anything else in it)."""
-    for index in range(int(manifest.get("n_shards", 0))):
-        for name in (f"shard-{index:05d}.npy", f"shard-{index:05d}.rows.npy"):
-            (out_dir / name).unlink(missing_ok=True)
-        (out_dir / f"shard-{index:05d}.parquet").unlink(missing_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
+    for index in range(int(manifest.get("n_shards", 0))):
+        remove_shard(out_dir, index)
 
 
 def pending_shards(out_dir: Path, manifest: dict[str, Any], rank: int, world: int) -> list[int]:
-    """Shards this rank owns (k % world == rank) that have no file yet."""
+    """Shards this rank owns (k % world == rank) that are not done and intact.
+
+    Every existing shard's files are checked against their done-record (sizes and sha256); a
+    damaged shard is reported (DamagedShardWarning), deleted, and encoded again.
+    """
     fmt = manifest["shard_format"]
-    return [
-        k for k in range(manifest["n_shards"]) if k % world == rank and not is_done(out_dir, k, fmt)
-    ]
+    todo = []
+    for k in range(rank, manifest["n_shards"], world):
+        problem = shard_problem(out_dir, k, fmt, hash_=True)
+        if problem is None:
+            continue
+        if read_record(out_dir, k) is not None or (out_dir / shard_name(k, fmt)).exists():
+            warnings.warn(f"encoding shard {k} again: {problem}", DamagedShardWarning, stacklevel=2)
+        remove_shard(out_dir, k)
+        todo.append(k)
+    return todo
 
 
 def encode_shards(
@@ -225,11 +246,13 @@ def finalize(out_dir: Path) -> dict[str, Any]:
             fix="run the same command again to resume",
         )
     count, dim = 0, None
+    records = []
     for k in range(manifest["n_shards"]):
         rows, vectors = read_shard(out_dir, k, fmt)
         count += len(rows)
         dim = int(vectors.shape[1]) if dim is None else dim
-    manifest.update(complete=True, vectors=count, dim=dim)
+        records.append(read_record(out_dir, k))
+    manifest.update(complete=True, vectors=count, dim=dim, shards=records)
     _write_manifest(out_dir, manifest)
     return manifest
 
@@ -294,6 +317,23 @@ def bulk_encode(
         return _bulk_torchrun(model, source, out_dir, settings, pooler, device, overwrite)
     if processes < 1:
         raise ConfigError("--processes must be >= 1")
+    with FolderLock(out_dir, "dclr encode-bulk"):
+        return _bulk_local(
+            model, source, out_dir, settings, pooler, processes, device, overwrite, show_progress
+        )
+
+
+def _bulk_local(
+    model: str,
+    source: TextSource,
+    out_dir: Path,
+    settings: BulkSettings,
+    pooler: str | None,
+    processes: int,
+    device: Device,
+    overwrite: bool,
+    show_progress: bool,
+) -> dict[str, Any]:
     encoder = load_encoder(model, pooler, pick_device(device, 0))
     plan(
         out_dir,
@@ -339,13 +379,16 @@ def _bulk_torchrun(
     encoder = load_encoder(model, pooler, pick_device(device, local_rank))
     planned = torch.ones(1, dtype=torch.int64, device=_collective_device(encoder))
     error: DclrError | None = None
+    lock = FolderLock(out_dir, "dclr encode-bulk (torchrun)")
     if rank == 0:
         fingerprint = model_fingerprint(encoder)
         try:
+            lock.acquire()
             plan(out_dir, model, fingerprint, encoder.inference_pooler, source, settings, overwrite)
         except DclrError as err:  # tell the other ranks instead of leaving them at a barrier
             error = err
             planned.zero_()
+            lock.release()
     dist.broadcast(planned, src=0)
     if error is not None:
         raise error
@@ -353,10 +396,13 @@ def _bulk_torchrun(
         raise InputError("rank 0 could not start the job (its error says why)")
     manifest = read_manifest(out_dir)
     assert manifest is not None
-    encode_shards(encoder, source, out_dir, manifest, rank, world)
-    dist.barrier()
-    result = finalize(out_dir) if rank == 0 else manifest
-    dist.barrier()
+    try:
+        encode_shards(encoder, source, out_dir, manifest, rank, world)
+        dist.barrier()
+        result = finalize(out_dir) if rank == 0 else manifest
+        dist.barrier()
+    finally:
+        lock.release()
     return result
 
 

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from dclr.errors import DclrError
+from dclr.atomic import named_os_error
+from dclr.clitools import console, fail, out, quiet_hf
+from dclr.errors import DclrError, InputError
 from dclr.serving.index import EXACT_MAX_VECTORS
 from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
 
-console = Console(stderr=True)
-out = Console()
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
 
 Model = Annotated[str, typer.Argument(help="Model folder, hub id, or python-package:NAME.")]
@@ -49,20 +48,8 @@ Overwrite = Annotated[
 ]
 
 
-def _quiet_hf() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}", highlight=False)
-    raise typer.Exit(2)
-
-
 def _need_extra(err: ModuleNotFoundError) -> None:
-    _fail(
+    fail(
         RuntimeError(
             f"{err.name} is not installed; this command needs the serve extra: "
             "pip install 'dclr[serve]'"
@@ -92,7 +79,7 @@ def encode_bulk(
     overwrite: Overwrite = False,
 ) -> None:
     """Encode a large file into vector shards; run it again after an interruption to resume."""
-    _quiet_hf()
+    quiet_hf()
     from dclr import distributed
     from dclr.serving.bulk import BulkSettings, bulk_encode
     from dclr.serving.readers import open_source
@@ -114,7 +101,9 @@ def encode_bulk(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except DclrError as err:
-        _fail(err)
+        fail(err)
+    except OSError as err:  # disk full, read-only folder: the file and the fix, no traceback
+        fail(named_os_error(err, out_dir))
     if distributed.rank() == 0:
         console.print(
             f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {manifest['rows']} "
@@ -149,7 +138,7 @@ def index_build(
     overwrite: Overwrite = False,
 ) -> None:
     """Encode a corpus and build a FAISS index (cosine similarity) tied to the model."""
-    _quiet_hf()
+    quiet_hf()
     try:
         from dclr.serving.index import IndexParams, build_index
         from dclr.serving.readers import open_source
@@ -170,7 +159,9 @@ def index_build(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except DclrError as err:
-        _fail(err)
+        fail(err)
+    except OSError as err:
+        fail(named_os_error(err, out))
     console.print(
         f"{meta['params']['kind']} index of {meta['count']} vectors ({meta['dim']}-d) in {out}"
     )
@@ -184,7 +175,7 @@ def index_info(folder: Annotated[Path, typer.Argument(help="Index folder.")]) ->
     try:
         meta = read_meta(folder)
     except DclrError as err:
-        _fail(err)
+        fail(err)
     out.print_json(json.dumps(meta))
 
 
@@ -202,14 +193,22 @@ def search(
     ] = False,
 ) -> None:
     """Top-k texts of an index by cosine similarity; refuses a model other than the index's."""
-    _quiet_hf()
+    quiet_hf()
     try:
         from dclr.models.encoder import SentenceEncoder
         from dclr.serving.fingerprint import model_fingerprint
         from dclr.serving.index import SearchIndex, read_meta
+        from dclr.serving.readers import unencodable
 
         if k < 1:
             raise ValueError("-k must be >= 1")
+        bad = unencodable(query)
+        if bad is not None:
+            raise InputError(
+                f"the query is not valid text: {bad} (bytes that are not UTF-8 on the command "
+                "line arrive this way)",
+                fix="pass the query as UTF-8 text (check the terminal's or the script's encoding)",
+            )
         meta = read_meta(index)
         name = model or meta["model"]
         encoder = SentenceEncoder.from_pretrained(name, pooler=pooler or meta["pooler"])
@@ -220,7 +219,7 @@ def search(
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
-        _fail(err)
+        fail(err)
     if json_out:
         rows = [{"rank": r + 1, **hit.__dict__} for r, hit in enumerate(hits)]
         out.print_json(json.dumps({"query": query, "model": name, "results": rows}))
@@ -255,49 +254,97 @@ def serve(
         int, typer.Option(help="Padded tokens per forward pass (bounds activation memory).")
     ] = 8192,
     max_pending: Annotated[int, typer.Option(help="Queued texts before requests get 503.")] = 512,
-    max_connections: Annotated[
-        int, typer.Option(help="Open connections before new ones get 503.")
+    max_pending_chars: Annotated[
+        int, typer.Option(help="Queued characters (a proxy for tokens) before requests get 503.")
+    ] = 512_000,
+    max_queue_wait: Annotated[
+        float,
+        typer.Option(help="Seconds of queued work (at the measured rate) before requests get 503."),
+    ] = 10.0,
+    max_in_flight: Annotated[
+        int, typer.Option(help="Requests handled at once before new ones get 503.")
     ] = 128,
+    max_connections: Annotated[
+        int, typer.Option(help="Open sockets (idle and half-sent included) before 503.")
+    ] = 1024,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's headers (then 408).")
+    ] = 10.0,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DCLR_API_KEY",
+            help="Require 'Authorization: Bearer KEY' on every API route (prefer the "
+            "DCLR_API_KEY environment variable: a command line is visible to other users).",
+            show_default=False,
+        ),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Host header names to answer (repeatable). Default on a loopback bind: "
+            "localhost, 127.0.0.1, ::1 (defeats DNS rebinding); elsewhere: any."
+        ),
+    ] = None,
+    allow_no_auth: Annotated[
+        bool,
+        typer.Option(
+            help="Allow a non-loopback --host without an API key (e.g. behind a proxy that "
+            "authenticates)."
+        ),
+    ] = False,
 ) -> None:
     """Serve embeddings over HTTP (OpenAI-compatible), similarity, search and a web page.
 
     Routes: POST /v1/embeddings, POST /similarity, POST /search (with --index), GET /health,
     the page at /, the OpenAPI schema at /openapi.json. Binds 127.0.0.1 unless told otherwise.
     """
-    _quiet_hf()
+    quiet_hf()
     try:
         from dclr.serving.bulk import load_encoder, pick_device
         from dclr.serving.fingerprint import model_fingerprint
+        from dclr.serving.guard import LOOPBACK_HOSTS, Security
         from dclr.serving.index import SearchIndex
         from dclr.serving.limits import Limits
         from dclr.serving.server import is_loopback, run
         from dclr.serving.service import BatchOptions, create_app
 
+        loopback = is_loopback(host)
+        if not loopback and not api_key and not allow_no_auth:
+            raise ValueError(
+                f"--host {host} exposes the service beyond this machine, and no API key is set\n"
+                "  fix: set DCLR_API_KEY (or --api-key), or pass --allow-no-auth when a reverse "
+                "proxy in front authenticates (see docs/serving.md)"
+            )
+        hosts = tuple(allowed_host) if allowed_host else (LOOPBACK_HOSTS if loopback else None)
+        security = Security(api_key or None, hosts, max_in_flight)
         limits = Limits(max_texts, max_chars, max_body_bytes, max_k)
         batching = BatchOptions(
             max_batch_texts=max_batch,
             max_pending_texts=max_pending,
             max_batch_tokens=max_batch_tokens,
+            max_pending_chars=max_pending_chars,
+            max_queue_wait_s=max_queue_wait,
         )
         encoder = load_encoder(model, pooler, pick_device(device, 0))  # type: ignore[arg-type]
         fingerprint = model_fingerprint(encoder)
         searcher = SearchIndex(index) if index is not None else None
         if searcher is not None:
             searcher.check_model(fingerprint, model)
-        app = create_app(encoder, model, fingerprint, searcher, limits, batching)
+        app = create_app(encoder, model, fingerprint, searcher, limits, batching, security)
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
-        _fail(err)
-    if not is_loopback(host):
+        fail(err)
+    if not is_loopback(host) and not api_key:
         console.print(
             f"[yellow]warning:[/] binding {host} exposes the service (no authentication) beyond "
             "this machine"
         )
     try:
-        run(app, host, port, max_connections)
+        run(app, host, port, max_connections, header_timeout)
     except OSError as err:
-        _fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
+        fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
 
 
 def register(app: typer.Typer) -> None:

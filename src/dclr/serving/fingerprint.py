@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from dclr.models.encoder import SentenceEncoder, _model_limit
+from dclr.models.encoder import SentenceEncoder, model_limit
 
 # Hex digits shown to people; the full digest is stored and compared.
 SHORT = 12
@@ -26,7 +26,7 @@ def model_fingerprint(encoder: SentenceEncoder) -> str:
     settings = {
         "backbone": type(encoder.backbone).__name__,
         "pooler": encoder.inference_pooler,
-        "max_length": encoder.max_length or _model_limit(tokenizer),
+        "max_length": encoder.max_length or model_limit(tokenizer),
         "tokenizer": type(tokenizer).__name__,
         "lowercase": getattr(tokenizer, "do_lower_case", None),
     }

@@ -14,6 +14,14 @@ A folder holds `index.json` (model spec and fingerprint, kind and parameters, co
 order) with `texts.offsets.npy` (byte offsets for random access), and `embeddings/` (the bulk
 shards, so rebuilding with another kind does not re-encode). Loading checks the fingerprint of the
 model that will encode queries: an index built with another model is refused.
+
+Writing is atomic as a whole: the new files are built in a staging folder, `index.json` is removed,
+the files are renamed into place, and a new `index.json` listing each file's size and sha256 is
+written last, so a crash leaves either the old index, or no `index.json` (an error that says to
+build again), never a mix. Loading checks the files' sizes against that list and that
+`vectors.faiss` holds the kind `index.json` names (an HNSW file under a flat `index.json` is an
+error, not a silent search at default settings). The folder is locked while an index is built
+(`dclr.runlock`): a second writer is refused, naming the first.
 """
 
 from __future__ import annotations
@@ -22,13 +30,16 @@ import json
 import math
 import mmap
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 
+from dclr import atomic
 from dclr.errors import InputError
+from dclr.runlock import FolderLock
 from dclr.serving.readers import TextSource, is_blank
 
 IndexKind = Literal["auto", "flat", "hnsw", "ivf"]
@@ -43,6 +54,8 @@ FORMAT_VERSION = "dclr-index-1"
 EXACT_MAX_VECTORS = 100_000
 # k-means needs a few dozen points per cell to place centroids well (FAISS warns below 39).
 IVF_MIN_POINTS_PER_CELL = 39
+# The files index.json lists (with size and sha256); index.json itself is written after them.
+INDEX_FILES = (INDEX_FILE, TEXTS, OFFSETS)
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,20 @@ def set_search_params(index: Any, params: IndexParams) -> None:
         faiss.extract_index_ivf(index).nprobe = params.ivf_nprobe
 
 
+def faiss_kind(index: Any) -> str:
+    """`flat`, `hnsw` or `ivf` for a FAISS index (else its class name)."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexHNSW):
+        return "hnsw"
+    if isinstance(index, faiss.IndexIVF):
+        return "ivf"
+    if isinstance(index, faiss.IndexFlat):
+        return "flat"
+    return type(index).__name__
+
+
 def _write_texts(folder: Path, source: TextSource, rows: np.ndarray) -> None:
     """Write texts.jsonl (id order = row order) and its byte offsets; checks the rows match."""
     offsets = np.empty(len(rows) + 1, dtype=np.int64)
@@ -146,7 +173,8 @@ def _write_texts(folder: Path, source: TextSource, rows: np.ndarray) -> None:
         raise InputError("the input changed since it was encoded", path=source.path)
     offsets[-1] = position
     os.replace(tmp, folder / TEXTS)
-    np.save(folder / OFFSETS, offsets, allow_pickle=False)
+    with (folder / OFFSETS).open("wb") as fh:
+        np.save(fh, offsets, allow_pickle=False)
 
 
 def build_index(
@@ -160,14 +188,34 @@ def build_index(
     overwrite: bool = False,
     show_progress: bool = False,
 ) -> dict[str, Any]:
-    """Encode `source` (resumably, into out_dir/embeddings), build the index, write the folder."""
+    """Encode `source` (resumably, into out_dir/embeddings), build the index, write the folder.
+
+    The folder is locked for the build, and the index files replace the old ones atomically (see
+    the module docstring).
+    """
+    out_dir = Path(out_dir)
+    with FolderLock(out_dir, "dclr index build"):
+        return _build_locked(
+            model, source, out_dir, params, pooler, batch_size, processes, overwrite, show_progress
+        )
+
+
+def _build_locked(
+    model: str,
+    source: TextSource,
+    out_dir: Path,
+    params: IndexParams,
+    pooler: str | None,
+    batch_size: int,
+    processes: int,
+    overwrite: bool,
+    show_progress: bool,
+) -> dict[str, Any]:
     import faiss
 
     from dclr.serving.bulk import BulkSettings, bulk_encode
     from dclr.serving.shards import iter_shards
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     settings = BulkSettings(normalize=True, batch_size=batch_size)
     manifest = bulk_encode(
         model,
@@ -187,20 +235,35 @@ def build_index(
     del parts
     resolved = params.resolve(len(vectors))
     index = build_faiss(vectors, resolved)
-    faiss.write_index(index, str(out_dir / INDEX_FILE))
-    _write_texts(out_dir, source, rows)
-    meta = {
-        "format": FORMAT_VERSION,
-        "model": manifest["model"],
-        "model_fingerprint": manifest["model_fingerprint"],
-        "pooler": manifest["pooler"],
-        "dim": int(vectors.shape[1]),
-        "count": int(len(vectors)),
-        "metric": "cosine",
-        "params": asdict(resolved),
-        "input": manifest["input"],
-    }
-    (out_dir / INDEX_META).write_text(json.dumps(meta, indent=2) + "\n")
+    staging = out_dir / f".staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        faiss.write_index(index, str(staging / INDEX_FILE))
+        _write_texts(staging, source, rows)
+        files = {name: atomic.file_record(staging / name) for name in INDEX_FILES}
+        meta = {
+            "format": FORMAT_VERSION,
+            "model": manifest["model"],
+            "model_fingerprint": manifest["model_fingerprint"],
+            "pooler": manifest["pooler"],
+            "dim": int(vectors.shape[1]),
+            "count": int(len(vectors)),
+            "metric": "cosine",
+            "params": asdict(resolved),
+            "input": manifest["input"],
+            "files": files,
+        }
+        for name in INDEX_FILES:
+            with (staging / name).open("rb") as fh:
+                os.fsync(fh.fileno())
+        (out_dir / INDEX_META).unlink(missing_ok=True)  # from here on: "no index" until done
+        atomic.fsync_dir(out_dir)
+        for name in INDEX_FILES:
+            os.replace(staging / name, out_dir / name)
+        atomic.write_text(out_dir / INDEX_META, json.dumps(meta, indent=2) + "\n")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return meta
 
 
@@ -208,12 +271,18 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
     """index.json of an index folder, with a clear error when it is not one."""
     path = Path(folder) / INDEX_META
     if not path.is_file():
+        partial = (Path(folder) / INDEX_FILE).exists()
         raise InputError(
-            "not an index folder (no index.json)",
+            "an unfinished index build (index files but no index.json)"
+            if partial
+            else "not an index folder (no index.json)",
             path=folder,
-            fix="build one with `dclr index build MODEL INPUT --out DIR`",
+            fix="build it (again) with `dclr index build MODEL INPUT --out DIR`",
         )
-    meta = json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"index.json is not valid JSON ({err})", path=path) from None
     if meta.get("format") != FORMAT_VERSION:
         raise InputError(f"unknown index format {meta.get('format')!r}", path=path)
     return meta
@@ -238,11 +307,31 @@ class SearchIndex:
         self.folder = Path(folder)
         self.meta = read_meta(self.folder)
         self.params = IndexParams(**self.meta["params"])
-        self.index = faiss.read_index(str(self.folder / INDEX_FILE))
+        fix = "rebuild the index: `dclr index build MODEL INPUT --out DIR` (shards are reused)"
+        for name, record in self.meta.get("files", {}).items():  # absent in older index folders
+            problem = atomic.check_file(self.folder / name, record, hash_=False)
+            if problem:
+                raise InputError(f"{name}: {problem}", path=self.folder, fix=fix)
+        try:
+            self.index = faiss.read_index(str(self.folder / INDEX_FILE))
+        except RuntimeError as err:
+            message = str(err).strip().splitlines()[-1] if str(err).strip() else repr(err)
+            raise InputError(
+                f"{INDEX_FILE} cannot be read: {message}", path=self.folder, fix=fix
+            ) from None
+        kind = faiss_kind(self.index)
+        if kind != self.params.kind or self.index.d != self.meta["dim"]:
+            raise InputError(
+                f"{INDEX_FILE} holds a {kind} index of dimension {self.index.d}, but index.json "
+                f"describes a {self.params.kind} index of dimension {self.meta['dim']}: the "
+                "files come from different builds",
+                path=self.folder,
+                fix=fix,
+            )
         set_search_params(self.index, self.params)
         self._offsets = np.load(self.folder / OFFSETS, allow_pickle=False)
         if self.index.ntotal != self.meta["count"] or len(self._offsets) != self.meta["count"] + 1:
-            raise InputError("index files disagree on the vector count", path=self.folder)
+            raise InputError("index files disagree on the vector count", path=self.folder, fix=fix)
         with (self.folder / TEXTS).open("rb") as fh:
             self._texts = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 

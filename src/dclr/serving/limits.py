@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from dclr.serving.readers import unencodable
+
 # OpenAI's /v1/embeddings accepts up to 2048 inputs; 256 keeps one request to a few forward
 # passes (and its vectors to 256 x d floats) so one client cannot stall the others for long.
 MAX_TEXTS = 256
@@ -63,6 +65,15 @@ class Limits:
                 )
             if not text.strip():
                 raise LimitError(400, f"{name(i)} is empty", name(i), "empty_text")
+            bad = unencodable(text)
+            if bad is not None:
+                raise LimitError(
+                    400,
+                    f"{name(i)} is not valid Unicode: {bad}; send UTF-8 text (a JSON \\uD800-"
+                    "\\uDFFF escape must be half of a surrogate pair)",
+                    name(i),
+                    "invalid_unicode",
+                )
 
     def check_k(self, k: int) -> None:
         if not 1 <= k <= self.max_k:

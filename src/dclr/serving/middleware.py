@@ -3,13 +3,19 @@
 A declared `Content-Length` over the limit is answered 413 without reading a byte; a body sent
 without one (chunked) is counted as it arrives and cut off at the limit, so no more than
 `max_bytes` of a body is ever held. The answer is a JSON
-error in OpenAI's shape naming the limit.
+error in OpenAI's shape naming the limit. A body that does not arrive in full within `timeout_s`
+(a client trickling bytes to hold a connection) is answered 408.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
+
+# Seconds a client gets to send its whole body: 4 MiB at a slow 1 Mbit/s link takes ~35 s.
+BODY_TIMEOUT_S = 60.0
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -24,9 +30,10 @@ def error_json(message: str, type_: str, param: str | None, code: str | None) ->
 class BodyLimitMiddleware:
     """Wrap an ASGI app; bodies over `max_bytes` get HTTP 413."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -46,8 +53,14 @@ class BodyLimitMiddleware:
         # parsing error by the framework; the app then reads the buffered copy.
         chunks: list[bytes] = []
         received = 0
+        deadline = time.monotonic() + self.timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except TimeoutError:
+                text = f"the request body did not arrive within {self.timeout_s:g} s"
+                await self._reject(send, 408, text, "body_timeout")
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")

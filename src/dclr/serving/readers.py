@@ -36,6 +36,15 @@ _PARQUET_BATCH = 8192
 _CSV_FIELD_LIMIT = 1 << 26
 
 
+def unencodable(text: str) -> str | None:
+    """Why `text` cannot be UTF-8 (a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"character {err.start} is the lone surrogate U+{ord(text[err.start]):04X}"
+    return None
+
+
 def is_blank(text: str) -> bool:
     """True for rows that are not encoded (empty or whitespace only)."""
     return not text.strip()
@@ -184,7 +193,19 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
             if position is None:
                 raise InputError(f"no column {column!r}", path=path, line=1)
             for record in reader:
-                yield record[position].strip() if position < len(record) else ""
+                if not record:  # an empty line: a blank row
+                    yield ""
+                elif position < len(record):
+                    yield record[position].strip()
+                else:
+                    raise InputError(
+                        f"this row has {len(record)} field(s); the text column {column!r} is "
+                        f"field {position + 1} of the header",
+                        path=path,
+                        line=reader.line_num,
+                        fix="add the missing field(s) to that row (an empty text is written as "
+                        "an empty field: a,,c) or remove the row",
+                    )
         except UnicodeDecodeError:
             raise InputError(
                 "invalid UTF-8 bytes",
@@ -215,6 +236,14 @@ def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:
                     f"field {column!r} is a {type(value).__name__}, not a string",
                     path=path,
                     line=number,
+                )
+            if value and (bad := unencodable(value)) is not None:
+                raise InputError(
+                    f"field {column!r} is not valid Unicode: {bad}",
+                    path=path,
+                    line=number,
+                    fix="a \\uD800-\\uDFFF escape must be half of a surrogate pair: fix or "
+                    "drop that line",
                 )
             yield (value or "").strip()
 

@@ -4,9 +4,12 @@ Routes: `POST /v1/embeddings` (OpenAI-compatible), `POST /similarity` (pairs -> 
 sentences -> cosine matrix), `POST /search` (when an index is loaded), `GET /health`, the web page
 at `/` (with `/static/app.js`, `/static/app.css`), and FastAPI's `/openapi.json` and `/docs`.
 Vectors are L2-normalised, so a dot product is a cosine. Every error is JSON in OpenAI's shape
-(`{"error": {"message", "type", "param", "code"}}`): 400 for a broken limit (the message names it),
-413 for an oversized body, 422 for a malformed request, 404 when no index is loaded, 503 when the
-queue is full (with Retry-After).
+(`{"error": {"message", "type", "param", "code"}}`): 400 for a broken limit or invalid text (the
+message names the field), 401 without the API key (when one is set), 408 for a body that does not
+arrive in time, 413 for an oversized body, 421 for a Host not on the allow-list, 422 for a
+malformed request, 404 when no index is loaded, 500 when the encoder fails on this request's own
+texts (requests batched with it are not affected), 503 when the queue is full (with Retry-After).
+A request whose client disconnects while queued is dropped without being encoded.
 """
 
 from __future__ import annotations
@@ -24,16 +27,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dclr.models.encoder import SentenceEncoder, _model_limit
+from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.serving.batcher import (
     MAX_BATCH_TEXTS,
+    MAX_PENDING_CHARS,
     MAX_PENDING_TEXTS,
+    MAX_QUEUE_WAIT_S,
     MAX_WAIT_S,
     EmbeddingBatcher,
     EncodeFn,
     Overloaded,
 )
 from dclr.serving.fingerprint import SHORT
+from dclr.serving.guard import GuardMiddleware, Security
 from dclr.serving.index import SearchIndex
 from dclr.serving.limits import LimitError, Limits
 from dclr.serving.memory import trim_heap
@@ -61,12 +67,14 @@ MAX_PROBLEMS = 5
 # FAISS threads: a request searches one query, which one thread does fastest; more OpenMP
 # threads would only spin against the encoder's own threads in this process.
 SEARCH_THREADS = 1
-# Seconds a client told "overloaded" should wait: about one batch's time on a CPU.
-RETRY_AFTER_S = 1
+# nginx's status for "client closed the request" (never seen by the client, which is gone).
+CLIENT_CLOSED = 499
 ERRORS = {
     400: {"model": ErrorResponse, "description": "A limit was broken (the message names it)."},
+    401: {"model": ErrorResponse, "description": "Missing or wrong API key (when one is set)."},
     413: {"model": ErrorResponse, "description": "Request body over max_body_bytes."},
     422: {"model": ErrorResponse, "description": "Malformed request."},
+    500: {"model": ErrorResponse, "description": "The encoder failed on this request's texts."},
     503: {"model": ErrorResponse, "description": "Queue full; retry after Retry-After seconds."},
 }
 
@@ -85,6 +93,8 @@ class BatchOptions:
     max_wait_s: float = MAX_WAIT_S
     max_pending_texts: int = MAX_PENDING_TEXTS
     max_batch_tokens: int = MAX_BATCH_TOKENS
+    max_pending_chars: int = MAX_PENDING_CHARS
+    max_queue_wait_s: float = MAX_QUEUE_WAIT_S
 
 
 def make_encode_fn(
@@ -96,7 +106,7 @@ def make_encode_fn(
     and at most `max_batch_tokens` padded tokens (texts x longest text), so activation memory
     is bounded whatever the inputs; a single text longer than the budget still goes alone.
     """
-    limit = encoder.max_length or _model_limit(encoder.tokenizer)
+    limit = encoder.max_length or model_limit(encoder.tokenizer)
 
     def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         ids = encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
@@ -156,10 +166,16 @@ def create_app(
     index: SearchIndex | None = None,
     limits: Limits | None = None,
     batching: BatchOptions | None = None,
+    security: Security | None = None,
 ) -> FastAPI:
-    """The ASGI app. `index`, if given, must have been checked against `fingerprint`."""
+    """The ASGI app. `index`, if given, must have been checked against `fingerprint`.
+
+    `security` (see `dclr.serving.guard`): API key, Host allow-list, requests in flight; by
+    default no key and any Host (`dclr serve` passes the loopback allow-list itself).
+    """
     limits = limits or Limits()
     batching = batching or BatchOptions()
+    security = security or Security(allowed_hosts=None)
     if index is not None:
         index.check_model(fingerprint, model_name)
         import faiss
@@ -170,6 +186,8 @@ def create_app(
         batching.max_batch_texts,
         batching.max_wait_s,
         batching.max_pending_texts,
+        batching.max_pending_chars,
+        batching.max_queue_wait_s,
     )
 
     @contextlib.asynccontextmanager
@@ -188,6 +206,7 @@ def create_app(
     )
     app.state.batcher = batcher
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    app.add_middleware(GuardMiddleware, security=security)  # outermost: runs first
 
     @app.exception_handler(LimitError)
     async def _limit(_: Request, err: LimitError) -> Response:
@@ -196,8 +215,21 @@ def create_app(
     @app.exception_handler(Overloaded)
     async def _overloaded(_: Request, err: Overloaded) -> Response:
         response = _error(503, str(err), "server_overloaded", None, "queue_full")
-        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        response.headers["Retry-After"] = str(err.retry_after)
         return response
+
+    @app.exception_handler(ClientGone)
+    async def _gone(_: Request, err: ClientGone) -> Response:
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it; ends the cycle quietly
+
+    @app.exception_handler(EncodeFailed)
+    async def _encode_failed(_: Request, err: EncodeFailed) -> Response:
+        return _error(500, str(err), "server_error", None, "encode_failed")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, err: Exception) -> Response:  # JSON, never plain text
+        message = f"internal error ({type(err).__name__}); the server log has the details"
+        return _error(500, message, "server_error", None, "internal_error")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> Response:
@@ -208,12 +240,30 @@ def create_app(
     async def _http(_: Request, err: StarletteHTTPException) -> Response:
         return _error(err.status_code, str(err.detail), "invalid_request_error", None, None)
 
-    async def embed(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        vectors, tokens = await batcher.submit(texts)
+    async def embed(texts: list[str], raw: Request) -> tuple[np.ndarray, np.ndarray]:
+        """This request's (vectors, token counts); dropped from the queue if its client leaves."""
+        job = asyncio.ensure_future(batcher.submit(texts))
+        gone = asyncio.ensure_future(_disconnected(raw))
+        try:
+            await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not job.done():
+                job.cancel()  # the client went away: free its place in the queue
+        if not job.done() or job.cancelled():
+            raise ClientGone
+        try:
+            vectors, tokens = job.result()
+        except Overloaded:
+            raise
+        except Exception as err:  # noqa: BLE001 - this request's texts broke the encoder
+            raise EncodeFailed(
+                f"the encoder failed on this request's texts ({type(err).__name__}: {err})"
+            ) from err
         return vectors, tokens
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS)
-    async def embeddings(request: EmbeddingsRequest) -> Response:
+    async def embeddings(request: EmbeddingsRequest, raw: Request) -> Response:
         """OpenAI-compatible embeddings (unit-length vectors)."""
         texts = [request.input] if isinstance(request.input, str) else request.input
         limits.check_texts(texts, "input")
@@ -225,7 +275,7 @@ def create_app(
                 "dimensions",
                 "unsupported_dimensions",
             )
-        vectors, tokens = await embed(texts)
+        vectors, tokens = await embed(texts, raw)
         if request.encoding_format == "base64":
             values: list = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors]
         else:
@@ -241,22 +291,22 @@ def create_app(
         return JSONResponse(body)
 
     @app.post("/similarity", response_model=SimilarityResponse, responses=ERRORS)
-    async def similarity(request: SimilarityRequest) -> Response:
+    async def similarity(request: SimilarityRequest, raw: Request) -> Response:
         """Cosine similarity of each pair, or the cosine matrix of a list of sentences."""
         if request.pairs is not None:
             texts = [text for pair in request.pairs for text in pair]
             limits.check_texts(texts, "pairs", lambda i: f"pairs[{i // 2}][{i % 2}]")
-            vectors, _ = await embed(texts)
+            vectors, _ = await embed(texts, raw)
             scores = np.einsum("pd,pd->p", vectors[0::2], vectors[1::2])  # (pairs,)
             return JSONResponse({"model": model_name, "scores": scores.tolist()})
         assert request.sentences is not None
         limits.check_texts(request.sentences, "sentences")
-        vectors, _ = await embed(request.sentences)
+        vectors, _ = await embed(request.sentences, raw)
         matrix = vectors @ vectors.T  # (n, n)
         return JSONResponse({"model": model_name, "matrix": matrix.tolist()})
 
     @app.post("/search", response_model=SearchResponse, responses={**ERRORS, 404: ERRORS[422]})
-    async def search(request: SearchRequest) -> Response:
+    async def search(request: SearchRequest, raw: Request) -> Response:
         """Top-k texts of the loaded index by cosine similarity to the query."""
         if index is None:
             return _error(
@@ -268,7 +318,7 @@ def create_app(
             )
         limits.check_texts([request.query], "query")
         limits.check_k(request.k)
-        vectors, _ = await embed([request.query])
+        vectors, _ = await embed([request.query], raw)
         loop = asyncio.get_running_loop()
         hits = (await loop.run_in_executor(batcher.executor, index.search, vectors, request.k))[0]
         results = [{"rank": r + 1, **asdict(hit)} for r, hit in enumerate(hits)]
@@ -304,6 +354,22 @@ def create_app(
         return Response(_static(name), media_type=STATIC_FILES[name], headers=PAGE_HEADERS)
 
     return app
+
+
+class EncodeFailed(Exception):
+    """The encoder raised on this request's own texts (HTTP 500; other requests are unaffected)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its vectors were ready; nothing is sent."""
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone away (the body is already read, so only that can come)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def _static(name: str) -> bytes:

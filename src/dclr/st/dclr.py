@@ -20,6 +20,7 @@ from dclr.losses.dclr import DCLRLoss as DCLRObjective
 from dclr.losses.dclr import LossForm, NoiseMode, Weighting
 from dclr.losses.simcse import cosine_matrix
 from dclr.st.embed import ddp_scale, embed, gather_strings, two_views
+from dclr.training.batch import Batch
 
 DCLR_CITATION = """
 @inproceedings{zhou2022debiased,
@@ -210,7 +211,7 @@ class DCLRLoss(nn.Module):
         (n_global, n_global) cosines; the views are gathered across ranks inside."""
         self._teacher.cos = guide_cos
         try:
-            out = self.objective.objective(z1, z2, step=self.step)
+            out = self.objective.objective(z1, z2, Batch(features={}, step=self.step))
         finally:
             self._teacher.cos = None
         self.step += 1

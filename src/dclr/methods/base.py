@@ -1,0 +1,171 @@
+"""What a method brings to the one training loop (`dclr.training.loop`).
+
+A method is an instance of a `Method` subclass, registered under its `name`:
+
+* `section`: its config dataclass (validated by `section.validate(config)`), read as
+  `config.section(name)`; a recipe writes it under the method's name;
+* `build_model(config)`: the trained model (default: a `SentenceEncoder` from `config.model`);
+* `load_data(config)`: the training examples, a sequence the loop indexes (default: the corpus);
+* `collate(model, examples, config)`: examples -> (features, labels), before moving to the device;
+* `build_objective(config, model, data, device)`: an `nn.Module` called as
+  `objective(batch) -> dict[str, Tensor]` with "loss" and named parts (`dclr.training.batch.Batch`);
+* hooks with sentence-encoder defaults: `dev_evaluator` (STS dev during training), `export`
+  (`final/`, `best/`), `evaluate_start` / `evaluate_final` (the test tables), `stages` (a schedule
+  of several runs).
+
+The loop never asks which method it runs; everything method-specific is here or in a subclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from dclr.training.config import TrainConfig
+    from dclr.training.loop import TrainResult
+
+# Config attributes that hold dropout probabilities in Hugging Face encoder configs.
+DROPOUT_KEYS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout",
+    "attention_dropout",
+)
+Evaluator = Callable[[nn.Module], dict[str, float]]
+
+
+def dropout_overrides(config: TrainConfig) -> dict[str, Any]:
+    """Hugging Face config overrides setting every dropout to `config.model.dropout` (if set)."""
+    if config.model.dropout is None:
+        return {}
+    from transformers import AutoConfig
+
+    from dclr.models.encoder import resolve_model
+
+    hf = AutoConfig.from_pretrained(resolve_model(config.model.name), trust_remote_code=False)
+    return {k: config.model.dropout for k in DROPOUT_KEYS if hasattr(hf, k)}
+
+
+def build_encoder(config: TrainConfig, mlp_head: bool | None = None) -> nn.Module:
+    """A `SentenceEncoder` from the model section, its MLP head initialised from the seed."""
+    from dclr.models.encoder import SentenceEncoder
+
+    torch.manual_seed(config.run.seed)  # the MLP head's initialisation
+    return SentenceEncoder.build(
+        config.model.name,
+        pooler=config.model.pooler,
+        mlp_head=config.model.mlp_head if mlp_head is None else mlp_head,
+        **dropout_overrides(config),
+    )
+
+
+def sts_dev_evaluator(config: TrainConfig) -> Evaluator:
+    """STS dev scores of a SentenceEncoder, with "metric" = the run's `eval_metric`."""
+    from dclr.evaluation.sts import StsEvaluator
+
+    evaluator = StsEvaluator(config.data.data_dir, mode="dev", geometry=True)
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        results = evaluator(lambda s: model.encode(s, batch_size=128))  # type: ignore[operator]
+        if config.run.eval_metric == "stsb":
+            results["metric"] = results["STSBenchmark"]
+        else:
+            results["metric"] = (results["STSBenchmark"] + results["SICKRelatedness"]) / 2
+        return results
+
+    return evaluate
+
+
+class Method:
+    """A training method; subclass it and `register` an instance (see the module docstring)."""
+
+    name: str = ""
+    section: type = object  # the config section dataclass
+    supports_grad_cache: bool = False  # objective has `.model` and `.objective(z1, z2, batch)`
+    distributed: bool = True  # trains under torchrun (DDP)
+    sentence_batches: bool = False  # batches of corpus sentences (paraphrase-dense batches apply)
+    # Defaults under every recipe of this method (nested form), e.g. DualCSE's pooler.
+    defaults: dict[str, Any] = {}
+    # Defaults a flat (pre-sections) recipe of this method assumed, by flat option name.
+    flat_defaults: dict[str, Any] = {}
+
+    # ---- config -------------------------------------------------------------------------------
+    def section_names(self, values: dict[str, Any]) -> list[str]:
+        """The method sections this method reads, given the (nested) config values."""
+        return [self.name]
+
+    def convert_flat(self, flat: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite a flat (pre-sections) config before conversion (e.g. rename the method)."""
+        return flat
+
+    def validate(self, config: TrainConfig) -> None:
+        """Checks across sections (each section validates itself)."""
+
+    # ---- builders -----------------------------------------------------------------------------
+    def build_model(self, config: TrainConfig) -> nn.Module:
+        return build_encoder(config)
+
+    def load_data(self, config: TrainConfig) -> Sequence[Any]:
+        from dclr.data.corpus import load_corpus
+
+        return load_corpus(config.data.corpus, config.data.data_dir)
+
+    def collate(
+        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+    ) -> tuple[dict[str, Any], torch.Tensor | None]:
+        """Sentences -> one tokenization (n rows), no labels."""
+        return model.tokenize(list(examples), max_length=config.model.max_length), None  # type: ignore[operator]
+
+    def build_objective(
+        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
+    ) -> nn.Module:
+        """The objective around `model` (the DDP-wrapped model under torchrun)."""
+        raise NotImplementedError
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def dev_evaluator(self, config: TrainConfig) -> Evaluator | None:
+        """Called every `eval_steps` on rank 0; its "metric" picks `best/`. None: never."""
+        return sts_dev_evaluator(config) if config.run.eval_steps > 0 else None
+
+    def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
+        """Write an inference model (no training-only parts) to `path`."""
+        from dclr.models.export import save_encoder
+
+        return save_encoder(model, path, extra=extra)  # type: ignore[arg-type]
+
+    def inference_pooler(self, config: TrainConfig) -> str:
+        return "cls_before_pooler" if config.model.mlp_head else config.model.pooler
+
+    def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
+        """The starting model's test scores ("before"), or None."""
+        if not config.run.test_eval:
+            return None
+        from dclr.evaluation.scores import starting_scores
+
+        pooler = self.inference_pooler(config)
+        return starting_scores(config.model.name, pooler, config.data.data_dir)
+
+    def evaluate_final(self, config: TrainConfig, result: TrainResult) -> dict[str, Any]:
+        """Test results of the trained model, merged into results.json (e.g. {"after": ...})."""
+        if not config.run.test_eval:
+            return {}
+        from dclr.evaluation.scores import evaluate_model
+
+        pooler = self.inference_pooler(config)
+        after = evaluate_model(
+            str(result.best_dir), pooler, config.data.data_dir, "encode STS (after: best model)"
+        )
+        return {"after": after}
+
+    def describe(self, config: TrainConfig) -> dict[str, Any]:
+        """Extra fields for results.json (e.g. DualCSE's encoder kind)."""
+        return {}
+
+    def stages(self, config: TrainConfig) -> list[TrainConfig]:
+        """The runs of a schedule, in order (most methods: one)."""
+        return [config]

@@ -1,0 +1,194 @@
+"""DualCSE (Oda et al., 2025) and its single-embedding baseline, supervised SimCSE on INLI, as
+methods. `dclr.dualcse` keeps the model (`DualEncoder`), the INLI data and the RTE/EIS evaluation.
+
+Both train on INLI train (from `data.data_dir`) and, with `rte_eval`, finish with the RTE table on
+INLI test. Their recipes live in recipes/dualcse/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import nn
+
+from dclr.dualcse.model import EncoderKind
+from dclr.errors import ConfigError
+from dclr.methods.base import Method, build_encoder, dropout_overrides
+from dclr.methods.registry import register
+
+if TYPE_CHECKING:
+    from dclr.training.config import TrainConfig
+    from dclr.training.loop import TrainResult
+
+SupPositives = Literal["both", "explicit", "implied"]
+# Every DualCSE-family recipe starts from these (the DualCSE paper's setting; no STS evaluation).
+INLI_DEFAULTS: dict[str, Any] = {
+    "model": {"pooler": "mean", "mlp_head": False, "max_length": 80, "packing": "off"},
+    "optimisation": {"learning_rate": 5e-5},  # paper: 5e-5 cross, 3e-5 bi
+    "run": {"eval_steps": 0, "test_eval": False, "save_steps": 100, "output_dir": "runs/dualcse"},
+}
+MIN_LENGTH = 8  # room for [CLS] s [SEP] prompt [SEP] with s non-empty
+
+
+@dataclass
+class INLISection:
+    """Options shared by the INLI methods."""
+
+    temperature: float = 0.05  # tau of every InfoNCE term (paper: 0.05)
+    rte_eval: bool = True  # after training: RTE threshold on INLI val, accuracies on INLI test
+    eval_batch_size: int = 128  # sentences per forward pass when evaluating
+
+    def validate(self, config: TrainConfig) -> None:
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if config.model.max_length < MIN_LENGTH:
+            raise ConfigError(f"max_length must be >= {MIN_LENGTH}, got {config.model.max_length}")
+        if self.eval_batch_size < 1:
+            raise ConfigError("eval_batch_size must be >= 1")
+
+
+@dataclass
+class DualCSESection(INLISection):
+    """DualCSE's options. Field comments are the documentation."""
+
+    encoder: EncoderKind = "cross"  # cross (one encoder, prompt word) | bi (two encoders)
+    contradiction_negatives: bool = True  # contradictions as negatives + their intra term
+    intra_sentence: bool = True  # the three r/u terms within a hypothesis
+
+
+@dataclass
+class SupervisedINLISection(INLISection):
+    """Supervised SimCSE on INLI: premise anchor, entailment positive, contradiction negative."""
+
+    sup_positives: SupPositives = "both"  # entailments used as positives (both: 2 triples)
+
+
+def column_major(items: Sequence[tuple[str, ...]]) -> list[str]:
+    """Tuples of k sentences -> k blocks: all first sentences, then all second ones, ..."""
+    return [s for column in zip(*items, strict=True) for s in column]
+
+
+class INLIMethod(Method):
+    """Shared by DualCSE and its baseline: INLI data, RTE at the end, no STS evaluation."""
+
+    distributed = False
+    defaults = INLI_DEFAULTS
+
+    def load_data(self, config: TrainConfig) -> Sequence[Any]:
+        from dclr.dualcse.data import inli_split, read_inli
+
+        return self.items(config, read_inli(inli_split(config.data.data_dir, "train")))
+
+    def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:
+        raise NotImplementedError
+
+    def dev_evaluator(self, config: TrainConfig) -> None:
+        return None
+
+    def evaluate_start(self, config: TrainConfig) -> None:
+        return None
+
+    def evaluate_final(self, config: TrainConfig, result: TrainResult) -> dict[str, Any]:
+        """{"rte_test": accuracies} of the final model (also logged to metrics.jsonl)."""
+        section = config.section(self.name)
+        if not section.rte_eval:
+            return {"rte_test": None}
+        from dclr.dualcse.evaluate import RteEvaluator, load_embedder
+        from dclr.training.tracking import MetricsLog
+
+        evaluator = RteEvaluator.from_data_dir(config.data.data_dir)
+        rte = evaluator(load_embedder(result.final_dir), batch_size=section.eval_batch_size)
+        log = MetricsLog(Path(config.run.output_dir), resume_step=result.steps, tensorboard=False)
+        log.log(result.steps, "rte_test", rte)
+        log.close()
+        return {"rte_test": rte}
+
+
+class DualCSE(INLIMethod):
+    name = "dualcse"
+    section = DualCSESection
+
+    def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:
+        """(premise, explicit, implied, contradiction) per premise."""
+        return [(e.premise, e.explicit, e.implied, e.contradiction) for e in examples]
+
+    def build_model(self, config: TrainConfig) -> nn.Module:
+        from dclr.dualcse.model import DualEncoder
+
+        torch.manual_seed(config.run.seed)
+        kind = config.section(self.name).encoder
+        overrides = dropout_overrides(config)
+        return DualEncoder.build(config.model.name, kind, config.model.pooler, **overrides)
+
+    def collate(
+        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+    ) -> tuple[dict[str, Any], None]:
+        """{"explicit": tokens, "implicit": tokens} of the 4n sentences, each as its semantics."""
+        from dclr.dualcse.model import SEMANTICS
+
+        sentences, limit = column_major(examples), config.model.max_length
+        return {s: model.tokenize(sentences, s, limit) for s in SEMANTICS}, None  # type: ignore[operator]
+
+    def build_objective(
+        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
+    ) -> nn.Module:
+        from dclr.losses.dualcse import DualCSELoss
+
+        section: DualCSESection = config.section(self.name)
+        return DualCSELoss(
+            model,
+            temperature=section.temperature,
+            contradiction_negatives=section.contradiction_negatives,
+            intra_sentence=section.intra_sentence,
+        )
+
+    def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
+        return model.save(path, extra={**extra, "method": self.name})  # type: ignore[operator]
+
+    def describe(self, config: TrainConfig) -> dict[str, Any]:
+        return {"encoder": config.section(self.name).encoder}
+
+
+class SupervisedSimCSEOnINLI(INLIMethod):
+    name = "simcse_sup"
+    section = SupervisedINLISection
+
+    def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:
+        """(anchor, positive, hard negative), one per entailment named by `sup_positives`."""
+        wanted = config.section(self.name).sup_positives
+        kinds = ("explicit", "implied") if wanted == "both" else (wanted,)
+        return [(e.premise, e.hypothesis(k), e.contradiction) for e in examples for k in kinds]
+
+    def build_model(self, config: TrainConfig) -> nn.Module:
+        return build_encoder(config)
+
+    def collate(
+        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+    ) -> tuple[dict[str, Any], None]:
+        """[anchors; positives; hard negatives] (3n sentences), one tokenization."""
+        texts = column_major(examples)
+        return model.tokenize(texts, max_length=config.model.max_length), None  # type: ignore[operator]
+
+    def build_objective(
+        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
+    ) -> nn.Module:
+        from dclr.losses.supervised import SupervisedNLILoss
+
+        temperature = config.section(self.name).temperature
+        return SupervisedNLILoss(model, "simcse", temperature=temperature, hard_negatives=True)
+
+    def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
+        from dclr.models.export import save_encoder
+
+        return save_encoder(model, path, extra={**extra, "method": self.name})  # type: ignore[arg-type]
+
+    def describe(self, config: TrainConfig) -> dict[str, Any]:
+        return {"encoder": "single"}
+
+
+register(DualCSE())
+register(SupervisedSimCSEOnINLI())

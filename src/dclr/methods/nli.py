@@ -1,0 +1,225 @@
+"""Supervised NLI training as a method: supervised SimCSE, the NLI head, ConSERT's joint objective
+and its two-stage schedules (`sup_then_unsup`, `joint_then_unsup`).
+
+The recipe names the contrastive method used by the joint objective and by the unsupervised second
+stage (`nli.contrastive: consert`); that method's own section holds its options (views, tau, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import nn
+
+from dclr import distributed as dist
+from dclr.errors import ConfigError
+from dclr.methods.base import Method
+from dclr.methods.registry import get_method, register
+from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection
+
+if TYPE_CHECKING:
+    from dclr.training.config import TrainConfig
+
+Schedule = Literal["sup", "joint", "sup_then_unsup", "joint_then_unsup"]
+SupervisedLoss = Literal["simcse", "nli_head"]
+Contrastive = Literal["simcse", "consert", "dclr"]
+# The supervised stage of each schedule (the two-stage ones add an unsupervised stage).
+SUPERVISED_STAGE = {
+    "sup": "sup",
+    "joint": "joint",
+    "sup_then_unsup": "sup",
+    "joint_then_unsup": "joint",
+}
+TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
+
+
+@dataclass
+class NLISection:
+    """Supervised NLI options (SimCSE-supervised; ConSERT's schedules)."""
+
+    schedule: Schedule = "sup"  # sup | joint | sup_then_unsup | joint_then_unsup
+    supervised_loss: SupervisedLoss = "simcse"  # sup: simcse (triples) | nli_head (u, v, |u-v|)
+    nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
+    nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
+    temperature: float = 0.05  # tau of supervised SimCSE
+    joint_weight: float = 1.0  # alpha in joint: L = L_nli_head + alpha * L_contrastive
+    adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (joint only)
+    contrastive: Contrastive = "simcse"  # the joint part / second stage: its section configures it
+
+    def validate(self, config: TrainConfig) -> None:
+        if not self.nli_data:
+            raise ConfigError(f"schedule {self.schedule!r} needs nli_data (labelled NLI data)")
+        if self.schedule in ("joint", "joint_then_unsup") and self.supervised_loss != "nli_head":
+            raise ConfigError(
+                "the joint schedules train the NLI head: set supervised_loss: nli_head"
+            )
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if not self.joint_weight >= 0:
+            raise ConfigError(f"joint_weight must be >= 0, got {self.joint_weight}")
+        if not self.adversarial_epsilon >= 0:
+            raise ConfigError(f"adversarial_epsilon must be >= 0, got {self.adversarial_epsilon}")
+        views = config.section(self.contrastive)
+        if "adversarial" in (views.view1, views.view2) and not self.adversarial_epsilon > 0:
+            raise ConfigError("an adversarial view needs adversarial_epsilon > 0")
+        if self.schedule in ("joint", "joint_then_unsup") and getattr(
+            views, "needs_complementary", False
+        ):
+            raise ConfigError(
+                "joint training with DCLR supports weighting 'self' or 'none' (the complementary "
+                "model scores a fixed unlabelled corpus)"
+            )
+
+
+def load_nli_examples(config: TrainConfig) -> list[Any]:
+    """The labelled examples: NliTriples (supervised SimCSE) or NliPairs (NLI head, joint)."""
+    from dclr.data.nli import nli_triples, read_senteval_nli, read_simcse_csv
+
+    section: NLISection = config.section("nli")
+    path = Path(section.nli_data or "")
+    if not path.exists() and not path.is_absolute():
+        from dclr.data.paths import resolve_data_dir
+
+        path = resolve_data_dir(config.data.data_dir) / path  # e.g. senteval/SNLI
+    wants_pairs = section.schedule == "joint" or section.supervised_loss == "nli_head"
+    if path.is_dir():
+        pairs = read_senteval_nli(path, section.nli_split)
+        return pairs if wants_pairs else nli_triples(pairs)
+    triples = read_simcse_csv(path)
+    if wants_pairs:
+        raise ConfigError(
+            f"{path}: the NLI head needs labelled pairs; a SimCSE CSV has none "
+            "(use a SentEval-layout folder with s1/s2/labels files)"
+        )
+    return triples
+
+
+def nli_texts(examples: Sequence[Any]) -> tuple[list[str], torch.Tensor | None]:
+    """Sentences to encode and labels (n,) or None: NliTriples give [anchors; positives; hard
+    negatives]; NliPairs give [premises; hypotheses] and their labels."""
+    from dclr.data.nli import NliTriple
+
+    if isinstance(examples[0], NliTriple):
+        texts = [t.anchor for t in examples] + [t.positive for t in examples]
+        if examples[0].hard_negative is not None:
+            texts += [str(t.hard_negative) for t in examples]
+        return texts, None
+    texts = [p.premise for p in examples] + [p.hypothesis for p in examples]
+    return texts, torch.tensor([p.label for p in examples])
+
+
+def has_hard_negatives(examples: Sequence[Any]) -> bool:
+    return getattr(examples[0], "hard_negative", None) is not None
+
+
+def supervised_objective(
+    config: TrainConfig,
+    model: Any,
+    hidden_size: int,
+    kind: str,
+    hard_negatives: bool,
+    temperature: float,
+    contrastive_method: str | None = None,
+) -> nn.Module:
+    """A `SupervisedNLILoss` of `kind` (simcse | nli_head | joint), its head seeded from the run."""
+    from dclr.losses.supervised import AdversarialView, NLIHead, SupervisedNLILoss
+    from dclr.views.pair import ViewSpec
+
+    head = None
+    if kind in ("nli_head", "joint"):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.run.seed)  # the head's initialisation
+            head = NLIHead(hidden_size)
+    contrastive, adversarial = None, None
+    if kind == "joint":
+        assert contrastive_method is not None
+        views: ContrastiveSection = config.section(contrastive_method)
+        if "adversarial" in (views.view1, views.view2):
+            first = views.view1 == "adversarial"
+            other = ViewSpec(*((views.view2, views.view2_rate) if first else (views.view1, views.view1_rate)))  # fmt: skip
+            epsilon = config.section("nli").adversarial_epsilon
+            adversarial = AdversarialView(
+                epsilon, other, first, seed=config.run.seed, rank=dist.rank()
+            )
+            views = dataclasses.replace(views, view1="dropout", view2="dropout")
+        plugin = get_method(contrastive_method)
+        assert isinstance(plugin, ContrastiveMethod)
+        contrastive = plugin.loss_module(config, model, views, None)
+    return SupervisedNLILoss(
+        model,
+        kind,  # type: ignore[arg-type]
+        temperature=temperature,
+        head=head,
+        contrastive=contrastive,
+        joint_weight=config.section("nli").joint_weight if kind == "joint" else 1.0,
+        hard_negatives=hard_negatives,
+        adversarial=adversarial,
+    )
+
+
+class NLI(Method):
+    name = "nli"
+    section = NLISection
+    distributed = False  # one process (no DDP support yet)
+
+    def section_names(self, values: dict[str, Any]) -> list[str]:
+        contrastive = (values.get("nli") or {}).get("contrastive", "simcse")
+        return ["nli", str(contrastive)]
+
+    def load_data(self, config: TrainConfig) -> Sequence[Any]:
+        return load_nli_examples(config)
+
+    def collate(
+        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+    ) -> tuple[dict[str, Any], torch.Tensor | None]:
+        texts, labels = nli_texts(examples)
+        return model.tokenize(texts, max_length=config.model.max_length), labels  # type: ignore[operator]
+
+    def build_objective(
+        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
+    ) -> nn.Module:
+        section: NLISection = config.section("nli")
+        if section.schedule in TWO_STAGE:
+            raise ConfigError(
+                f"schedule {section.schedule!r} has two stages: run it with "
+                "dclr.training.loop.run_schedule (or `dclr train`)"
+            )
+        kind = "joint" if section.schedule == "joint" else section.supervised_loss
+        hidden = getattr(model, "module", model).hidden_size
+        loss = supervised_objective(
+            config, model, hidden, kind, has_hard_negatives(data), section.temperature,
+            section.contrastive,
+        )  # fmt: skip
+        return loss.to(device)
+
+    def stages(self, config: TrainConfig) -> list[TrainConfig]:
+        """`sup_then_unsup` / `joint_then_unsup`: stage 1 (`sup` / `joint`) on the NLI data writes
+        `<output_dir>/stage-1`; stage 2 trains the `contrastive` method from its final model on
+        `data.corpus` in `<output_dir>/stage-2`. Other schedules are one stage."""
+        from dclr.training.config import config_from_dict
+
+        section: NLISection = config.section("nli")
+        if section.schedule not in TWO_STAGE:
+            return [config]
+        root = Path(config.run.output_dir)
+        first = config.updated(
+            {
+                "nli.schedule": SUPERVISED_STAGE[section.schedule],
+                "run.output_dir": str(root / "stage-1"),
+            }
+        )
+        values = config.to_dict()
+        values.pop("nli")
+        values["method"] = section.contrastive
+        values["model"]["name"] = str(root / "stage-1" / "final")
+        values["run"]["output_dir"] = str(root / "stage-2")
+        second = config_from_dict(values, "stage 2").validate()
+        return [first, second]
+
+
+register(NLI())

@@ -1,0 +1,143 @@
+"""Who may talk to the service: the Host allow-list, the optional API key, requests in flight.
+
+`GuardMiddleware` wraps the ASGI app and checks, in this order, before the request body is read:
+
+1. Host: with an allow-list (the default for a loopback bind: localhost, 127.0.0.1, ::1), a request
+   whose `Host` header names another host is refused with 421. This defeats DNS rebinding, where a
+   web page from evil.example re-points its own name at 127.0.0.1 and reads the service from the
+   victim's browser: the browser then sends `Host: evil.example`.
+2. API key: when one is set, every route except the static page needs `Authorization: Bearer KEY`
+   (what the OpenAI client sends) or `X-API-Key: KEY`; a missing or wrong key gets 401. Keys are
+   compared in constant time (`hmac.compare_digest`).
+3. Requests in flight: past `max_in_flight` requests being handled at once, new ones get 503 with
+   Retry-After. Connections that have not finished sending their headers do not count (the server's
+   header timeout closes them), so slow clients cannot take the slots of real requests.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dclr.serving.middleware import error_json
+
+# Hosts a loopback-bound server answers to by default.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+# Routes served without the API key: the page and its files hold no data and no secret.
+PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/static/app.js", "/static/app.css"})
+# Requests handled at once at most; more get 503. Each holds at most one body (max_body_bytes)
+# and its queued texts (bounded by the batcher), so this bounds memory held by requests.
+MAX_IN_FLIGHT = 128
+# Seconds a client refused for too many requests in flight is told to wait.
+BUSY_RETRY_AFTER_S = 1
+
+
+@dataclass(frozen=True)
+class Security:
+    """api_key: required on every non-page route when set; allowed_hosts: Host header names
+    accepted (None: any); max_in_flight: requests handled at once."""
+
+    api_key: str | None = None
+    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
+    max_in_flight: int = MAX_IN_FLIGHT
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and len(self.api_key) < 8:
+            raise ValueError("the API key must have at least 8 characters")
+        if self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+
+
+def host_name(header: bytes) -> str:
+    """The host part of a Host header: 'a.example:8000' -> 'a.example', '[::1]:80' -> '::1'."""
+    text = header.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].strip()
+        if name == b"x-api-key":
+            return value.strip()
+    return None
+
+
+class GuardMiddleware:
+    """Wrap an ASGI app with the checks of the module docstring."""
+
+    def __init__(self, app: Any, security: Security) -> None:
+        self.app = app
+        self.security = security
+        self.allowed = None
+        if security.allowed_hosts is not None:
+            self.allowed = {h.strip("[]").lower() for h in security.allowed_hosts}
+        self.key = security.api_key.encode() if security.api_key else None
+        self.in_flight = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers") or []
+        if self.allowed is not None:
+            host = next((v for k, v in headers if k == b"host"), b"")
+            if host_name(host) not in self.allowed:
+                shown = host.decode("latin-1")[:100]
+                await _reject(
+                    send,
+                    421,
+                    f"this server does not answer to Host {shown!r}; allowed: "
+                    f"{', '.join(sorted(self.allowed))} (start it with --allowed-host NAME to add "
+                    "one)",
+                    "host_not_allowed",
+                )
+                return
+        if self.key is not None and scope.get("path") not in PUBLIC_PATHS:
+            given = presented_key(headers)
+            if given is None or not hmac.compare_digest(given, self.key):
+                await _reject(
+                    send,
+                    401,
+                    "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
+                    "invalid_api_key",
+                    [(b"www-authenticate", b"Bearer")],
+                )
+                return
+        if self.in_flight >= self.security.max_in_flight:
+            await _reject(
+                send,
+                503,
+                f"{self.in_flight} requests are already being handled (max_in_flight); retry "
+                "shortly",
+                "too_many_requests_in_flight",
+                [(b"retry-after", str(BUSY_RETRY_AFTER_S).encode())],
+            )
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+async def _reject(
+    send: Any,
+    status: int,
+    message: str,
+    code: str,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    type_ = "authentication_error" if status == 401 else "invalid_request_error"
+    if status == 503:
+        type_ = "server_overloaded"
+    body = error_json(message, type_, None, code)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
+    )
+    await send({"type": "http.response.body", "body": body})

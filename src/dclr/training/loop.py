@@ -1,0 +1,320 @@
+"""The one training loop: config -> method plugin -> model, data, objective -> steps.
+
+The loop owns batching, resume, the NaN stop, precision, clipping, logging, checkpoints and the
+evaluation hook; everything about *what* is trained comes from the method registered under
+`config.method` (`dclr.methods.base.Method`): its model, examples, collate function and
+objective, called as `objective(batch) -> dict[str, Tensor]`.
+
+Batches are a pure function of (seed, step) (`dclr.data.sampler`: epoch e uses the permutation of a
+generator seeded with seed + e, or paraphrase-dense batches), so a resumed run sees exactly the
+examples the uninterrupted run would have. Under torchrun each rank takes its slice of the global
+batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from dclr import distributed as dist
+from dclr.data.sampler import training_batches
+from dclr.data.sampling import few_shot_indices, take
+from dclr.errors import ConfigError, TrainingDiverged
+from dclr.losses.gradcache import GradCache
+from dclr.methods.registry import get_method
+from dclr.training.batch import Batch
+from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
+from dclr.training.config import TrainConfig
+from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
+from dclr.training.tracking import MetricsLog
+
+Evaluator = Callable[[torch.nn.Module], dict[str, float]]
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or deliberately stopped) run produced."""
+
+    steps: int
+    final_dir: Path
+    best_dir: Path
+    best_metric: float | None
+    best_step: int | None
+    train_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No weight decay on biases and normalisation weights (every 1-D parameter)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def to_device(features: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    """Tensors (in nested dicts too) moved to `device`."""
+    return {
+        k: to_device(v, device) if isinstance(v, Mapping) else v.to(device)
+        for k, v in features.items()
+    }
+
+
+def few_shot(data: Sequence[Any], config: TrainConfig) -> Sequence[Any]:
+    """The few-shot subset of `data` the config asks for (the data itself if none)."""
+    d = config.data
+    subset = few_shot_indices(
+        len(data), d.few_shot_sentences, d.few_shot_fraction, d.few_shot_sampling, config.run.seed
+    )
+    return data if subset is None else take(data, subset)  # config.yaml reproduces it
+
+
+class Trainer:
+    """Runs `config`; `model`, `data` and `evaluator` may be injected (tests, experiments)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model: torch.nn.Module | None = None,
+        data: Sequence[Any] | None = None,
+        evaluator: Evaluator | None = None,
+    ) -> None:
+        self.config = config.validate()
+        self.method = get_method(config.method)
+        if len(self.method.stages(config)) > 1:
+            raise ConfigError(
+                f"method {config.method!r} runs several stages here: run it with "
+                "dclr.training.loop.run_schedule (or `dclr train`)"
+            )
+        dist.init_from_env()
+        self.rank, self.world = dist.rank(), dist.world_size()
+        batch_size = config.optimisation.batch_size
+        if batch_size % self.world:
+            raise ConfigError(f"batch_size {batch_size} is not divisible by {self.world} ranks")
+        if self.world > 1 and not self.method.distributed:
+            raise ConfigError(f"method {config.method!r} runs in one process (no DDP support yet)")
+        self.device = torch.device(
+            f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        )
+        self.model = (model or self.method.build_model(config)).to(self.device)
+        packing = config.model.packing
+        if packing == "on" or (packing == "auto" and self.device.type == "cpu"):
+            enable = getattr(self.model, "enable_packing", None)
+            if enable is not None:
+                enable()
+        self.data = few_shot(data if data is not None else self.method.load_data(config), config)
+        if len(self.data) < batch_size:
+            raise ConfigError(
+                f"the training data has {len(self.data)} examples, fewer than one batch "
+                f"of {batch_size}"
+            )
+        d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
+        self.data, self.sampler = training_batches(
+            self.data, batch_size, config.run.seed, d.paraphrase_density,
+            d.paraphrase_sources, d.data_dir,
+        )  # fmt: skip
+        self.evaluator = evaluator
+        if evaluator is None and self.rank == 0:
+            self.evaluator = self.method.dev_evaluator(config)
+        self.run_dir = Path(config.run.output_dir)
+        self.steps_per_epoch = self.sampler.steps_per_epoch
+        epochs = config.optimisation.epochs
+        self.total_steps = config.optimisation.max_steps or math.ceil(epochs * self.steps_per_epoch)
+
+    # ---- data ---------------------------------------------------------------------------------
+    def global_batch(self, step: int) -> torch.Tensor:
+        """Data indices of the global batch of 0-based `step`, (batch_size,)."""
+        return self.sampler.global_batch(step)
+
+    def batch(self, step: int) -> tuple[Batch, int]:
+        """The `Batch` of 0-based `step` on this rank, and its number of local examples."""
+        ids = self.global_batch(step)
+        local = self.config.optimisation.batch_size // self.world
+        mine = [self.data[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
+        features, labels = self.method.collate(self.model, mine, self.config)
+        batch = Batch(
+            features=to_device(features, self.device),
+            step=step,
+            indices=ids,
+            sentences=[self.data[int(i)] for i in ids],
+            labels=None if labels is None else labels.to(self.device),
+        )
+        return batch, len(mine)
+
+    # ---- loop ---------------------------------------------------------------------------------
+    def train(self, resume: bool = False, stop_at_step: int | None = None) -> TrainResult:
+        """Train to `total_steps` (or stop after `stop_at_step`, leaving a checkpoint)."""
+        cfg, main = self.config, self.rank == 0
+        opt, run = cfg.optimisation, cfg.run
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        model: Any = self.model
+        if self.world > 1:
+            model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        objective = self.method.build_objective(cfg, model, self.data, self.device)
+        # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
+        extra = dict(getattr(objective, "training_modules", dict)())
+        groups = param_groups(self.model, opt.weight_decay)
+        for module in extra.values():
+            groups += param_groups(module, opt.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=opt.learning_rate)
+        scheduler = get_linear_schedule_with_warmup(
+            optimizer, int(opt.warmup_ratio * self.total_steps), self.total_steps
+        )
+        ckpt_root = self.run_dir / "checkpoints"
+        start, best, best_step, last_ckpt = 0, None, None, None
+        train_seconds, cpu_seconds = 0.0, 0.0
+        if resume:  # the newest intact checkpoint of this run (damaged ones are named, skipped)
+            last, state = resume_checkpoint(
+                ckpt_root, self.model, optimizer, scheduler, extra, run_id(self.run_dir)
+            )
+            start, best, best_step = state["step"], state.get("best_metric"), state.get("best_step")
+            train_seconds = state.get("train_seconds", 0.0)
+            cpu_seconds = state.get("cpu_seconds", 0.0)
+            last_ckpt = str(last)
+        else:
+            torch.manual_seed(run.seed + 1)  # dropout stream, distinct from the head's init
+        if main:
+            cfg.save(self.run_dir / "config.yaml")
+        log = MetricsLog(self.run_dir, resume_step=start, tensorboard=main) if main else None
+        if log is not None and start == 0:  # what the objective measured before step 1
+            for kind, values in getattr(objective, "start_records", {}).items():
+                log.log(0, kind, values)
+        scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
+        end = min(self.total_steps, stop_at_step or self.total_steps)
+        bar = tqdm(
+            total=self.total_steps, initial=start, desc="train", unit="step", disable=not main
+        )
+        self.model.train()
+        tic, seen = time.perf_counter(), 0
+        stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
+        try:
+            for step in range(start, end):
+                step_start, step_cpu = time.perf_counter(), time.process_time()
+                batch, local = self.batch(step)
+                # DDP averages gradients while every rank's loss is already global: scale by W.
+                backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
+                with self._autocast():
+                    if opt.grad_cache_chunk:
+                        parts = GradCache(objective, opt.grad_cache_chunk, backward_scale)(batch)
+                    else:
+                        parts = objective(batch)
+                loss = parts["loss"]
+                if not torch.isfinite(loss):
+                    raise TrainingDiverged(step + 1, last_ckpt)
+                if not opt.grad_cache_chunk:  # GradCache ran backward itself
+                    (loss * backward_scale).backward()
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                if opt.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), opt.max_grad_norm)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                done = step + 1
+                seen += local * self.world
+                train_seconds += time.perf_counter() - step_start
+                cpu_seconds += time.process_time() - step_cpu  # all threads: robust to sharing
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.4f}")
+                is_last = done == self.total_steps
+                if log is not None and (done % run.log_steps == 0 or is_last):
+                    elapsed = time.perf_counter() - tic
+                    log.log(
+                        done,
+                        "train",
+                        {
+                            **{k: v.item() for k, v in parts.items()},
+                            "lr": scheduler.get_last_lr()[0],
+                            "epoch": done / self.steps_per_epoch,
+                            "examples_per_s": seen / elapsed if elapsed else 0.0,
+                            "train_seconds": train_seconds,
+                            "cpu_seconds": cpu_seconds,
+                        },
+                    )
+                    tic, seen = time.perf_counter(), 0
+                if run.eval_steps and (done % run.eval_steps == 0 or is_last):
+                    if main and self.evaluator is not None:
+                        assert log is not None
+                        results = self.evaluator(self.model)
+                        log.log(done, "eval", results)
+                        if best is None or results["metric"] > best:
+                            best, best_step = results["metric"], done
+                            meta = {"step": done, "metric": best}
+                            self.method.export(self.model, self.run_dir / "best", meta)
+                        self.model.train()
+                    self._barrier()
+                if done % run.checkpoint_every == 0 or done == end or is_last or stop.requested:
+                    if main:
+                        state = {
+                            "best_metric": best,
+                            "best_step": best_step,
+                            "train_seconds": train_seconds,
+                            "cpu_seconds": cpu_seconds,
+                            "config": cfg.to_dict(),
+                            "run_id": run_id(self.run_dir),
+                        }
+                        path = save_checkpoint(
+                            ckpt_root,
+                            done,
+                            self.model,
+                            optimizer,
+                            scheduler,
+                            state,
+                            keep=run.keep_checkpoints,
+                            extra=extra,
+                        )
+                        last_ckpt = str(path)
+                    self._barrier()
+                    if stop.requested and not is_last:
+                        raise TrainingStopped(done, str(last_ckpt), str(self.run_dir))
+        finally:
+            stop.restore()
+            bar.close()
+            if log is not None:
+                log.close()
+        final_dir, best_dir = self.run_dir / "final", self.run_dir / "best"
+        result = TrainResult(end, final_dir, best_dir, best, best_step, train_seconds, cpu_seconds)
+        if end < self.total_steps:  # stopped early on purpose: resume later
+            return result
+        if main:
+            self.method.export(self.model, final_dir, {"step": self.total_steps})
+            if best is None:  # never evaluated: the final model is the one to use
+                self.method.export(self.model, best_dir, {"step": self.total_steps})
+        self._barrier()
+        return result
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def _autocast_dtype(self) -> torch.dtype | None:
+        if self.device.type != "cuda" or self.config.optimisation.precision == "fp32":
+            return None
+        return torch.float16 if self.config.optimisation.precision == "fp16" else torch.bfloat16
+
+    def _autocast(self) -> Any:
+        dtype = self._autocast_dtype()
+        if dtype is None:
+            return torch.autocast(self.device.type, enabled=False)
+        return torch.autocast("cuda", dtype=dtype)
+
+
+def run_schedule(config: TrainConfig) -> list[TrainResult]:
+    """Train every stage of the method's schedule (`Method.stages`), in order."""
+    return [Trainer(stage).train() for stage in get_method(config.method).stages(config)]

@@ -1,0 +1,198 @@
+"""Who owns a run folder, what may be done to an existing one, and stopping a run cleanly.
+
+- `claim(run_dir, resume, overwrite)` holds the folder's lock (`dclr.runlock`) for the whole run:
+  a second `dclr train -o SAME` is refused at once with a message naming the holder. A folder that
+  already holds a run (a checkpoint, `best/`, `final/` or `results.json`) is refused unless
+  `--resume` (continue it) or `--overwrite` (delete that run's outputs, by name, and start over) is
+  given, so a finished run is never overwritten silently and old checkpoints never mix with new
+  ones. A fresh run writes `run.json` with a new run id; every checkpoint records it, and
+  `--resume` refuses a checkpoint of another run.
+- `GracefulStop` turns the first SIGTERM or Ctrl-C into a request the training loop honours at the
+  end of the current step by writing a checkpoint there (so a run killed before its first
+  `save_steps` still leaves something to resume); a second Ctrl-C interrupts at once. SIGKILL
+  cannot be caught: a run killed with -9 resumes from its last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dclr import atomic
+from dclr.errors import ConfigError, DclrError
+from dclr.runlock import FolderLock
+
+RUN_FILE = "run.json"
+# What a run writes into its folder: `--overwrite` deletes these names and nothing else.
+RUN_OUTPUTS = (
+    "checkpoints",
+    "best",
+    "final",
+    "tensorboard",
+    "stage-1",
+    "stage-2",
+    "results.json",
+    "metrics.jsonl",
+    "before.json",
+    "env.json",
+    "config.yaml",
+    RUN_FILE,
+)
+
+
+class TrainingStopped(DclrError):
+    """A stop signal arrived; the run saved a checkpoint at `step` and can be resumed."""
+
+    def __init__(self, step: int, checkpoint: str, run_dir: str) -> None:
+        self.step = step
+        self.checkpoint = checkpoint
+        super().__init__(
+            f"stopped by a signal after step {step}; checkpoint saved at {checkpoint}\n"
+            f"  fix: continue with `dclr train --resume {run_dir}`"
+        )
+
+
+def previous_run(run_dir: Path) -> str | None:
+    """What an earlier run left in `run_dir` that a new run would clobber, or None."""
+    from dclr.training.checkpoint import checkpoint_dirs
+
+    if (run_dir / "results.json").is_file() or (run_dir / "final").is_dir():
+        return "a finished run (results.json / final/)"
+    steps = checkpoint_dirs(run_dir / "checkpoints")
+    if steps:
+        return f"an interrupted run (checkpoint {steps[-1].name})"
+    if (run_dir / "best").is_dir():
+        return "an interrupted run (best/)"
+    return None
+
+
+def clear(run_dir: Path) -> None:
+    """Delete a previous run's outputs (the names in RUN_OUTPUTS only)."""
+    for name in RUN_OUTPUTS:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def run_id(run_dir: Path) -> str | None:
+    """The id of the run in `run_dir` (None for folders written before run ids existed)."""
+    try:
+        return json.loads((Path(run_dir) / RUN_FILE).read_text()).get("run_id")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def claim(run_dir: str | Path, resume: bool, overwrite: bool, main: bool = True) -> Iterator[None]:
+    """Hold `run_dir` for a run (see the module docstring); only rank 0 (`main`) locks it."""
+    run_dir = Path(run_dir)
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other: pick one")
+    if not main:
+        yield
+        return
+    created = not run_dir.exists()
+    try:
+        lock = FolderLock(run_dir, "dclr train").acquire()
+    except OSError as err:
+        raise atomic.named_os_error(err, run_dir) from err
+    try:
+        if overwrite:
+            clear(run_dir)
+        elif not resume:
+            found = previous_run(run_dir)
+            if found:
+                raise ConfigError(
+                    f"{run_dir} already holds {found}\n"
+                    f"  fix: `dclr train --resume {run_dir}` to continue it, --overwrite to "
+                    "delete it and start over, or -o ANOTHER_FOLDER"
+                )
+        if not resume or run_id(run_dir) is None:
+            record = {
+                "run_id": uuid.uuid4().hex,
+                "started": time.time(),
+                "host": socket.gethostname(),
+                "command": " ".join(sys.argv),
+            }
+            atomic.write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
+        yield
+    except BaseException:
+        lock.release()
+        if created:  # a run that failed before writing anything (a bad model id) leaves no folder
+            remove_if_only_claimed(run_dir)
+        raise
+    else:
+        lock.release()
+
+
+def remove_if_only_claimed(run_dir: Path) -> None:
+    """Delete `run_dir` if it holds nothing but the claim record (and no lock)."""
+    if not run_dir.is_dir():
+        return
+    if {p.name for p in run_dir.iterdir()} <= {RUN_FILE}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class GracefulStop:
+    """`with GracefulStop() as stop:` - `stop.requested` turns True on the first SIGTERM/SIGINT.
+
+    Only the main thread can install signal handlers; elsewhere (and under torchrun, where each
+    rank would decide alone) this does nothing and signals keep their usual effect.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: stop now, without a checkpoint
+        self.requested = True
+        print(
+            f"\n{signal.Signals(signum).name}: stopping after this step (a checkpoint is saved); "
+            "press Ctrl-C again to stop at once",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def install(self) -> GracefulStop:
+        if not self.enabled:
+            return self
+        try:
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread
+            self.restore()
+        return self
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> GracefulStop:
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+
+def rank_from_env() -> int:
+    """This process's rank before the process group exists (torchrun sets RANK)."""
+    return int(os.environ.get("RANK", "0"))

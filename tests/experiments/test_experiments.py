@@ -1,0 +1,229 @@
+"""Experiment specs, the runner (skip / resume / start, shared runs) and HP search, with a fake
+trainer that writes what `run_training` writes: no model is trained here."""
+
+import json
+import typing
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT
+
+from dclr.experiments import paper
+from dclr.experiments.registry import Registry
+from dclr.experiments.runner import launcher_train, plan, run_experiment, subset_corpus
+from dclr.experiments.search import SearchSpace, run_search
+from dclr.experiments.specs import (
+    ABLATIONS,
+    VIEW_FIELD,
+    ExperimentUnavailable,
+    experiment_specs,
+)
+from dclr.training.config import TrainConfig, config_from_dict, load_config
+
+RECIPES = REPO_ROOT / "recipes"
+
+
+def fake_train(calls: list) -> typing.Callable:
+    def train(config: TrainConfig, resume: bool) -> None:
+        calls.append((Path(config.output_dir).name, resume))
+        run = Path(config.output_dir)
+        run.mkdir(parents=True, exist_ok=True)
+        config.save(run / "config.yaml")
+        (run / "env.json").write_text(json.dumps({"git_commit": None}))
+        after = {"avg": 70.0 + config.seed - 42, "STSBenchmark": 71.0, "SICKRelatedness": 72.0}
+        (run / "results.json").write_text(json.dumps({"steps": 60, "after": after}))
+
+    return train
+
+
+def test_every_experiment_resolves_to_valid_configs(tmp_path: Path) -> None:
+    for name in ("main", "ablation", "uniformity", "few-shot", "sensitivity"):
+        for scale in ("cpu", "paper"):
+            planned = plan(name, scale, 2, tmp_path, RECIPES)
+            assert planned and all(p.action == "start" for p in planned)
+            for item in planned:
+                item.config.validate()
+                assert Path(item.config.output_dir) == item.run_dir
+
+
+def test_ablation_rows_set_the_dclr_options() -> None:
+    specs = experiment_specs("ablation", "cpu", 1)
+    assert {s.labels["variant"] for s in specs} == set(paper.ABLATION_LABELS) == set(ABLATIONS)
+    by_variant = {s.labels["variant"]: load_config(RECIPES / s.recipe, s.overrides) for s in specs}
+    assert by_variant["no_noise"].noise_mode == "none"
+    assert by_variant["random_noise"].noise_mode == "random"
+    assert by_variant["self_weighting"].weighting == "self"
+    assert by_variant["distill"].weighting == "distill"
+    assert by_variant["no_weighting"].weighting == "none"
+    assert by_variant["full"].noise_mode == "optimized"
+    assert by_variant["full"].weighting == "complementary"
+
+
+def test_identical_configs_share_one_run(tmp_path: Path) -> None:
+    main = {p.run_dir for p in plan("main", "cpu", 1, tmp_path, RECIPES)}
+    ablation = {
+        p.labels[0]["variant"]: p.run_dir for p in plan("ablation", "cpu", 1, tmp_path, RECIPES)
+    }
+    assert ablation["full"] in main
+    uniformity = {p.run_dir for p in plan("uniformity", "cpu", 1, tmp_path, RECIPES)}
+    assert uniformity == main  # every CPU run logs a uniformity curve
+    sensitivity = plan("sensitivity", "cpu", 1, tmp_path, RECIPES)
+    shared = [p for p in sensitivity if len(p.labels) == 2]  # phi = 0.9 and k = 1 are one run
+    assert len(shared) == 1 and shared[0].run_dir == ablation["full"]
+    assert len(sensitivity) == 9
+
+
+def test_paper_scale_dclr_uses_the_simcse_run_as_complementary(tmp_path: Path) -> None:
+    planned = plan("ablation", "paper", 1, tmp_path, RECIPES)
+    simcse = planned[0]
+    assert simcse.config.method == "simcse" and simcse.labels == []  # a dependency, trained first
+    for item in planned[1:]:
+        assert item.config.complementary_model == str(simcse.run_dir / "best")
+
+
+def test_augmentations_needs_the_view_option() -> None:
+    from dclr.training.config import flat_hints
+
+    if VIEW_FIELD in flat_hints():  # the option lives in a section; flat names still address it
+        specs = experiment_specs("augmentations", "cpu", 1)
+        offered = set(typing.get_args(flat_hints()[VIEW_FIELD]))
+        assert {s.overrides[VIEW_FIELD] for s in specs} == offered - {"adversarial"}
+        for spec in specs:  # every one resolves to a valid config, cutoffs with a rate > 0
+            config = load_config(RECIPES / spec.recipe, spec.overrides)
+            assert (config.view2_rate > 0) == config.view2.endswith("_cutoff")
+    else:
+        with pytest.raises(ExperimentUnavailable, match="not available yet"):
+            experiment_specs("augmentations", "cpu", 1)
+
+
+def test_runner_skips_done_resumes_interrupted_and_registers(tmp_path: Path) -> None:
+    calls: list = []
+    first = run_experiment("main", "cpu", 2, tmp_path, RECIPES, train=fake_train(calls), log=str)
+    assert sorted(calls) == sorted((p.run_dir.name, False) for p in first) and len(calls) == 4
+    calls.clear()
+    # an interrupted run: results gone, a checkpoint left behind
+    victim = first[0].run_dir
+    (victim / "results.json").unlink()
+    (victim / "checkpoints" / "step-00000020").mkdir(parents=True)
+    (victim / "checkpoints" / "step-00000020" / "state.json").write_text("{}")
+    run_experiment("main", "cpu", 2, tmp_path, RECIPES, train=fake_train(calls), log=str)
+    assert calls == [(victim.name, True)]
+    with Registry(tmp_path) as registry:
+        rows = registry.experiment_runs("main")
+        assert len(rows) == 4 and all(r["status"] == "complete" for r, _ in rows)
+        assert {(lab["method"], r["seed"]) for r, lab in rows} == {
+            (m, s) for m in ("simcse", "dclr") for s in (42, 43)
+        }
+        live = registry.snapshot()
+    with Registry(tmp_path, db_path=tmp_path / "rebuilt.sqlite") as rebuilt:
+        rebuilt.rebuild()
+        assert rebuilt.snapshot() == live
+
+
+def test_subset_corpus_is_seeded_and_at_least_a_batch(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence {i}\n" for i in range(1000)))
+    config = load_config(None, {"model": "m", "corpus": str(corpus), "batch_size": 64})
+    path = Path(subset_corpus(config, 0.1, 7, tmp_path / "root"))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 100 and len(set(lines)) == 100
+    assert set(lines) <= {f"sentence {i}" for i in range(1000)}
+    other = Path(subset_corpus(config, 0.1, 8, tmp_path / "root")).read_text().splitlines()
+    assert other != lines
+    tiny = Path(subset_corpus(config, 0.003, 7, tmp_path / "root")).read_text().splitlines()
+    assert len(tiny) == 64  # 3 sentences would not fill one batch
+
+
+def test_search_grid_and_random(tmp_path: Path) -> None:
+    space = SearchSpace.parse(["learning_rate=1e-5,3e-5", "noise_steps=1,4"], [], [], None)
+    assert len(space.points()) == 4
+    assert {p["learning_rate"] for p in space.points()} == {1e-5, 3e-5}
+    random = SearchSpace.parse([], [], ["noise_step_size=1e-4:1e-2"], 5, seed=1)
+    values = [p["noise_step_size"] for p in random.points()]
+    assert len(values) == 5 and all(1e-4 <= v <= 1e-2 for v in values)
+    assert values == [p["noise_step_size"] for p in random.points()]  # seeded
+
+
+def test_search_trials_are_registered_runs(tmp_path: Path) -> None:
+    calls: list = []
+    train = fake_train(calls)
+
+    def worker(values: dict, resume: bool, threads: int) -> str:
+        config = config_from_dict(values)
+        train(config, resume)
+        return config.output_dir
+
+    space = SearchSpace.parse(["seed=42,44"], [], [], None)
+    recipe = RECIPES / "dclr_minilm_cpu.yaml"
+    best = run_search(recipe, space, tmp_path, "seeds", train=worker, log=str)
+    assert len(calls) == 2 and "avg 72.00" in best
+    assert run_search(recipe, space, tmp_path, "seeds", train=worker, log=str) == best
+    assert len(calls) == 2  # finished trials are skipped
+    with Registry(tmp_path) as registry:
+        trials = sorted(
+            lab["params"]["seed"] for _, lab in registry.experiment_runs("search:seeds")
+        )
+    assert trials == [42, 44]
+
+
+def test_launcher_runs_dclr_train_in_a_subprocess(tmp_path: Path) -> None:
+    commands: list = []
+    train = launcher_train(
+        "torchrun --nproc_per_node 4", run=lambda cmd, check: commands.append(cmd)
+    )
+    config = load_config(None, {"model": "m", "output_dir": str(tmp_path / "run")})
+    train(config, False)
+    train(config, True)
+    recipe = tmp_path / "run" / "requested.yaml"
+    assert commands == [
+        ["torchrun", "--nproc_per_node", "4", "-m", "dclr", "train", str(recipe)],
+        [
+            "torchrun",
+            "--nproc_per_node",
+            "4",
+            "-m",
+            "dclr",
+            "train",
+            "--resume",
+            str(tmp_path / "run"),
+        ],
+    ]
+    assert load_config(recipe).to_dict() == config.to_dict()
+
+
+def test_experiment_commands(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dclr.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["experiment", "list"])
+    assert result.exit_code == 0 and "few-shot" in result.stdout
+    args = ["experiment", "run", "ablation", "--root", str(tmp_path), "--dry-run",
+            "--recipes-dir", str(RECIPES), "--seeds", "2"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("start") == 12 and not (tmp_path / "runs").exists()
+    args = ["experiment", "run", "augmentations", "--root", str(tmp_path), "--dry-run",
+            "--recipes-dir", str(RECIPES)]  # fmt: skip
+    result = runner.invoke(app, args)
+    from dclr.training.config import flat_hints
+
+    if VIEW_FIELD not in flat_hints():
+        assert result.exit_code == 2 and "not available yet" in result.output
+    else:
+        # 6 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
+        assert result.exit_code == 0 and result.stdout.count("start") == 36, result.output
+    result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown experiment" in result.output
+
+
+def test_shards_split_the_plan(tmp_path: Path) -> None:
+    calls: list = []
+    overrides = {"data_dir": "/nowhere"}
+    for k in (0, 1):
+        run_experiment("dense", "cpu", 3, tmp_path, RECIPES, overrides, train=fake_train(calls),
+                       log=lambda _: None, shard=(k, 2))  # fmt: skip
+    trained = [name for name, _ in calls]
+    everything = [p.run_dir.name for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)]
+    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 42

@@ -1,0 +1,110 @@
+"""The SQLite run index: live inserts equal a rebuild from folders; queries; the `dclr runs` CLI."""
+
+import json
+from pathlib import Path
+
+import pytest
+from experiment_runs import write_run
+from typer.testing import CliRunner
+
+from dclr.cli import app
+from dclr.experiments.registry import Registry, compare, config_hash, find_run_dirs
+
+MAIN = "main"
+
+
+def _cell(method: str) -> dict:
+    return {MAIN: [{"backbone": "minilm", "method": method, "scale": "cpu"}]}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "exp"
+
+
+def test_rebuilt_index_equals_live_index(root: Path, tmp_path: Path) -> None:
+    with Registry(root) as live:
+        # runs registered as they finish, one later completed and re-registered
+        for i, (method, avg) in enumerate([("simcse", 70.0), ("dclr", 72.0), ("dclr", None)]):
+            live.register(write_run(root, f"r{i}", method=method, seed=42 + i, avg=avg,
+                                    labels=_cell(method)))  # fmt: skip
+        late = root / "runs" / "r2"
+        (late / "results.json").write_text(json.dumps({"steps": 60, "after": {"avg": 71.5}}))
+        live.register(late)
+        live_rows = live.snapshot()
+    with Registry(root, db_path=tmp_path / "rebuilt.sqlite") as rebuilt:
+        assert rebuilt.rebuild() == 3
+        assert rebuilt.snapshot() == live_rows
+    assert len([r for r in live_rows if r[0] == "run"]) == 3
+    assert len([r for r in live_rows if r[0] == "label"]) == 3
+
+
+def test_stale_index_differs_from_rebuild(root: Path, tmp_path: Path) -> None:
+    """The equality above is not vacuous: a folder changed after indexing shows up."""
+    with Registry(root) as live:
+        live.register(write_run(root, "a", avg=None, labels=_cell("dclr")))
+        (root / "runs" / "a" / "results.json").write_text(json.dumps({"after": {"avg": 1.0}}))
+        stale = live.snapshot()
+    with Registry(root, db_path=tmp_path / "other.sqlite") as rebuilt:
+        rebuilt.rebuild()
+        assert rebuilt.snapshot() != stale
+        assert rebuilt.get("runs/a")["status"] == "complete"
+    assert stale[0][:2] == ("run", "runs/a")
+
+
+def test_rebuild_skips_models_and_checkpoints(root: Path) -> None:
+    run = write_run(root, "a")
+    for inner in ("best", "final", "checkpoints/step-00000010"):
+        (run / inner).mkdir(parents=True)
+        (run / inner / "config.yaml").write_text("model: x\n")
+        (run / inner / "env.json").write_text("{}")
+    assert list(find_run_dirs(root)) == [run]
+
+
+def test_queries(root: Path) -> None:
+    with Registry(root) as reg:
+        reg.register(write_run(root, "s", method="simcse", avg=70.0, labels=_cell("simcse")))
+        reg.register(write_run(root, "d", method="dclr", avg=73.5, labels=_cell("dclr")))
+        reg.register(write_run(root, "x", method="dclr", avg=None))
+        assert [r["run_id"] for r in reg.list()] == ["runs/d", "runs/s", "runs/x"]
+        assert [r["run_id"] for r in reg.list(experiment=MAIN)] == ["runs/d", "runs/s"]
+        assert [r["run_id"] for r in reg.list(method="dclr", status="complete")] == ["runs/d"]
+        assert reg.get("runs/d")["sts_avg"] == pytest.approx(73.5)
+        assert reg.get("runs/") is None  # ambiguous prefix
+        assert reg.get(reg.get("runs/s")["config_hash"][:8])["run_id"] == "runs/s"
+        diff, scores = compare(reg.get("runs/s"), reg.get("runs/d"))
+    # the method and folder differ; the DCLR run also has a dclr section the SimCSE run lacks
+    assert diff["method"] == ("simcse", "dclr")
+    assert diff["output_dir"] == (str(root / "runs/s"), str(root / "runs/d"))
+    assert {k for k, (a, _) in diff.items() if a is None} >= {"noise_mode", "weighting"}
+    assert all(a is None for k, (a, _) in diff.items() if k not in ("method", "output_dir"))
+    assert ("avg", 70.0, 73.5, 3.5) in scores
+
+
+def test_config_hash_ignores_locations_only() -> None:
+    base = {"model": "m", "seed": 1, "output_dir": "a", "data_dir": "x"}
+    assert config_hash(base) == config_hash({**base, "output_dir": "b", "data_dir": None})
+    assert config_hash(base) != config_hash({**base, "seed": 2})
+
+
+def test_runs_cli(root: Path) -> None:
+    write_run(root, "s", method="simcse", avg=70.0, labels=_cell("simcse"))
+    write_run(root, "d", method="dclr", avg=73.5, labels=_cell("dclr"))
+    runner = CliRunner()
+    result = runner.invoke(app, ["runs", "rebuild", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["runs", "list", "--root", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    listed = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert [(r["run_id"], r["sts_avg"], r["experiments"]) for r in listed] == [
+        ("runs/d", 73.5, [MAIN]),
+        ("runs/s", 70.0, [MAIN]),
+    ]
+    result = runner.invoke(app, ["runs", "compare", "runs/s", "runs/d", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "+3.50" in result.stdout and "method" in result.stdout
+    result = runner.invoke(app, ["runs", "show", "runs/d", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "noise_ratio" in result.stdout
+    result = runner.invoke(app, ["runs", "show", "nope", "--root", str(root)])
+    assert result.exit_code == 2

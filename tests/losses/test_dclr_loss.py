@@ -1,0 +1,191 @@
+"""DCLR's maths against hand-written formulas, and its reduction to SimCSE."""
+
+import math
+
+import pytest
+import torch
+
+from dclr.errors import ConfigError
+from dclr.losses.dclr import (
+    DCLRLoss,
+    dclr_official_loss,
+    dclr_paper_loss,
+    false_negative_weights,
+    noise_negatives,
+    non_uniformity_loss,
+    official_weights,
+)
+from dclr.losses.simcse import SimCSELoss, simcse_loss
+from dclr.training.batch import Batch
+
+
+def cos(a, b):
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+Z1 = [[1.0, 0.0, 0.5], [0.2, 1.0, -0.3], [-1.0, 0.4, 0.1]]
+Z2 = [[0.9, 0.1, 0.4], [0.0, 1.0, 0.0], [-0.5, -0.5, 1.0]]
+NOISE = [[0.3, -0.2, 0.9], [-0.7, 0.1, 0.2]]
+W = [[1.0, 0.0, 1.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]]  # two dropped negatives
+
+
+def hand_paper(z1, z2, noise, w, tau):
+    total = 0.0
+    for i, a in enumerate(z1):
+        den = sum(w[i][j] * math.exp(cos(a, b) / tau) for j, b in enumerate(z2))
+        den += sum(math.exp(cos(a, e) / tau) for e in noise)
+        total += -math.log(math.exp(cos(a, z2[i]) / tau) / den)
+    return total / len(z1)
+
+
+def hand_official(z1, z2, noise, w, tau):
+    n, total, count = len(z1), 0.0, 0
+    for i, a in enumerate(z1):
+        logits = [w[i][j] * cos(a, b) / tau for j, b in enumerate(z2)]
+        logits += [cos(a, e) / tau for e in noise]
+        m = max(logits)
+        exps = [math.exp(v - m) for v in logits]
+        probs = [e / sum(exps) for e in exps]
+        for j, p in enumerate(probs):
+            y = 1.0 if j == i else 0.0
+            p = min(max(p, 1e-12), 1 - 1e-12)
+            total += -(y * math.log(p) + (1 - y) * math.log(1 - p))
+            count += 1
+    assert count == n * (n + len(noise))
+    return total / count
+
+
+T = torch.tensor
+
+
+def test_paper_form_equals_hand_formula():
+    got = dclr_paper_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.05)
+    assert got.item() == pytest.approx(hand_paper(Z1, Z2, NOISE, W, 0.05), rel=1e-5)
+
+
+def test_paper_form_pinned_value():
+    # Pins the equation: a regression changes this number.
+    got = dclr_paper_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.1).item()
+    assert got == pytest.approx(hand_paper(Z1, Z2, NOISE, W, 0.1), rel=1e-5)
+    assert got == pytest.approx(2.198145, abs=2e-6)
+
+
+def test_official_form_equals_hand_formula():
+    got = dclr_official_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.05)
+    assert got.item() == pytest.approx(hand_official(Z1, Z2, NOISE, W, 0.05), rel=1e-4)
+
+
+def test_official_form_pinned_value():
+    got = dclr_official_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.1).item()
+    assert got == pytest.approx(hand_official(Z1, Z2, NOISE, W, 0.1), rel=1e-4)
+    assert got == pytest.approx(0.805717, abs=2e-6)
+
+
+def test_dropped_negatives_in_each_form():
+    # paper: a dropped term leaves the denominator, so dropping lowers the loss
+    paper = dclr_paper_loss(T(Z1), T(Z2), None, T(W), 1.0).item()
+    full = dclr_paper_loss(T(Z1), T(Z2), None, None, 1.0).item()
+    assert paper == pytest.approx(0.514445, abs=2e-6) and full == pytest.approx(0.645368, abs=2e-6)
+    # official: a dropped term stays in the denominator as exp(0) = 1
+    w = T([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])  # cos(z1_1, z2_0) = 0.16
+    z2 = T(Z2)
+    assert dclr_official_loss(T(Z1), z2, None, w, 1.0).item() != pytest.approx(
+        dclr_official_loss(T(Z1), z2, None, None, 1.0).item()
+    )
+
+
+def test_both_parts_off_equals_simcse_value_and_gradient():
+    torch.manual_seed(0)
+    a = torch.randn(6, 8, requires_grad=True)
+    b = torch.randn(6, 8, requires_grad=True)
+    ref = simcse_loss(a, b, 0.05)
+    ref.backward()
+    ga, gb = a.grad.clone(), b.grad.clone()
+    a.grad, b.grad = None, None
+    ones = false_negative_weights(torch.randn(6, 6).clamp(-1, 1) * 0.99, threshold=1.0)
+    got = dclr_paper_loss(a, b, None, ones, 0.05)
+    got.backward()
+    assert torch.equal(got, ref)
+    assert torch.equal(a.grad, ga) and torch.equal(b.grad, gb)
+
+
+def test_module_with_both_parts_off_equals_simcse_module():
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(5, 4)
+
+    def model(input_ids, attention_mask):
+        return proj(torch.nn.functional.one_hot(input_ids, 5).float().mean(1))
+
+    features = {
+        "input_ids": torch.tensor([[0, 1], [2, 3], [4, 1]]),
+        "attention_mask": torch.ones(3, 2, dtype=torch.long),
+    }
+    ref = SimCSELoss(model, 0.05)(Batch(features))["loss"]
+    (g_ref,) = torch.autograd.grad(ref, proj.weight)
+    dclr = DCLRLoss(model, None, 0.05, noise_mode="none", weighting="none")(Batch(features))["loss"]
+    (g,) = torch.autograd.grad(dclr, proj.weight)
+    assert torch.equal(dclr, ref) and torch.equal(g, g_ref)
+
+
+def test_weights_compare_raw_cosine_and_keep_the_diagonal():
+    teacher = T([[1.0, 0.95, 0.2], [0.95, 1.0, 0.89], [0.2, 0.89, 1.0]])
+    w = false_negative_weights(teacher, threshold=0.9)
+    assert w.tolist() == [[1, 0, 1], [0, 1, 1], [1, 1, 1]]
+    assert false_negative_weights(teacher, None).eq(1).all()
+
+
+def test_official_threshold_assumes_tau_005():
+    teacher = T([[1.0, 0.92], [0.92, 1.0]])
+    assert torch.equal(official_weights(teacher, 0.9, 0.05), false_negative_weights(teacher, 0.9))
+    # with tau = 0.1 the released rule compares cos/0.1 with 0.9*20, i.e. cos >= 1.8: none dropped
+    assert official_weights(teacher, 0.9, 0.1).eq(1).all()
+
+
+def test_noise_ascent_moves_each_vector_by_beta_and_raises_nonuniformity():
+    torch.manual_seed(1)
+    h, hp = torch.randn(8, 16), torch.randn(8, 16)
+    start = noise_negatives(h, hp, 5, 1.0, 0, 1e-3, 0.05, torch.Generator().manual_seed(3))
+    moved = noise_negatives(h, hp, 5, 1.0, 1, 1e-3, 0.05, torch.Generator().manual_seed(3))
+    assert torch.allclose((moved - start).norm(dim=1), torch.full((5,), 1e-3), rtol=1e-3)
+    big = noise_negatives(h, hp, 5, 1.0, 4, 0.5, 0.05, torch.Generator().manual_seed(3))
+    assert non_uniformity_loss(h, hp, big, 0.05) > non_uniformity_loss(h, hp, start, 0.05)
+
+
+def test_noise_is_drawn_from_sigma():
+    h = torch.randn(4, 64)
+    noise = noise_negatives(h, h, 4000, 2.0, 0, 1e-3, 0.05, torch.Generator().manual_seed(0))
+    assert noise.std().item() == pytest.approx(2.0, rel=0.02)
+
+
+def test_zero_gradient_does_not_produce_nan():
+    h = torch.zeros(3, 4)  # cosine with a zero vector is 0 everywhere: the gradient is zero
+    noise = noise_negatives(h, h, 2, 1.0, 4, 1e-3, 0.05, torch.Generator().manual_seed(0))
+    assert torch.isfinite(noise).all()
+
+
+def test_no_gradient_reaches_the_encoder_from_the_noise_loop():
+    h = torch.randn(4, 6, requires_grad=True)
+    noise = noise_negatives(h, h * 2, 3, 1.0, 2, 1e-3, 0.05)
+    assert not noise.requires_grad and h.grad is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"false_negative_threshold": 1.5}, "phi"),
+        ({"false_negative_threshold": -1.1}, "phi"),
+        ({"noise_ratio": -1}, "noise_ratio"),
+        ({"noise_steps": -1}, "noise_steps"),
+        ({"noise_std": 0}, "sigma"),
+        ({"temperature": 0}, "temperature"),
+    ],
+)
+def test_bad_options(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        DCLRLoss(lambda **_: None, None, weighting="none", **kwargs)
+
+
+def test_complementary_weighting_needs_a_complementary_model():
+    with pytest.raises(ConfigError, match="complementary"):
+        DCLRLoss(lambda **_: None, None, weighting="complementary")

@@ -1,0 +1,218 @@
+"""ConSERT: NT-Xent against a hand-written formula; view, few-shot and method options."""
+
+import math
+
+import pytest
+import torch
+from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus
+
+from dclr.data.sampling import few_shot_indices as sample_indices
+from dclr.errors import ConfigError
+from dclr.losses.consert import ConSERTLoss, nt_xent_loss
+from dclr.losses.simcse import simcse_loss
+from dclr.methods import get_method
+from dclr.training.config import load_config
+from dclr.training.loop import Trainer
+from dclr.training.tracking import read_metrics
+
+
+def build_loss(config, model):
+    return get_method(config.method).build_objective(config, model, [], torch.device("cpu"))
+
+
+def few_shot_indices(size, config):
+    d = config.data
+    return sample_indices(
+        size, d.few_shot_sentences, d.few_shot_fraction, d.few_shot_sampling, config.run.seed
+    )
+
+
+def cos(a, b):
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def hand_nt_xent(z1, z2, tau):
+    """Every one of the 2N views against its positive and the 2(N-1) other-sentence views."""
+    n = len(z1)
+    views = z1 + z2
+    total = 0.0
+    for a in range(2 * n):
+        positive = (a + n) % (2 * n)
+        others = [b for b in range(2 * n) if b != a]
+        assert len(others) == 1 + 2 * (n - 1)
+        denominator = sum(math.exp(cos(views[a], views[b]) / tau) for b in others)
+        total += -math.log(math.exp(cos(views[a], views[positive]) / tau) / denominator)
+    return total / (2 * n)
+
+
+Z1 = [[1.0, 0.0, 0.5], [0.2, 1.0, -0.3], [-1.0, 0.4, 0.1], [0.3, 0.3, 0.9]]
+Z2 = [[0.9, 0.1, 0.4], [0.0, 1.0, 0.0], [-0.5, -0.5, 1.0], [0.1, -0.2, 0.7]]
+
+
+def test_nt_xent_equals_hand_formula():
+    got = nt_xent_loss(torch.tensor(Z1), torch.tensor(Z2), temperature=0.1)
+    assert got.item() == pytest.approx(hand_nt_xent(Z1, Z2, 0.1), rel=1e-5)
+
+
+def test_nt_xent_is_symmetric_in_the_views_and_differs_from_simcse():
+    z1, z2 = torch.tensor(Z1), torch.tensor(Z2)
+    assert nt_xent_loss(z1, z2, 0.1).item() == pytest.approx(nt_xent_loss(z2, z1, 0.1).item())
+    assert nt_xent_loss(z1, z2, 0.1).item() != pytest.approx(simcse_loss(z1, z2, 0.1).item())
+
+
+def test_nt_xent_known_value_for_orthogonal_identical_views():
+    # z1 = z2 = I_4: positive cos 1, the 6 negatives cos 0 -> -log(e^{1/t} / (e^{1/t} + 6))
+    tau = 0.5
+    expected = -math.log(math.exp(2) / (math.exp(2) + 6))
+    assert nt_xent_loss(torch.eye(4), torch.eye(4), tau).item() == pytest.approx(expected)
+
+
+def test_nt_xent_gradient_matches_finite_difference():
+    torch.manual_seed(0)
+    z1 = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    z2 = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: nt_xent_loss(a, b, 0.1), (z1, z2))
+
+
+def test_consert_loss_default_temperature_and_validation():
+    assert ConSERTLoss(lambda **_: None).temperature == 0.1
+    with pytest.raises(ConfigError, match="temperature"):
+        ConSERTLoss(lambda **_: None, temperature=0)
+
+
+# ---- config ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"view1": "word_drop"}, "unknown view strategy"),
+        ({"view2": "token_cutoff", "view2_rate": 1.0}, r"view2_rate must be in \[0, 1\)"),
+        ({"view1_rate": -0.5}, r"view1_rate must be in \[0, 1\)"),
+        ({"view1": "adversarial"}, "needs labels"),
+        ({"view1": "token_shuffle", "grad_cache_chunk": 4}, "grad_cache_chunk"),
+        ({"few_shot_sentences": 0}, "few_shot_sentences"),
+        ({"few_shot_fraction": 0.0}, "few_shot_fraction"),
+        ({"few_shot_fraction": 1.5}, "few_shot_fraction"),
+        ({"few_shot_sentences": 10, "few_shot_fraction": 0.1}, "not both"),
+        ({"few_shot_sampling": "last"}, "few_shot_sampling"),
+        ({"method": "consert2"}, "method"),
+    ],
+)
+def test_bad_consert_options_are_rejected(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", **override})
+
+
+def test_build_loss_wires_method_and_views():
+    config = load_config(
+        None,
+        {"model": "m", "method": "consert", "view1": "token_shuffle", "view2": "feature_cutoff",
+         "view2_rate": 0.2, "temperature": 0.1},
+    )  # fmt: skip
+    loss = build_loss(config, model=None)
+    assert isinstance(loss, ConSERTLoss)
+    assert (loss.views.view1.strategy, loss.views.view2.strategy) == (
+        "token_shuffle",
+        "feature_cutoff",
+    )
+    assert loss.views.view2.rate == 0.2
+    default = build_loss(load_config(None, {"model": "m"}), model=None)
+    assert default.views is None  # the default keeps SimCSE's doubled forward
+
+
+# ---- few-shot -------------------------------------------------------------------------------
+def fewshot(**options):
+    return load_config(None, {"model": "m", **options})
+
+
+def test_few_shot_first_n_and_seeded_random_n():
+    assert few_shot_indices(100, fewshot()) is None
+    assert few_shot_indices(100, fewshot(few_shot_sentences=10)) == list(range(10))
+    a = few_shot_indices(100, fewshot(few_shot_sentences=10, few_shot_sampling="random"))
+    b = few_shot_indices(100, fewshot(few_shot_sentences=10, few_shot_sampling="random"))
+    c = few_shot_indices(100, fewshot(few_shot_sentences=10, few_shot_sampling="random", seed=1))
+    assert a == b and a != c and len(set(a)) == 10 and a != list(range(10))
+
+
+def test_few_shot_fraction_and_too_many():
+    assert len(few_shot_indices(1000, fewshot(few_shot_fraction=0.003))) == 3
+    assert len(few_shot_indices(100, fewshot(few_shot_fraction=0.001))) == 2  # at least two
+    with pytest.raises(ConfigError, match="more than the corpus"):
+        few_shot_indices(5, fewshot(few_shot_sentences=10))
+
+
+# ---- training ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 120)
+
+
+def run(model_dir, corpus_file, out, **options):
+    config = load_config(
+        None,
+        {"model": str(model_dir), "corpus": str(corpus_file), "batch_size": 8, "max_steps": 3,
+         "eval_steps": 0, "log_steps": 1, "test_eval": False, "output_dir": str(out), **options},
+    )  # fmt: skip
+    trainer = Trainer(config)
+    trainer.train()
+    return trainer, {r["step"]: r["loss"] for r in read_metrics(out, "train")}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"method": "consert", "pooler": "avg_top2", "mlp_head": False, "temperature": 0.1,
+         "view1": "token_shuffle", "view2": "feature_cutoff", "view2_rate": 0.2},
+        {"method": "dclr", "weighting": "self", "view1": "span_cutoff", "view1_rate": 0.2,
+         "view2": "token_cutoff", "view2_rate": 0.2},
+    ],
+    ids=["consert-shuffle-feature", "dclr-span-token"],
+)  # fmt: skip
+def test_training_with_views_is_reproducible(model_dir, corpus_file, tmp_path, options):
+    _, first = run(model_dir, corpus_file, tmp_path / "a", **options)
+    _, second = run(model_dir, corpus_file, tmp_path / "b", **options)
+    assert len(first) == 3 and all(math.isfinite(v) for v in first.values())
+    assert first == second  # seeded views and dropout: the same trajectory
+
+
+def test_few_shot_training_uses_the_subset(model_dir, corpus_file, tmp_path):
+    trainer, _ = run(
+        model_dir, corpus_file, tmp_path / "r", few_shot_sentences=16, few_shot_sampling="random"
+    )
+    assert len(trainer.data) == 16
+    saved = load_config(tmp_path / "r" / "config.yaml")
+    assert saved.few_shot_sentences == 16 and saved.few_shot_sampling == "random"
+
+
+def test_resume_with_views_reproduces_the_trajectory(model_dir, corpus_file, tmp_path, monkeypatch):
+    import dclr.losses.consert as consert_module
+
+    options = {"method": "consert", "view1": "token_shuffle", "view2": "span_cutoff",
+               "view2_rate": 0.3, "max_steps": 6, "save_steps": 2}  # fmt: skip
+
+    def config(out):
+        return load_config(
+            None,
+            {"model": str(model_dir), "corpus": str(corpus_file), "batch_size": 8,
+             "eval_steps": 0, "log_steps": 1, "test_eval": False, "output_dir": str(out),
+             **options},
+        )  # fmt: skip
+
+    Trainer(config(tmp_path / "a")).train()
+    real = consert_module.nt_xent_loss
+    # interrupted at step 5, after the step-4 checkpoint
+    monkeypatch.setattr(consert_module, "nt_xent_loss", interrupt_on_call(real, 5))
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(tmp_path / "b")).train()
+    monkeypatch.setattr(consert_module, "nt_xent_loss", real)
+    Trainer(config(tmp_path / "b")).train(resume=True)
+
+    def trajectory(run_dir):
+        return {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}
+
+    assert trajectory(tmp_path / "a") == trajectory(tmp_path / "b")

@@ -1,0 +1,224 @@
+"""DCLR in the trainer: complementary cache, frozen scorer, export without it, DDP equivalence."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import make_tiny_model_dir, train_one_and_two_ranks
+
+from dclr.data.corpus import ListCorpus, TextFileCorpus
+from dclr.errors import InputError
+from dclr.losses.complementary import (
+    CachedComplementary,
+    OnTheFlyComplementary,
+    TwoViewComplementary,
+)
+from dclr.models.encoder import SentenceEncoder
+from dclr.training.config import load_config
+from dclr.training.loop import Trainer
+from dclr.training.tracking import read_metrics
+
+SENTENCES = [
+    f"sentence number {i} about {w}"
+    for i, w in enumerate(
+        [
+            "cats",
+            "dogs",
+            "music",
+            "rain",
+            "markets",
+            "football",
+            "books",
+            "cars",
+            "trains",
+            "coffee",
+            "tea",
+            "bread",
+        ]
+        * 4
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(SENTENCES) + "\n")
+    return path
+
+
+def dclr_config(model_dir, corpus_file, out, **extra):
+    values = {
+        "model": str(model_dir),
+        "method": "dclr",
+        "corpus": str(corpus_file),
+        "batch_size": 8,
+        "max_steps": 6,
+        "eval_steps": 0,
+        "log_steps": 1,
+        "test_eval": False,
+        "output_dir": str(out),
+        "complementary_pooler": "mean",
+        "complementary_cache": str(Path(out).parent / "cache" / "comp.npy"),
+        "false_negative_threshold": 0.5,
+        **extra,
+    }
+    if values["method"] != "dclr":  # DCLR's options exist in the dclr section only
+        for key in ("complementary_pooler", "complementary_cache", "false_negative_threshold"):
+            values.pop(key)
+    return load_config(None, values)
+
+
+def test_cache_is_built_once_and_matches_on_the_fly(model_dir, corpus_file, tmp_path):
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooler="mean")
+    corpus = TextFileCorpus(corpus_file)
+    cache = tmp_path / "c.npy"
+    cached = CachedComplementary.build_or_load(
+        cache, encoder, corpus, "tiny", 32, show_progress=False
+    )
+    assert np.load(cache).dtype == np.float16
+    mtime = cache.stat().st_mtime_ns
+    again = CachedComplementary.build_or_load(
+        cache, encoder, corpus, "tiny", 32, show_progress=False
+    )
+    assert cache.stat().st_mtime_ns == mtime  # loaded, not rebuilt
+    ids = torch.tensor([3, 0, 7, 11])
+    texts = [corpus[i] for i in ids]
+    live = OnTheFlyComplementary(SentenceEncoder.from_pretrained(model_dir, pooler="mean"), 32)
+    torch.testing.assert_close(
+        again.similarities(ids, texts), live.similarities(ids, texts), atol=2e-3, rtol=0
+    )  # fp16 storage
+    assert cached.similarities(ids, texts).shape == (4, 4)
+
+
+def test_cache_for_another_corpus_is_refused(model_dir, corpus_file, tmp_path):
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooler="mean")
+    cache = tmp_path / "c.npy"
+    CachedComplementary.build_or_load(
+        cache, encoder, TextFileCorpus(corpus_file), "tiny", 32, show_progress=False
+    )
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(SENTENCES[:-3]) + "\n")  # different file, different line count
+    with pytest.raises(InputError, match="does not match") as err:
+        CachedComplementary.build_or_load(cache, encoder, TextFileCorpus(other), "tiny", 32)
+    assert "sentences" in str(err.value) and "fix:" in str(err.value)
+    with pytest.raises(InputError, match="does not match"):
+        CachedComplementary.build_or_load(cache, encoder, ListCorpus(SENTENCES), "tiny", 32)
+
+
+def test_complementary_scorers_are_frozen(model_dir):
+    for cls in (OnTheFlyComplementary, TwoViewComplementary):
+        scorer = cls(SentenceEncoder.from_pretrained(model_dir, pooler="mean"), 32)
+        assert not any(p.requires_grad for p in scorer.encoder.parameters())
+        sims = scorer.similarities(torch.arange(3), SENTENCES[:3])
+        assert not sims.requires_grad
+    assert not OnTheFlyComplementary(
+        SentenceEncoder.from_pretrained(model_dir, pooler="mean"), 32
+    ).encoder.training
+
+
+def test_dclr_trains_logs_its_parts_and_exports_only_the_encoder(model_dir, corpus_file, tmp_path):
+    result = Trainer(dclr_config(model_dir, corpus_file, tmp_path / "run")).train()
+    rows = read_metrics(tmp_path / "run", "train")
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert all(r["noise_count"] == 8 for r in rows)  # ratio 1 x batch 8
+    assert all(0 <= r["dropped_fraction"] <= 1 for r in rows)
+    assert all(np.isfinite(r["loss"]) for r in rows)
+    from safetensors import safe_open
+
+    with safe_open(str(result.final_dir / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert not any("mlp" in k or "complementary" in k for k in keys)
+    assert json.loads((result.final_dir / "dclr.json").read_text())["pooler"] == "cls_before_pooler"
+
+
+@pytest.mark.parametrize("mode", ["on_the_fly", "two_views"])
+def test_other_complementary_modes_train(model_dir, corpus_file, tmp_path, mode):
+    Trainer(
+        dclr_config(model_dir, corpus_file, tmp_path / mode, complementary_mode=mode, max_steps=2)
+    ).train()
+    assert len(read_metrics(tmp_path / mode, "train")) == 2
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"noise_mode": "none", "weighting": "none"},
+        {"noise_mode": "random"},
+        {"weighting": "self"},
+        {"weighting": "distill"},
+        {"dclr_form": "official"},
+    ],
+)
+def test_every_ablation_runs(model_dir, corpus_file, tmp_path, overrides):
+    Trainer(dclr_config(model_dir, corpus_file, tmp_path / "run", max_steps=2, **overrides)).train()
+    rows = read_metrics(tmp_path / "run", "train")
+    assert len(rows) == 2 and all(np.isfinite(r["loss"]) for r in rows)
+
+
+def test_dclr_with_both_parts_off_follows_simcse(model_dir, corpus_file, tmp_path):
+    Trainer(
+        dclr_config(model_dir, corpus_file, tmp_path / "d", noise_mode="none", weighting="none")
+    ).train()
+    Trainer(dclr_config(model_dir, corpus_file, tmp_path / "s", method="simcse")).train()
+    d = [r["loss"] for r in read_metrics(tmp_path / "d", "train")]
+    s = [r["loss"] for r in read_metrics(tmp_path / "s", "train")]
+    assert d == s
+
+
+@pytest.mark.slow
+def test_torchrun_dclr_follows_the_single_process_trajectory(model_dir, corpus_file, tmp_path):
+    cache = tmp_path / "cache" / "comp.npy"
+    options = {
+        "model": model_dir,
+        "method": "dclr",
+        "corpus": corpus_file,
+        "batch_size": 8,
+        "max_steps": 4,
+        "eval_steps": 0,
+        "log_steps": 1,
+        "test_eval": False,
+        "dropout": 0.0,
+        "learning_rate": 1e-3,
+        "complementary_pooler": "mean",
+        "complementary_cache": cache,
+        "false_negative_threshold": 0.5,
+    }
+    one, two = train_one_and_two_ranks(options, tmp_path)
+    single = {r["step"]: r for r in read_metrics(one, "train")}
+    ddp = {r["step"]: r for r in read_metrics(two, "train")}
+    assert sorted(ddp) == [1, 2, 3, 4]
+    for step, row in single.items():
+        assert ddp[step]["loss"] == pytest.approx(row["loss"], abs=1e-4), step
+        assert ddp[step]["dropped_fraction"] == row["dropped_fraction"]
+
+
+def test_dense_batches_and_calibrated_phi_in_the_trainer(
+    model_dir, corpus_file, data_dir, tmp_path
+):
+    """paraphrase_density places gold pairs in the training batches; phi_calibration replaces
+    phi with the scorer's quantile and logs it."""
+    from dclr.data.paraphrases import GoldIndex, gold_paraphrase_pairs
+
+    config = dclr_config(
+        model_dir, corpus_file, tmp_path / "run", max_steps=2, data_dir=str(data_dir),
+        paraphrase_density=0.5, complementary_mode="on_the_fly", complementary_model=str(model_dir),
+        phi_calibration="random_pairs", phi_calibration_target=0.25,
+    )  # fmt: skip
+    trainer = Trainer(config)
+    gold = GoldIndex(gold_paraphrase_pairs(data_dir))
+    for step in range(2):
+        flags = np.asarray(gold.matrix([trainer.data[int(i)] for i in trainer.global_batch(step)]))
+        assert flags.sum() == 2 * 2  # 8 * 0.5 / 2 = 2 pairs, each counted (i, j) and (j, i)
+    trainer.train()
+    (row,) = read_metrics(tmp_path / "run", "calibration")
+    assert row["mode"] == "random_pairs" and -1 <= row["phi"] <= 1 and row["sentences"] > 1
+    drops = [r["dropped_fraction"] for r in read_metrics(tmp_path / "run", "train")]
+    assert max(drops) > 0  # a q = 0.25 quantile threshold drops in-batch negatives

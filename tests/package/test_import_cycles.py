@@ -1,0 +1,114 @@
+"""No import cycle inside `dclr`.
+
+The rule: module A depends on module B when A imports B anywhere, at module level or inside a
+function (a deferred import only hides a cycle, it does not remove it). Imports under
+`if TYPE_CHECKING:` are annotations, not dependencies, and are not counted. `from P import name`
+depends on P.name when that is a module, else on P; a package is its `__init__`. Modules loaded
+by name through `importlib` (the CLI's command groups, the built-in methods) are not edges.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "dclr")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # noqa: SIM102
+            if node.module.split(".")[0] == "dclr":
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in modules else node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in (SRC / "dclr").rglob("*.py")}
+    modules = set(files)
+    return {
+        name: {m for m in imports(ast.parse(path.read_text()), modules) if m != name}
+        for name, path in files.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_the_graph_sees_the_package():
+    graph = import_graph()
+    assert "dclr.training.loop" in graph and "dclr.cli" in graph
+    assert "dclr.training.config" in graph["dclr.training.loop"]
+
+
+def test_a_cycle_is_detected():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles_in_dclr():
+    assert cycles(import_graph()) == []
+
+
+def test_the_core_never_imports_the_command_line():
+    graph = import_graph()
+    cli = {m for m in graph if m == "dclr.cli" or m.endswith(".cli") or m == "dclr.clitools"}
+    core = [m for m in graph if m.startswith(("dclr.training", "dclr.methods", "dclr.losses"))]
+    assert {m: sorted(graph[m] & cli) for m in core if graph[m] & cli} == {}

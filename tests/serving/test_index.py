@@ -1,0 +1,161 @@
+"""Search index: exact search equals brute force, approximate kinds against exact, the index
+refuses another model, texts map back to input rows, and the `index build` / `search` commands."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+faiss = pytest.importorskip("faiss")
+
+from helpers import make_tiny_model_dir  # noqa: E402
+
+from dclr.cli import app  # noqa: E402
+from dclr.errors import InputError  # noqa: E402
+from dclr.models.encoder import SentenceEncoder  # noqa: E402
+from dclr.serving.fingerprint import model_fingerprint  # noqa: E402
+from dclr.serving.index import (  # noqa: E402
+    EXACT_MAX_VECTORS,
+    IndexParams,
+    SearchIndex,
+    build_faiss,
+    build_index,
+)
+from dclr.serving.readers import open_source  # noqa: E402
+
+runner = CliRunner()
+CORPUS = [
+    "A man is playing a guitar.",
+    "",
+    "Two dogs run on the beach.",
+    "The cat sleeps on the sofa.",
+    "A woman slices an onion.",
+    "   ",
+    "Kids are playing football in a park.",
+    "The stock market fell sharply today.",
+]
+
+
+def unit_vectors(n, dim, seed=0):
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def brute_force(corpus, queries, k):
+    scores = queries @ corpus.T  # (q, n)
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def recall_at(approx, exact):
+    return np.mean([len(set(a) & set(e)) / len(e) for a, e in zip(approx, exact, strict=True)])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(CORPUS) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def index_dir(model_dir, corpus_file, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("idx") / "index"
+    build_index(str(model_dir), open_source(corpus_file), folder, IndexParams("flat"), "mean")
+    return folder
+
+
+def test_flat_index_equals_brute_force():
+    corpus, queries = unit_vectors(500, 16), unit_vectors(20, 16, seed=1)
+    index = build_faiss(corpus, IndexParams("flat"))
+    scores, ids = index.search(queries, 10)
+    np.testing.assert_array_equal(ids, brute_force(corpus, queries, 10))
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ corpus.T, ids, 1), atol=1e-5)
+
+
+def test_ivf_searching_every_cell_is_exact_and_approximate_kinds_recall_well():
+    corpus, queries = unit_vectors(2000, 16), unit_vectors(50, 16, seed=1)
+    exact = brute_force(corpus, queries, 10)
+    every_cell = build_faiss(corpus, IndexParams("ivf", ivf_nlist=20, ivf_nprobe=20))
+    np.testing.assert_array_equal(every_cell.search(queries, 10)[1], exact)
+    hnsw = build_faiss(corpus, IndexParams("hnsw"))
+    assert recall_at(hnsw.search(queries, 10)[1], exact) >= 0.95
+    few_cells = build_faiss(corpus, IndexParams("ivf", ivf_nlist=20, ivf_nprobe=1))
+    assert recall_at(few_cells.search(queries, 10)[1], exact) < 1.0  # nprobe does take effect
+
+
+def test_auto_kind_by_corpus_size():
+    assert IndexParams().resolve(EXACT_MAX_VECTORS).kind == "flat"
+    assert IndexParams().resolve(EXACT_MAX_VECTORS + 1).kind == "hnsw"
+    ivf = IndexParams("ivf").resolve(10_000)
+    assert ivf.ivf_nlist == 256  # min(4 * sqrt(n) = 400, n // 39 = 256)
+    with pytest.raises(InputError, match="unknown index kind"):
+        IndexParams("lsh")  # type: ignore[arg-type]
+
+
+def test_index_folder_maps_ids_to_rows_and_texts(model_dir, index_dir):
+    meta = json.loads((index_dir / "index.json").read_text())
+    assert meta["count"] == 6 and meta["params"]["kind"] == "flat" and meta["dim"] == 32
+    assert len(meta["model_fingerprint"]) == 64
+    searcher = SearchIndex(index_dir)
+    assert [searcher.record(i)["row"] for i in range(6)] == [0, 2, 3, 4, 6, 7]
+    assert searcher.record(3)["text"] == CORPUS[4]
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooler="mean")
+    texts = [t for t in CORPUS if t.strip()]
+    vectors = encoder.encode(texts, normalize=True)
+    hits = searcher.search(vectors[[2]], k=50)[0]  # k beyond the corpus: all 6, best first
+    assert len(hits) == 6 and hits[0].text == texts[2] and hits[0].row == 3
+    np.testing.assert_allclose(
+        [h.score for h in hits], np.sort(vectors @ vectors[2])[::-1], atol=1e-5
+    )
+
+
+def test_fingerprint_follows_weights_not_paths(model_dir, tmp_path):
+    copy = shutil.copytree(model_dir, tmp_path / "renamed")
+    same = model_fingerprint(SentenceEncoder.from_pretrained(copy, pooler="mean"))
+    assert same == model_fingerprint(SentenceEncoder.from_pretrained(model_dir, pooler="mean"))
+    assert same != model_fingerprint(SentenceEncoder.from_pretrained(model_dir, pooler="cls"))
+    other = make_tiny_model_dir(tmp_path / "other", seed=1)
+    assert same != model_fingerprint(SentenceEncoder.from_pretrained(other, pooler="mean"))
+
+
+def test_index_refuses_another_model(index_dir, tmp_path):
+    other = make_tiny_model_dir(tmp_path / "other", seed=1)
+    fingerprint = model_fingerprint(SentenceEncoder.from_pretrained(other, pooler="mean"))
+    with pytest.raises(InputError, match="built with model") as err:
+        SearchIndex(index_dir).check_model(fingerprint, str(other))
+    assert "rebuild the index" in str(err.value)
+    result = runner.invoke(
+        app, ["search", "guitar", "--index", str(index_dir), "--model", str(other)]
+    )
+    assert result.exit_code == 2 and "not comparable" in result.output
+
+
+def test_not_an_index_folder(tmp_path):
+    with pytest.raises(InputError, match="no index.json"):
+        SearchIndex(tmp_path)
+
+
+def test_cli_build_and_search(model_dir, corpus_file, tmp_path):
+    out = tmp_path / "idx"
+    built = runner.invoke(
+        app,
+        ["index", "build", str(model_dir), str(corpus_file), "--out", str(out), "--kind", "hnsw",
+         "--pooler", "mean"],
+    )  # fmt: skip
+    assert built.exit_code == 0, built.output
+    assert "hnsw index of 6 vectors" in built.output
+    found = runner.invoke(app, ["search", CORPUS[3], "--index", str(out), "-k", "2", "--json"])
+    assert found.exit_code == 0, found.output
+    body = json.loads(found.output)
+    assert body["results"][0]["text"] == CORPUS[3] and body["results"][0]["row"] == 3
+    assert body["results"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+    assert len(body["results"]) == 2
+    info = runner.invoke(app, ["index", "info", str(out)])
+    assert info.exit_code == 0 and '"kind": "hnsw"' in info.output

@@ -1,0 +1,339 @@
+"""The HTTP service through a real client on 127.0.0.1: a `dclr serve` child process on a tiny model.
+
+Checks answers against the encoder run in this process, every limit's 4xx, batching under 32
+concurrent clients (each response holds its own texts' vectors), back-pressure (503, not memory),
+and that repeated load does not grow the server's memory.
+"""
+
+import asyncio
+import base64
+import json
+import sys
+
+import numpy as np
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("faiss")
+
+from helpers import make_tiny_model_dir  # noqa: E402
+
+from dclr.models.encoder import SentenceEncoder  # noqa: E402
+from dclr.serving.index import IndexParams, build_index  # noqa: E402
+from dclr.serving.launch import process_memory, serve_process  # noqa: E402
+from dclr.serving.readers import open_source  # noqa: E402
+
+CORPUS = [
+    "A man is playing a guitar.",
+    "Two dogs run on the beach.",
+    "The cat sleeps on the sofa.",
+    "A woman slices an onion.",
+    "Kids are playing football in a park.",
+    "The stock market fell sharply today.",
+    "He reads a book by the window.",
+    "Rain is expected tomorrow.",
+]
+# Small limits so each one is cheap to break; the pending bound admits 32 clients x 2 texts.
+MAX_TEXTS = 16
+MAX_CHARS = 500
+MAX_BODY = 32_768
+MAX_PENDING = 64
+CLIENTS = 32  # the issue's concurrency floor
+# A client's whole load test stops after this many seconds even if the server stalls.
+LOAD_TIMEOUT_S = 60.0
+# Memory the server may add between the first and the third identical load round (allocator
+# noise, not growth with the number of requests).
+LEAK_TOLERANCE_MIB = 40.0
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def encoder(model_dir):
+    return SentenceEncoder.from_pretrained(model_dir, pooler="mean")
+
+
+@pytest.fixture(scope="module")
+def index_dir(model_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("index")
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n")
+    build_index(str(model_dir), open_source(corpus), folder / "idx", IndexParams("flat"), "mean")
+    return folder / "idx"
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, index_dir):
+    args = [
+        str(model_dir),
+        "--pooler",
+        "mean",
+        "--index",
+        str(index_dir),
+        "--max-texts",
+        str(MAX_TEXTS),
+        "--max-chars",
+        str(MAX_CHARS),
+        "--max-body-bytes",
+        str(MAX_BODY),
+        "--max-pending",
+        str(MAX_PENDING),
+        "--max-batch",
+        "32",
+    ]
+    with serve_process(args) as proc:
+        assert proc.url.startswith("http://127.0.0.1:"), "binds loopback by default"
+        yield proc
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def _error(response, status):
+    assert response.status_code == status, response.text[:500]
+    body = response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+def test_health_and_openapi(client):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["dim"] == 32
+    assert health["index"]["count"] == len(CORPUS) and health["index"]["kind"] == "flat"
+    assert health["limits"]["max_texts"] == MAX_TEXTS
+    schema = client.get("/openapi.json").json()
+    assert {"/v1/embeddings", "/similarity", "/search", "/health"} <= set(schema["paths"])
+    assert "EmbeddingsRequest" in schema["components"]["schemas"]
+
+
+def test_embeddings_match_the_encoder(client, encoder):
+    texts = [
+        "A man is playing a guitar.",
+        "Rain is expected tomorrow.",
+        "A man is playing a guitar.",
+    ]
+    body = client.post("/v1/embeddings", json={"input": texts, "model": "anything"}).json()
+    got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+    expected = encoder.encode(texts, normalize=True)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert [d["index"] for d in body["data"]] == [0, 1, 2]
+    tokens = [len(x) for x in encoder.tokenizer(texts)["input_ids"]]
+    assert body["usage"] == {"prompt_tokens": sum(tokens), "total_tokens": sum(tokens)}
+    assert body["object"] == "list" and body["model"].endswith("model")
+
+
+def test_embeddings_single_string_and_base64(client, encoder):
+    text = "Two dogs run on the beach."
+    plain = client.post("/v1/embeddings", json={"input": text}).json()["data"][0]["embedding"]
+    packed = client.post("/v1/embeddings", json={"input": text, "encoding_format": "base64"})
+    decoded = np.frombuffer(base64.b64decode(packed.json()["data"][0]["embedding"]), "<f4")
+    np.testing.assert_allclose(decoded, np.array(plain, dtype=np.float32), atol=0)
+    np.testing.assert_allclose(decoded, encoder.encode([text], normalize=True)[0], atol=1e-5)
+
+
+def test_similarity_pairs_and_matrix(client, encoder):
+    a, b, c = CORPUS[:3]
+    scores = client.post("/similarity", json={"pairs": [[a, b], [a, c]]}).json()["scores"]
+    vectors = encoder.encode([a, b, c], normalize=True)
+    np.testing.assert_allclose(
+        scores, [vectors[0] @ vectors[1], vectors[0] @ vectors[2]], atol=1e-5
+    )
+    matrix = np.array(client.post("/similarity", json={"sentences": [a, b, c]}).json()["matrix"])
+    np.testing.assert_allclose(matrix, vectors @ vectors.T, atol=1e-5)
+    np.testing.assert_allclose(np.diag(matrix), 1.0, atol=1e-5)
+
+
+def test_search_finds_the_indexed_sentence(client, encoder):
+    body = client.post("/search", json={"query": CORPUS[5], "k": 3}).json()
+    top = body["results"][0]
+    assert (top["rank"], top["text"], top["row"]) == (1, CORPUS[5], 5)
+    assert top["score"] == pytest.approx(1.0, abs=1e-5)
+    vectors = encoder.encode(CORPUS, normalize=True)
+    expected = np.sort(vectors @ vectors[5])[::-1][:3]
+    np.testing.assert_allclose([r["score"] for r in body["results"]], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "status", "code", "words"),
+    [
+        ("/v1/embeddings", {"input": [f"t{i}" for i in range(MAX_TEXTS + 1)]}, 400,
+         "too_many_texts", f"limit is {MAX_TEXTS} texts per request (max_texts)"),
+        ("/v1/embeddings", {"input": ["ok", "x" * (MAX_CHARS + 1)]}, 400, "text_too_long",
+         f"input[1] has {MAX_CHARS + 1} characters; the limit is {MAX_CHARS}"),
+        ("/v1/embeddings", {"input": []}, 400, "empty_input", "no text"),
+        ("/v1/embeddings", {"input": ["fine", "  "]}, 400, "empty_text", "input[1] is empty"),
+        ("/v1/embeddings", {"input": [101, 2023]}, 422, "string_type", "list of strings"),
+        ("/v1/embeddings", {"texts": ["wrong field"]}, 422, "missing", "input: Field required"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 8}, 400, "unsupported_dimensions",
+         "32-dimensional"),
+        ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, 422, "literal_error",
+         "encoding_format"),
+        ("/similarity", {"pairs": [["a", "b"]], "sentences": ["a", "b"]}, 422, "value_error",
+         "exactly one"),
+        ("/similarity", {"pairs": [["a", "b", "c"]]}, 422, "too_long", "pairs.0"),
+        ("/similarity", {"pairs": [["a", "b"]] * (MAX_TEXTS // 2 + 1)}, 400, "too_many_texts",
+         "max_texts"),
+        ("/similarity", {"pairs": [["a", "b"], ["c", "z" * (MAX_CHARS + 1)]]}, 400,
+         "text_too_long", "pairs[1][1] has"),
+        ("/search", {"query": "guitar", "k": 101}, 400, "k_out_of_range", "max_k"),
+        ("/search", {"query": "guitar", "k": 0}, 400, "k_out_of_range", "between 1 and 100"),
+        ("/search", {"query": "y" * (MAX_CHARS + 1)}, 400, "text_too_long", "max_chars"),
+    ],
+)  # fmt: skip
+def test_invalid_requests_say_what_is_wrong(client, path, payload, status, code, words):
+    error = _error(client.post(path, json=payload), status)
+    assert error["code"] == code
+    assert words in error["message"]
+
+
+def test_malformed_json_and_unknown_route(client):
+    error = _error(
+        client.post(
+            "/v1/embeddings", content=b'{"input": ', headers={"content-type": "application/json"}
+        ),
+        422,
+    )
+    assert "not valid JSON" in error["message"]
+    assert _error(client.get("/nope"), 404)["message"] == "Not Found"
+    assert client.get("/v1/embeddings").status_code == 405
+
+
+def test_body_limit_with_and_without_content_length(client, server):
+    # 16 texts of 480 characters are within the text limits, but each "é" is 6 bytes of JSON
+    # ("\u00e9"): 46 kB of body, over the 32 kB limit.
+    big = json.dumps({"input": ["é" * 480] * MAX_TEXTS}).encode()
+    response = client.post(
+        "/v1/embeddings", content=big, headers={"content-type": "application/json"}
+    )
+    error = _error(response, 413)
+    assert error["code"] == "body_too_large" and f"limit is {MAX_BODY} bytes" in error["message"]
+
+    def chunks():  # no Content-Length: the server must count while reading
+        payload = b'{"input": ["' + b"z" * (MAX_BODY + 10) + b'"]}'
+        for start in range(0, len(payload), 4096):
+            yield payload[start : start + 4096]
+
+    error = _error(
+        client.post(
+            "/v1/embeddings", content=chunks(), headers={"content-type": "application/json"}
+        ),
+        413,
+    )
+    assert "max_body_bytes" in error["message"]
+    assert client.get("/health").status_code == 200  # still serving
+
+
+def test_forward_passes_respect_the_token_budget(encoder, monkeypatch):
+    from dclr.serving.service import make_encode_fn
+
+    texts = [" ".join(["word"] * n) for n in (3, 60, 7, 120, 25, 1, 90)]
+    expected = encoder.encode(texts, normalize=True)
+    tokens = [len(x) for x in encoder.tokenizer(texts)["input_ids"]]
+    passes = []
+    real = encoder.encode
+
+    def spy(chunk, batch_size, normalize):
+        passes.append([len(x) for x in encoder.tokenizer(chunk)["input_ids"]])
+        return real(chunk, batch_size=batch_size, normalize=normalize)
+
+    monkeypatch.setattr(encoder, "encode", spy)
+    vectors, lengths = make_encode_fn(encoder, batch_size=4, max_batch_tokens=200)(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    assert lengths.tolist() == tokens
+    assert sorted(n for p in passes for n in p) == sorted(tokens)  # every text exactly once
+    for chunk in passes:
+        assert len(chunk) <= 4 and (len(chunk) == 1 or len(chunk) * max(chunk) <= 200), passes
+    assert len(passes) > 2  # the budget did split the batch
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_heap_trimming_is_wired_on_linux():
+    from dclr.serving.memory import trim_heap
+
+    assert trim_heap(min_interval_s=0) is True
+    assert trim_heap(min_interval_s=3600) is False  # throttled: it just ran
+
+
+def test_search_without_index(encoder):
+    from fastapi.testclient import TestClient
+
+    from dclr.serving.service import create_app
+
+    with TestClient(create_app(encoder, "tiny", "f" * 64)) as local:  # in-process: no port
+        assert _error(local.post("/search", json={"query": "guitar"}), 404)["code"] == "no_index"
+        assert local.get("/health").json()["index"] is None
+
+
+async def _load(url, texts_per_request, requests_per_client, clients=CLIENTS, padding=0):
+    """`clients` concurrent clients; returns [(status, texts sent, response)] per request.
+
+    `padding` adds that many characters to every text (longer texts: slower batches)."""
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as session:
+
+        async def one_client(c):
+            results = []
+            for r in range(requests_per_client):
+                texts = [
+                    f"client {c} request {r} text {t} " + "x" * padding
+                    for t in range(texts_per_request)
+                ]
+                response = await session.post("/v1/embeddings", json={"input": texts})
+                results.append((response.status_code, texts, response))
+            return results
+
+        runs = await asyncio.wait_for(
+            asyncio.gather(*(one_client(c) for c in range(clients))), LOAD_TIMEOUT_S
+        )
+    return [result for run in runs for result in run]
+
+
+def test_32_concurrent_clients_are_batched_without_errors(server, client, encoder):
+    before = client.get("/health").json()["batcher"]
+    results = asyncio.run(_load(server.url, texts_per_request=2, requests_per_client=4))
+    assert len(results) == CLIENTS * 4
+    assert [status for status, _, _ in results] == [200] * len(results)
+    # each response carries the vectors of its own texts (no mix-up between batched requests)
+    sample = results[:: len(results) // 16]
+    expected = encoder.encode([t for _, texts, _ in sample for t in texts], normalize=True)
+    got = np.array(
+        [d["embedding"] for _, _, r in sample for d in r.json()["data"]], dtype=np.float32
+    )
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    after = client.get("/health").json()["batcher"]
+    requests = after["requests"] - before["requests"]
+    batches = after["batches"] - before["batches"]
+    assert requests == CLIENTS * 4
+    assert batches < requests, "concurrent requests were not batched together"
+    assert after["largest_batch"] > 2
+    assert after["pending_texts"] == 0
+
+
+def test_overload_is_refused_with_503_not_queued(server, client):
+    # 32 clients x 16 long texts = 512 texts at once, against a 64-text queue bound
+    results = asyncio.run(
+        _load(server.url, texts_per_request=MAX_TEXTS, requests_per_client=2, padding=400)
+    )
+    statuses = {status for status, _, _ in results}
+    assert statuses <= {200, 503} and 503 in statuses and 200 in statuses
+    refused = next(r for status, _, r in results if status == 503)
+    assert int(refused.headers["retry-after"]) >= 1  # the estimated wait, in whole seconds
+    assert refused.json()["error"]["code"] == "queue_full"
+    health = client.get("/health").json()
+    assert health["batcher"]["pending_texts"] == 0 and health["batcher"]["refused"] > 0
+
+
+def test_memory_does_not_grow_under_repeated_load(server):
+    rounds = []
+    for _ in range(3):
+        asyncio.run(_load(server.url, texts_per_request=2, requests_per_client=3))
+        rounds.append(process_memory(server.pid))
+    growth = rounds[2]["rss"] - rounds[0]["rss"]
+    assert growth < LEAK_TOLERANCE_MIB, rounds

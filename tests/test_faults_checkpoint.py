@@ -1,0 +1,160 @@
+"""Fault injection on checkpoints: a damaged newest checkpoint, a stop before the first save.
+
+Before issue 13 a truncated `model.safetensors`, `trainer.pt` or `state.json` in the newest
+checkpoint made `--resume` fail with a library traceback naming no file, and a run stopped before
+its first `save_steps` left nothing to resume.
+"""
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+import dclr.losses.simcse as simcse_module
+from dclr.training.checkpoint import (
+    CorruptCheckpoint,
+    CorruptCheckpointWarning,
+    latest_checkpoint,
+    verify_checkpoint,
+)
+from dclr.training.config import load_config
+from dclr.training.loop import Trainer
+from dclr.training.runfolder import TrainingStopped
+from dclr.training.tracking import read_metrics
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+
+STEPS, SAVE = 12, 4
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
+
+
+def make_config(model_dir, corpus_file, out, **extra):
+    values = {
+        "model": str(model_dir),
+        "corpus": str(corpus_file),
+        "batch_size": 8,
+        "eval_steps": 0,
+        "log_steps": 1,
+        "test_eval": False,
+        "output_dir": str(out),
+        "max_steps": STEPS,
+        "save_steps": SAVE,
+        **extra,
+    }
+    return load_config(None, values)
+
+
+def losses(run_dir):
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, corpus_file, tmp_path_factory):
+    """The uninterrupted run's loss per step."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    Trainer(make_config(model_dir, corpus_file, run)).train()
+    return losses(run)
+
+
+def interrupted_run(model_dir, corpus_file, run, monkeypatch):
+    """A run killed during step 10: checkpoints at steps 4 and 8 remain."""
+    real = simcse_module.simcse_loss
+    monkeypatch.setattr(simcse_module, "simcse_loss", interrupt_on_call(real, 10))
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(make_config(model_dir, corpus_file, run)).train()
+    monkeypatch.setattr(simcse_module, "simcse_loss", real)
+    assert latest_checkpoint(run / "checkpoints").name == "step-00000008"
+
+
+@pytest.mark.parametrize("damaged", ["model.safetensors", "trainer.pt", "state.json"])
+def test_truncated_newest_checkpoint_falls_back_to_the_intact_one(
+    model_dir, corpus_file, reference, tmp_path, monkeypatch, damaged
+):
+    run = tmp_path / "run"
+    interrupted_run(model_dir, corpus_file, run, monkeypatch)
+    newest = run / "checkpoints" / "step-00000008"
+    file = newest / damaged
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])  # a torn write
+    assert damaged in verify_checkpoint(newest)
+
+    with pytest.warns(CorruptCheckpointWarning, match=f"step-00000008/{damaged}"):
+        Trainer(make_config(model_dir, corpus_file, run)).train(resume=True)
+    assert losses(run) == reference  # from step 4 on, exactly the uninterrupted trajectory
+    assert (run / "checkpoints" / "step-00000008.corrupt").is_dir()  # kept aside, never reused
+    assert latest_checkpoint(run / "checkpoints").name == f"step-{STEPS:08d}"
+
+
+def test_no_intact_checkpoint_names_every_bad_file(model_dir, corpus_file, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    interrupted_run(model_dir, corpus_file, run, monkeypatch)
+    for step in (4, 8):
+        (run / "checkpoints" / f"step-{step:08d}" / "trainer.pt").write_bytes(b"")
+    with pytest.warns(CorruptCheckpointWarning), pytest.raises(CorruptCheckpoint) as err:
+        Trainer(make_config(model_dir, corpus_file, run)).train(resume=True)
+    message = str(err.value)
+    assert "step-00000004/trainer.pt" in message and "step-00000008/trainer.pt" in message
+    assert "--overwrite" in message
+
+
+def test_legacy_checkpoint_without_manifest_still_names_the_bad_file(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    run = tmp_path / "run"
+    interrupted_run(model_dir, corpus_file, run, monkeypatch)
+    newest = run / "checkpoints" / "step-00000008"
+    (newest / "manifest.json").unlink()  # as written by an older dclr
+    data = (newest / "model.safetensors").read_bytes()
+    (newest / "model.safetensors").write_bytes(data[: len(data) // 3])
+    with pytest.warns(CorruptCheckpointWarning, match="step-00000008/model.safetensors"):
+        Trainer(make_config(model_dir, corpus_file, run)).train(resume=True)
+
+
+def test_sigterm_before_the_first_save_leaves_a_resumable_checkpoint(
+    model_dir, corpus_file, reference, tmp_path, monkeypatch
+):
+    """save_steps beyond max_steps: only a final checkpoint is planned. SIGTERM during step 6
+    finishes that step, checkpoints it, and stops; --resume then reproduces the trajectory."""
+    run = tmp_path / "run"
+    config = make_config(model_dir, corpus_file, run, save_steps=1000)
+    real, calls = simcse_module.simcse_loss, {"n": 0}
+
+    def signalled(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` or a scheduler's preemption
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(simcse_module, "simcse_loss", signalled)
+    with pytest.raises(TrainingStopped) as err:
+        Trainer(config).train()
+    monkeypatch.setattr(simcse_module, "simcse_loss", real)
+    assert err.value.step == 6 and "--resume" in str(err.value)
+    assert latest_checkpoint(run / "checkpoints").name == "step-00000006"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler is removed"
+    Trainer(config).train(resume=True)
+    assert losses(run) == reference
+
+
+def test_manifest_lists_size_and_checksum_of_every_file(model_dir, corpus_file, tmp_path):
+    run = tmp_path / "run"
+    Trainer(make_config(model_dir, corpus_file, run, max_steps=2, save_steps=2)).train()
+    checkpoint = run / "checkpoints" / "step-00000002"
+    manifest = json.loads((checkpoint / "manifest.json").read_text())["files"]
+    assert set(manifest) == {"model.safetensors", "trainer.pt", "state.json"}
+    for name, record in manifest.items():
+        assert record["bytes"] == (checkpoint / name).stat().st_size
+        assert len(record["sha256"]) == 64
+    assert verify_checkpoint(checkpoint) is None

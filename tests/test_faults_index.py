@@ -1,0 +1,105 @@
+"""Fault injection on index folders: mixed builds, torn files, two writers, a crash mid-rewrite.
+
+Before issue 13 `vectors.faiss`, the offsets file and `index.json` were overwritten in place; two
+writers crashed; an HNSW `vectors.faiss` under a flat `index.json` searched silently at FAISS's
+default efSearch; a `dclr search` query with invalid Unicode gave a raw traceback.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+faiss = pytest.importorskip("faiss")
+
+from dclr.cli import app  # noqa: E402
+from dclr.errors import InputError  # noqa: E402
+from dclr.runlock import FolderLock, LockHeld  # noqa: E402
+from dclr.serving import index as index_module  # noqa: E402
+from dclr.serving.index import INDEX_FILE, IndexParams, SearchIndex, build_index  # noqa: E402
+from dclr.serving.readers import open_source  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 30)
+
+
+def build(model_dir, corpus_file, folder, kind):
+    return build_index(str(model_dir), open_source(corpus_file), folder, IndexParams(kind), "mean")
+
+
+@pytest.fixture(scope="module")
+def flat_and_hnsw(model_dir, corpus_file, tmp_path_factory):
+    root = tmp_path_factory.mktemp("indexes")
+    build(model_dir, corpus_file, root / "flat", "flat")
+    build(model_dir, corpus_file, root / "hnsw", "hnsw")
+    return root / "flat", root / "hnsw"
+
+
+def test_hnsw_file_under_a_flat_index_json_is_an_error(flat_and_hnsw, tmp_path):
+    flat, hnsw = flat_and_hnsw
+    mixed = tmp_path / "mixed"
+    shutil.copytree(flat, mixed)
+    shutil.copy(hnsw / INDEX_FILE, mixed / INDEX_FILE)
+    (mixed / "index.json").write_text(  # as an older dclr wrote it: no file list to compare
+        (mixed / "index.json").read_text().replace('"files"', '"_files"')
+    )
+    with pytest.raises(InputError, match="holds a hnsw index .* describes a flat index"):
+        SearchIndex(mixed)
+
+
+def test_torn_index_file_is_named(flat_and_hnsw, tmp_path):
+    torn = tmp_path / "torn"
+    shutil.copytree(flat_and_hnsw[0], torn)
+    data = (torn / INDEX_FILE).read_bytes()
+    (torn / INDEX_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="vectors.faiss: .*truncated or replaced") as err:
+        SearchIndex(torn)
+    assert "dclr index build" in str(err.value)
+
+
+def test_crash_while_rewriting_leaves_the_old_index_usable(model_dir, corpus_file, tmp_path):
+    folder = tmp_path / "index"
+    build(model_dir, corpus_file, folder, "flat")
+    before = SearchIndex(folder).search(SearchIndex(folder).index.reconstruct_n(0, 1), 3)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed while writing texts")
+
+    real = index_module._write_texts
+    index_module._write_texts = crash
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build(model_dir, corpus_file, folder, "hnsw")
+    finally:
+        index_module._write_texts = real
+    survivor = SearchIndex(folder)
+    assert survivor.params.kind == "flat"
+    assert survivor.search(survivor.index.reconstruct_n(0, 1), 3) == before
+    assert not list(folder.glob(".staging-*")), "the staging folder is cleaned up"
+
+
+def test_second_writer_is_refused_naming_the_first(model_dir, corpus_file, tmp_path):
+    folder = tmp_path / "index"
+    lock = FolderLock(folder, "dclr index build")  # another build holds the folder
+    with lock, pytest.raises(LockHeld, match="is in use by pid .*dclr index build"):
+        build(model_dir, corpus_file, folder, "flat")
+
+
+def test_search_query_with_invalid_unicode_is_a_named_error(flat_and_hnsw):
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")  # Latin-1 bytes on a UTF-8 command line
+    result = CliRunner().invoke(app, ["search", bad, "--index", str(flat_and_hnsw[0])])
+    assert result.exit_code == 2
+    assert "query is not valid text" in result.output and "U+DCE9" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,178 @@
+"""Fault injection on run folders: two runs at once, a new run into a finished one, stale state.
+
+Before issue 13: two `dclr train -o SAME` mixed their outputs; training into a finished folder
+overwrote best/, final/ and results.json; pruning by step number deleted the new run's checkpoint
+at once, `latest` then named a missing folder, and `--resume` silently resumed the old run.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dclr.errors import ConfigError
+from dclr.runlock import LOCK_FILE, FolderLock, LockHeld
+from dclr.training.checkpoint import checkpoint_dirs, latest_checkpoint, save_checkpoint
+from dclr.training.config import load_config
+from dclr.training.driver import run_training
+from dclr.training.runfolder import RUN_FILE, run_id
+from dclr.training.tracking import read_metrics
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
+
+
+def overrides(model_dir, corpus_file, out, **extra):
+    return {
+        "model": str(model_dir),
+        "corpus": str(corpus_file),
+        "batch_size": 8,
+        "eval_steps": 0,
+        "log_steps": 1,
+        "test_eval": False,
+        "output_dir": str(out),
+        **extra,
+    }
+
+
+def config(model_dir, corpus_file, out, **extra):
+    return load_config(None, overrides(model_dir, corpus_file, out, **extra))
+
+
+def test_finished_run_folder_is_refused_unless_resume_or_overwrite(
+    model_dir, corpus_file, tmp_path
+):
+    run = tmp_path / "run"
+    run_training(config(model_dir, corpus_file, run, max_steps=6, save_steps=3))
+    first_id = run_id(run)
+    final = (run / "final" / "model.safetensors").read_bytes()
+
+    with pytest.raises(ConfigError, match="already holds a finished run") as err:
+        run_training(config(model_dir, corpus_file, run, max_steps=2, seed=7))
+    assert "--resume" in str(err.value) and "--overwrite" in str(err.value)
+    assert (run / "final" / "model.safetensors").read_bytes() == final, "nothing was touched"
+    assert run_id(run) == first_id
+
+    run_training(config(model_dir, corpus_file, run, max_steps=2, seed=7), overwrite=True)
+    assert run_id(run) != first_id
+    assert [p.name for p in checkpoint_dirs(run / "checkpoints")] == ["step-00000002"]
+    assert latest_checkpoint(run / "checkpoints").name == "step-00000002"
+    assert sorted(r["step"] for r in read_metrics(run, "train")) == [1, 2]
+    assert json.loads((run / "results.json").read_text())["steps"] == 2
+
+
+def test_interrupted_run_folder_needs_resume(model_dir, corpus_file, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "checkpoints", 5, *_tiny_training_state(), {})
+    with pytest.raises(ConfigError, match="interrupted run .checkpoint step-00000005"):
+        run_training(config(model_dir, corpus_file, run, max_steps=2))
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(model_dir, corpus_file, tmp_path):
+    run = tmp_path / "run"
+    run_training(config(model_dir, corpus_file, run, max_steps=4, save_steps=2))
+    record = json.loads((run / RUN_FILE).read_text())
+    (run / RUN_FILE).write_text(json.dumps({**record, "run_id": "someone-else"}))
+    with pytest.raises(ConfigError, match="refusing to resume another run"):
+        run_training(config(model_dir, corpus_file, run, max_steps=6, save_steps=2), resume=True)
+
+
+def _tiny_training_state():
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    return model, optimizer, scheduler
+
+
+def test_pruning_never_deletes_the_new_checkpoint(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (1000, 2000):  # an older, longer run's checkpoints
+        save_checkpoint(root, step, *_tiny_training_state(), {}, keep=2)
+    save_checkpoint(root, 10, *_tiny_training_state(), {}, keep=2)
+    names = [p.name for p in checkpoint_dirs(root)]
+    assert names == ["step-00000010"], "the abandoned higher steps go, the new one stays"
+    assert (root / "latest").read_text() == "step-00000010"
+    assert latest_checkpoint(root) == root / "step-00000010"
+    save_checkpoint(root, 20, *_tiny_training_state(), {}, keep=2)
+    save_checkpoint(root, 30, *_tiny_training_state(), {}, keep=2)
+    assert [p.name for p in checkpoint_dirs(root)] == ["step-00000020", "step-00000030"]
+
+
+def test_lock_names_its_holder_and_dies_with_it(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from dclr.runlock import FolderLock; "
+            f"FolderLock({str(tmp_path)!r}, 'dclr train').acquire(); print('locked', flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(LockHeld, match=f"pid {holder.pid} on ") as err:
+            FolderLock(tmp_path, "dclr train").acquire()
+        assert "dclr train" in str(err.value)
+    finally:
+        holder.kill()  # kill -9: no clean-up runs
+        holder.wait()
+    assert (tmp_path / LOCK_FILE).exists(), "a stale lock file is left behind"
+    with FolderLock(tmp_path, "dclr train") as lock:  # ... and taken over at once
+        assert lock.holder()["pid"] == os.getpid()
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_two_dclr_train_into_one_folder_the_second_refuses_at_once(
+    model_dir, corpus_file, tmp_path
+):
+    run = tmp_path / "run"
+    sets = [
+        f"--set={k}={v}"
+        for k, v in overrides(model_dir, corpus_file, run, max_steps=5000).items()
+        if k != "output_dir"
+    ]
+    command = [sys.executable, "-m", "dclr", "train", *sets, "-o", str(run)]
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    log = (tmp_path / "first.log").open("w+")
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 600  # a loaded 2-core machine takes minutes to start torch
+        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").stat().st_size:
+            assert first.poll() is None, (tmp_path / "first.log").read_text()
+            assert time.monotonic() < deadline, "the first run did not start"
+            time.sleep(0.1)
+        written = {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()}
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2
+        message = " ".join(second.stderr.split())
+        assert f"is in use by pid {first.pid}" in message and "dclr train" in message
+        assert "Traceback" not in second.stderr
+        for name in ("config.yaml", "env.json", "run.json"):  # the second run wrote nothing
+            assert (run / name).stat().st_mtime_ns == written[name]
+        assert first.poll() is None, "the first run is unaffected"
+    finally:
+        first.terminate()  # SIGTERM: checkpoint at the end of the step, then exit
+        first.wait(timeout=900)  # exiting torch alone takes minutes on a starved CPU
+        log.close()
+    err = (tmp_path / "first.log").read_text()
+    assert first.returncode == 2 and "checkpoint saved" in " ".join(err.split())
+    assert latest_checkpoint(run / "checkpoints") is not None

@@ -1,0 +1,287 @@
+"""Fault injection against the HTTP service: poison requests, slow clients, floods, strangers.
+
+Each case is a defect found by probing the service (issue 13): one bad request failed its whole
+batch with a plain-text 500; connections that never finish their headers blocked every new request;
+the queue bound counted texts, not their length, and work for departed clients was still done; any
+Host header and any caller were accepted.
+"""
+
+import asyncio
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from dclr.cli import app as cli_app  # noqa: E402
+from dclr.models.encoder import SentenceEncoder  # noqa: E402
+from dclr.serving.batcher import EmbeddingBatcher, Overloaded  # noqa: E402
+from dclr.serving.launch import serve_process  # noqa: E402
+from dclr.serving.middleware import BodyLimitMiddleware  # noqa: E402
+from dclr.serving.service import create_app  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import make_tiny_model_dir  # noqa: E402
+
+API_KEY = "test-key-0123456789"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+HEADER_TIMEOUT_S = 2.0
+# More half-open connections than the old server's connection limit (128).
+SLOW_CONNECTIONS = 130
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    args = [str(model_dir), "--pooler", "mean", "--header-timeout", str(HEADER_TIMEOUT_S)]
+    with serve_process(args, env={"DCLR_API_KEY": API_KEY}) as proc:
+        yield proc
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30, headers=AUTH) as c:
+        yield c
+
+
+def escaped(payload):
+    """JSON with non-ASCII as \\u escapes, as a browser or another client may send a lone
+    surrogate (httpx's own json= cannot: it encodes UTF-8 first)."""
+    return {"content": json.dumps(payload), "headers": {"content-type": "application/json"}}
+
+
+def _error(response, status):
+    assert response.status_code == status, response.text[:500]
+    assert response.headers["content-type"] == "application/json"
+    return response.json()["error"]
+
+
+# ---- one bad request fails only itself ---------------------------------------------------------
+def test_lone_surrogate_is_a_400_naming_the_field(client):
+    error = _error(client.post("/v1/embeddings", **escaped({"input": ["fine", "\ud800 x"]})), 400)
+    assert error["code"] == "invalid_unicode" and error["param"] == "input[1]"
+    assert "U+D800" in error["message"]
+    error = _error(client.post("/similarity", **escaped({"pairs": [["a", "b \udfff"]]})), 400)
+    assert error["code"] == "invalid_unicode" and error["param"] == "pairs[0][1]"
+
+
+class PoisonEncoder(SentenceEncoder):
+    """Raises like the tokenizer does on a lone surrogate whenever a text contains POISON."""
+
+    def encode(self, texts, *args, **kwargs):
+        if any("POISON" in t for t in texts):
+            raise TypeError("TextEncodeInput must be Union[TextInputSequence, ...]")
+        return super().encode(texts, *args, **kwargs)
+
+
+def test_poison_request_fails_only_itself(model_dir):
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooler="mean")
+    encoder.__class__ = PoisonEncoder
+    app = create_app(encoder, "tiny", "f" * 64)
+    texts = [f"sentence number {i} about a cat" for i in range(12)]
+    expected = SentenceEncoder.from_pretrained(model_dir, pooler="mean").encode(
+        texts, normalize=True
+    )
+
+    async def scenario():
+        await app.state.batcher.start()
+        transport = httpx.ASGITransport(app=app)
+        try:
+            # in-process ASGI transport: "http://t" is never resolved, nothing leaves the process
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                inputs = [*texts[:5], "POISON here", *texts[5:]]
+                return await asyncio.gather(
+                    *(c.post("/v1/embeddings", json={"input": t}) for t in inputs)
+                )
+        finally:
+            await app.state.batcher.close()
+
+    responses = asyncio.run(scenario())
+    bad = responses.pop(5)
+    error = _error(bad, 500)
+    assert error["code"] == "encode_failed" and "TypeError" in error["message"]
+    assert [r.status_code for r in responses] == [200] * 12
+    got = np.array([r.json()["data"][0]["embedding"] for r in responses], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert app.state.batcher.stats.batches < 13, "the requests were batched together"
+
+
+def test_poison_mixed_into_32_concurrent_clients(client, server):
+    async def one(c, i):
+        text = "\ud800 poison" if i % 8 == 0 else f"good sentence {i}"
+        return i, await c.post("/v1/embeddings", **escaped({"input": [text, "another text"]}))
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=AUTH) as c:
+            return await asyncio.gather(*(one(c, i) for i in range(32)))
+
+    for i, response in asyncio.run(scenario()):
+        assert response.status_code == (400 if i % 8 == 0 else 200), response.text[:300]
+
+
+# ---- slow clients -------------------------------------------------------------------------------
+def test_slow_header_connections_do_not_block_the_service(server, client):
+    host, port = server.url.removeprefix("http://").split(":")  # the test server on 127.0.0.1
+    held = []
+    try:
+        for _ in range(SLOW_CONNECTIONS):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            held.append(sock)
+        time.sleep(0.3)  # every connection is open and half-sent
+        tic = time.monotonic()
+        response = client.post("/v1/embeddings", json={"input": "still served"})
+        assert response.status_code == 200, response.text[:300]
+        assert time.monotonic() - tic < HEADER_TIMEOUT_S
+        # Past the header deadline the server has answered 408 and closed every slow connection.
+        time.sleep(HEADER_TIMEOUT_S + 1.0)
+        held[0].settimeout(5)
+        answer = held[0].recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+        assert b"header_timeout" in answer
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_body_that_never_arrives_gets_408():
+    sent = []
+
+    async def app(scope, receive, send):  # pragma: no cover - never reached
+        raise AssertionError("the app must not run")
+
+    async def receive():
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    middleware = BodyLimitMiddleware(app, max_bytes=1000, timeout_s=0.2)
+    scope = {"type": "http", "headers": [(b"content-length", b"100")]}
+    asyncio.run(middleware(scope, receive, send))
+    assert sent[0]["status"] == 408 and b"body_timeout" in sent[1]["body"]
+
+
+# ---- strangers ----------------------------------------------------------------------------------
+def test_api_key_is_required_and_compared(server):
+    with httpx.Client(base_url=server.url, timeout=30) as anonymous:
+        error = _error(anonymous.post("/v1/embeddings", json={"input": "x"}), 401)
+        assert error["code"] == "invalid_api_key"
+        wrong = {"Authorization": "Bearer wrong-key-000000"}
+        _error(anonymous.post("/v1/embeddings", json={"input": "x"}, headers=wrong), 401)
+        _error(anonymous.get("/health"), 401)
+        assert anonymous.get("/").status_code == 200, "the page itself is public"
+        ok = anonymous.post("/v1/embeddings", json={"input": "x"}, headers={"X-API-Key": API_KEY})
+        assert ok.status_code == 200
+
+
+def test_foreign_host_header_is_refused_on_loopback(client, server):
+    port = server.url.rsplit(":", 1)[1]
+    error = _error(client.get("/health", headers={"Host": f"evil.example:{port}"}), 421)
+    assert error["code"] == "host_not_allowed" and "evil.example" in error["message"]
+    assert client.get("/health", headers={"Host": f"localhost:{port}"}).status_code == 200
+
+
+def test_public_host_without_api_key_is_refused(model_dir, monkeypatch):
+    monkeypatch.delenv("DCLR_API_KEY", raising=False)
+    result = CliRunner().invoke(cli_app, ["serve", str(model_dir), "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert "no API key" in result.output and "--allow-no-auth" in result.output
+
+
+# ---- the queue: characters, waiting time, departed clients ----------------------------------------
+def _slow_encode(delay):
+    seen = []
+
+    def encode(texts):
+        seen.extend(texts)
+        time.sleep(delay)
+        return (np.zeros((len(texts), 2), dtype=np.float32),)
+
+    return encode, seen
+
+
+def test_queue_bound_counts_characters_not_texts():
+    encode, _ = _slow_encode(0.2)
+
+    async def scenario():
+        batcher = EmbeddingBatcher(encode, max_pending_texts=512, max_pending_chars=5_000)
+        await batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.submit(["short"] * 4))
+            await asyncio.sleep(0)
+            with pytest.raises(Overloaded) as err:
+                await batcher.submit(["x" * 4000] * 2)  # 2 texts, but 8000 characters
+            assert err.value.retry_after >= 1
+            short = await batcher.submit(["short"] * 20)  # 20 texts, few characters: admitted
+            await first
+            return short
+        finally:
+            await batcher.close()
+
+    assert len(asyncio.run(scenario())[0]) == 20
+
+
+def test_queue_refuses_before_clients_would_time_out():
+    encode, _ = _slow_encode(0.1)
+
+    async def scenario():
+        batcher = EmbeddingBatcher(encode, max_batch_texts=1, max_queue_wait_s=0.5)
+        await batcher.start()
+        try:
+            await batcher.submit(["x" * 100])  # measures the rate: ~1300 characters/s
+            accepted, refused = [], []
+            for _ in range(20):
+                try:
+                    accepted.append(asyncio.ensure_future(batcher.submit(["y" * 100])))
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
+                except Overloaded as err:
+                    refused.append(err)
+            results = await asyncio.gather(*accepted, return_exceptions=True)
+            return results, batcher.stats
+        finally:
+            await batcher.close()
+
+    results, stats = asyncio.run(scenario())
+    refused = [r for r in results if isinstance(r, Overloaded)]
+    assert stats.refused >= 5 and refused, "the queue refused once it held ~0.5 s of work"
+    assert all(r.retry_after == 1 for r in refused)  # ~0.5 s of work ahead, rounded up
+    assert stats.chars_per_s > 0
+
+
+def test_work_of_departed_clients_is_dropped():
+    encode, seen = _slow_encode(0.3)
+
+    async def scenario():
+        batcher = EmbeddingBatcher(encode, max_batch_texts=1)
+        await batcher.start()
+        try:
+            running = asyncio.ensure_future(batcher.submit(["being encoded"]))
+            await asyncio.sleep(0.05)
+            gone = asyncio.ensure_future(batcher.submit(["client left"]))
+            await asyncio.sleep(0.01)
+            gone.cancel()
+            await asyncio.sleep(0)
+            assert batcher.stats.pending_texts == 1, "dropped from the queue at once"
+            await running
+            await batcher.submit(["next"])
+            return batcher.stats
+        finally:
+            await batcher.close()
+
+    stats = asyncio.run(scenario())
+    assert "client left" not in seen and stats.dropped == 1
+    assert stats.pending_texts == 0 and stats.pending_chars == 0

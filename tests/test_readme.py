@@ -1,0 +1,51 @@
+"""README's Python example runs: its code block, at tiny scale (a random 2-layer model, 2 steps)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT, make_tiny_model_dir
+
+README = REPO_ROOT / "README.md"
+
+
+def python_example() -> str:
+    text = README.read_text()
+    section = text[text.index("## Python API") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "README's Python API section has no python code block"
+    return match.group(1)
+
+
+def at_tiny_scale(code: str, model: Path, out: Path) -> str:
+    """The example with its three settings (MODEL, STEPS, OUT) replaced; nothing else changes."""
+    settings = {"MODEL": repr(str(model)), "STEPS": "2", "OUT": repr(str(out))}
+    for name, value in settings.items():
+        code, count = re.subn(rf"^{name} = .*$", f"{name} = {value}", code, flags=re.M)
+        assert count == 1, f"README's example should set {name} once"
+    return code
+
+
+def test_readme_python_example_runs(tmp_path, data_dir, monkeypatch, capsys):
+    monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
+    model = make_tiny_model_dir(tmp_path / "model")
+    code = at_tiny_scale(python_example(), model, tmp_path / "run")
+    namespace: dict = {}
+    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+    printed = capsys.readouterr().out
+    assert "(2, 32)" in printed and "STS-B dev" in printed
+    summary = namespace["summary"]
+    assert summary["steps"] == 2 and Path(summary["final_dir"]).is_dir()
+    assert set(namespace["after"]) >= {"STSBenchmark", "SICKRelatedness"}
+
+
+def test_the_public_api_is_importable_from_dclr():
+    import dclr
+
+    for name in ("SentenceEncoder", "load_encoder", "encode", "evaluate_sts", "TrainConfig",
+                 "load_config", "train", "Trainer", "Method", "Batch", "register"):  # fmt: skip
+        assert getattr(dclr, name) is not None
+    with pytest.raises(AttributeError):
+        dclr.no_such_thing  # noqa: B018

@@ -1,0 +1,94 @@
+"""Recipes and option validation."""
+
+import pytest
+from helpers import REPO_ROOT
+
+from dclr.errors import ConfigError
+from dclr.training.config import TrainConfig, load_config, parse_overrides
+
+RECIPES = sorted((REPO_ROOT / "recipes").glob("*.yaml"))
+
+
+def test_recipes_exist():
+    assert len(RECIPES) >= 5
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_every_shipped_recipe_validates(recipe):
+    config = load_config(recipe)
+    assert isinstance(config, TrainConfig)
+    assert config.model
+
+
+def test_overrides_are_typed():
+    config = load_config(
+        None,
+        parse_overrides(
+            [
+                "model=m",
+                "max_steps=7",
+                "learning_rate=1e-5",
+                "dropout=null",
+                "mlp_head=false",
+                "pooler=mean",
+            ]
+        ),
+    )
+    assert config.max_steps == 7 and config.learning_rate == 1e-5
+    assert config.dropout is None and config.mlp_head is False
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"temperature": 0}, "temperature"),
+        ({"temperature": -1}, "temperature"),
+        ({"batch_size": 1}, "batch_size"),
+        ({"pooler": "max"}, "unknown pooler"),
+        ({"pooler": "mean"}, "mlp_head"),
+        ({"learning_rate": 0}, "learning_rate"),
+        ({"precision": "fp8"}, "precision"),
+        ({"no_such_option": 1}, "unknown option"),
+        ({"max_steps": "ten"}, "number"),
+        ({"dropout": 1.5}, "dropout"),
+    ],
+)
+def test_invalid_options_are_rejected_with_a_reason(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", **override})
+
+
+def test_override_needs_key_value():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["oops"])
+
+
+# ---- sections and the flat form ----------------------------------------------------------------
+FLAT = REPO_ROOT / "tests" / "training" / "flat_recipes"  # recipes as they were before sections
+
+
+@pytest.mark.parametrize("flat", sorted(FLAT.glob("*.yaml")), ids=lambda p: p.name)
+def test_an_old_flat_recipe_loads_as_its_sectioned_successor(flat):
+    successor = next((REPO_ROOT / "recipes").rglob(flat.name))
+    with pytest.warns(DeprecationWarning, match="dclr config convert"):
+        old = load_config(flat)
+    assert old.to_dict() == load_config(successor).to_dict()
+
+
+def test_dotted_and_flat_overrides_reach_the_same_field():
+    recipe = REPO_ROOT / "recipes" / "dclr_minilm_cpu.yaml"
+    dotted = load_config(recipe, {"optimisation.learning_rate": 1e-5, "dclr.noise_ratio": 0.5})
+    flat = load_config(recipe, {"learning_rate": 1e-5, "noise_ratio": 0.5})
+    assert dotted.to_dict() == flat.to_dict()
+    assert dotted.optimisation.learning_rate == 1e-5 and dotted.section("dclr").noise_ratio == 0.5
+
+
+def test_an_option_of_another_method_is_refused():
+    with pytest.raises(ConfigError, match="unknown option"):
+        load_config(REPO_ROOT / "recipes" / "simcse_minilm_cpu.yaml", {"noise_ratio": 0.5})
+
+
+def test_the_saved_config_round_trips(tmp_path):
+    config = load_config(REPO_ROOT / "recipes" / "consert_joint_snli_minilm_cpu.yaml")
+    config.save(tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml").to_dict() == config.to_dict()

@@ -1,0 +1,167 @@
+"""The training loop: NaN stop, checkpoints, SIGKILL + resume reproduces the trajectory."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus
+
+import dclr.losses.simcse as simcse_module
+from dclr.errors import TrainingDiverged
+from dclr.training.checkpoint import latest_checkpoint
+from dclr.training.config import load_config
+from dclr.training.loop import Trainer
+from dclr.training.tracking import read_metrics
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    """400 deterministic pseudo-sentences, one per line, with a few blank lines to skip."""
+    return write_pseudo_corpus(
+        tmp_path_factory.mktemp("corpus") / "corpus.txt", 400, blank_every=97
+    )
+
+
+def base_overrides(model_dir, corpus_file, out, **extra):
+    return {
+        "model": str(model_dir),
+        "corpus": str(corpus_file),
+        "batch_size": 8,
+        "eval_steps": 0,
+        "log_steps": 1,
+        "test_eval": False,
+        "output_dir": str(out),
+        **extra,
+    }
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    real, calls = simcse_module.simcse_loss, {"n": 0}
+
+    def poisoned(z1, z2, temperature):
+        calls["n"] += 1
+        loss = real(z1, z2, temperature)
+        return loss * float("nan") if calls["n"] == 7 else loss
+
+    monkeypatch.setattr(simcse_module, "simcse_loss", poisoned)
+    config = load_config(
+        None, base_overrides(model_dir, corpus_file, tmp_path / "run", max_steps=20, save_steps=3)
+    )
+    with pytest.raises(TrainingDiverged, match="step 7") as err:
+        Trainer(config).train()
+    assert err.value.step == 7
+    assert err.value.last_checkpoint is not None
+    assert err.value.last_checkpoint.endswith("step-00000006")
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "step-00000006"
+    assert not (tmp_path / "run" / "final").exists()
+    steps = [r["step"] for r in read_metrics(tmp_path / "run", "train")]
+    assert steps == list(range(1, 7))  # nothing logged for the NaN step
+
+
+def test_in_process_resume_matches_uninterrupted(model_dir, corpus_file, tmp_path, monkeypatch):
+    def config(out):
+        return load_config(
+            None, base_overrides(model_dir, corpus_file, out, max_steps=12, save_steps=4)
+        )
+
+    Trainer(config(tmp_path / "a")).train()
+    real = simcse_module.simcse_loss
+    # an interruption at step 10, after the step-8 checkpoint
+    monkeypatch.setattr(simcse_module, "simcse_loss", interrupt_on_call(real, 10))
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(tmp_path / "b")).train()
+    monkeypatch.setattr(simcse_module, "simcse_loss", real)
+    assert max(train_losses(tmp_path / "b")) == 9
+    Trainer(config(tmp_path / "b")).train(resume=True)
+    assert train_losses(tmp_path / "a") == train_losses(tmp_path / "b")
+
+
+def test_resume_after_sigkill_reproduces_the_loss_trajectory(model_dir, corpus_file, tmp_path):
+    steps, kill_after = 300, 40
+    sets = [
+        f"--set={k}={v}"
+        for k, v in base_overrides(
+            model_dir, corpus_file, "unused", max_steps=steps, save_steps=5
+        ).items()
+        if k != "output_dir"
+    ]
+    cmd = [sys.executable, "-m", "dclr", "train", *sets]
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+
+    subprocess.run(
+        [*cmd, "-o", str(tmp_path / "full")], check=True, env=env, timeout=600, capture_output=True
+    )
+    reference = train_losses(tmp_path / "full")
+    assert len(reference) == steps
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*cmd, "-o", str(run)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run / "metrics.jsonl").exists() and len(train_losses_safe(run)) >= kill_after:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (run / "final").exists()
+    killed_at = max(train_losses_safe(run))
+    assert killed_at < steps
+
+    subprocess.run(
+        [sys.executable, "-m", "dclr", "train", "--resume", str(run)],
+        check=True,
+        env=env,
+        timeout=600,
+        capture_output=True,
+    )
+    resumed = train_losses(run)
+    assert sorted(resumed) == list(range(1, steps + 1))
+    assert resumed == reference  # bit-identical trajectory, dropout included
+    saved = json.loads((run / "results.json").read_text())
+    assert saved["steps"] == steps
+
+
+def train_losses_safe(run: Path) -> dict[int, float]:
+    """Metrics of a run being written: ignore a half-written last line."""
+    out = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("kind") == "train":
+            out[row["step"]] = row["loss"]
+    return out
+
+
+def test_grad_cache_training_follows_the_uncached_trajectory(tmp_path, corpus_file):
+    model = make_tiny_model_dir(tmp_path / "m", dropout=0.0)
+    plain = load_config(None, base_overrides(model, corpus_file, tmp_path / "a", max_steps=5))
+    cached = load_config(
+        None, base_overrides(model, corpus_file, tmp_path / "b", max_steps=5, grad_cache_chunk=3)
+    )
+    Trainer(plain).train()
+    Trainer(cached).train()
+    a, b = train_losses(tmp_path / "a"), train_losses(tmp_path / "b")
+    assert a.keys() == b.keys()
+    for step in a:
+        assert b[step] == pytest.approx(a[step], abs=1e-5)
