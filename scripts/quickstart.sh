@@ -28,7 +28,9 @@ if [ ! -e "$CACHE_DATA" ]; then
     ln -s "$DCLR_DATA_DIR" "$CACHE_DATA"
 fi
 
-"$VENV/bin/dclr" train recipes/dclr_minilm_cpu.yaml -o "$RUN_DIR" "$@"
+# --overwrite: running the quickstart again replaces its own demo run (a run folder holding a run is
+# otherwise refused, see the README's "Run folders are owned").
+"$VENV/bin/dclr" train recipes/dclr_minilm_cpu.yaml -o "$RUN_DIR" --overwrite "$@"
 
 MODEL="$RUN_DIR/best"
 cat <<NEXT
