@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# pyproject allows sentence-transformers >= 3.0, and export.py imports its modules from the path of
+# 6.x with a fallback for older releases. This runs the export and model-card tests (save ->
+# SentenceTransformer(path) -> identical embeddings) with older releases in place of the installed
+# one: each in a virtual environment that sees this environment's packages (torch, transformers,
+# dclr) and installs only that sentence-transformers release (--no-deps). Not covered: an old
+# release together with an old transformers (4.x); that combination needs its own environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for release in ${DCLR_OLD_ST_RELEASES:-3.4.1 5.1.2}; do
+    venv="${TMPDIR:-/tmp}/dclr-st-$release"
+    python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/python" -m pip install -q --no-deps "sentence-transformers==$release"
+    echo "sentence-transformers $release:"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/models/test_export.py tests/models/test_card.py
+done
