@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dclr.data.sts import normalize, read_sick, read_stsb
+from dclr.data.sts import normalize, read_sick, read_stsb, sick_rows
 from dclr.data.text import read_lines
 from dclr.errors import ConfigError, InputError
 
@@ -99,21 +99,7 @@ def _train_pairs(root: Path, source: str) -> list[ParaphrasePair]:
 
 def _sick_labels(root: Path) -> list[str]:
     """entailment_judgment (column 4) of SICK train, aligned with `read_sick`'s rows."""
-    path = root / "senteval" / "SICK" / "SICK_train.txt"
-    labels = []
-    for number, line in enumerate(read_lines(path), start=1):
-        if number == 1:
-            continue
-        fields = line.strip().split("\t")
-        if len(fields) < 5:
-            raise InputError(
-                f"expected at least 5 tab-separated columns, found {len(fields)}",
-                path=path,
-                line=number,
-                fix="SICK rows are pair_ID, sentence_A, sentence_B, relatedness, entailment, ...",
-            )
-        labels.append(fields[4])
-    return labels
+    return [fields[4] for _, fields in sick_rows(root, "train", columns=5)]
 
 
 def evaluation_pair_keys(root: Path) -> set[frozenset[str]]:

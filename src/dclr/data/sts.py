@@ -8,6 +8,7 @@ column 4 and the sentences from columns 5 and 6; SICK skips its header and takes
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -130,21 +131,30 @@ def read_stsb(root: Path, split: Split) -> StsPairs:
     return StsPairs("STSBenchmark", split, s1, s2, np.asarray(scores, dtype=np.float64))
 
 
-def read_sick(root: Path, split: Split) -> StsPairs:
-    """SICK relatedness split: header row, then id, sentence_A, sentence_B, score, ..."""
+def sick_rows(root: Path, split: Split, columns: int = 4) -> Iterator[tuple[int, list[str]]]:
+    """(line number, tab-separated fields) of every row of a SICK split after its header; a row
+    with fewer than `columns` fields is an InputError naming the file and line."""
     path = root / "senteval" / "SICK" / _SICK_FILES[split]
-    s1, s2, scores = [], [], []
     for number, line in enumerate(read_lines(path), start=1):
         if number == 1:
             continue  # header
         fields = line.strip().split("\t")
-        if len(fields) < 4:
+        if len(fields) < columns:
             raise InputError(
-                f"expected at least 4 tab-separated columns, found {len(fields)}",
+                f"expected at least {columns} tab-separated columns, found {len(fields)}",
                 path=path,
                 line=number,
-                fix="SICK rows are pair_ID, sentence_A, sentence_B, relatedness_score, ...",
+                fix="SICK rows are pair_ID, sentence_A, sentence_B, relatedness_score, "
+                "entailment_judgment, ...",
             )
+        yield number, fields
+
+
+def read_sick(root: Path, split: Split) -> StsPairs:
+    """SICK relatedness split: header row, then id, sentence_A, sentence_B, score, ..."""
+    path = root / "senteval" / "SICK" / _SICK_FILES[split]
+    s1, s2, scores = [], [], []
+    for number, fields in sick_rows(root, split):
         s1.append(normalize(fields[1]))
         s2.append(normalize(fields[2]))
         scores.append(_score(fields[3], path, number))
