@@ -65,6 +65,21 @@ def write_pseudo_corpus(path: Path, lines: int, seed: int = 0, blank_every: int 
     return path
 
 
+def tiny_run_overrides(model_dir: Path, corpus_file: Path, out: Path, **extra) -> dict:
+    """Flat options of a short CPU run of a tiny model on a pseudo corpus: batch 8, no evaluation,
+    a loss record every step, `out` the run folder; `extra` adds or replaces options."""
+    return {
+        "model": str(model_dir),
+        "corpus": str(corpus_file),
+        "batch_size": 8,
+        "eval_steps": 0,
+        "log_steps": 1,
+        "test_eval": False,
+        "output_dir": str(out),
+        **extra,
+    }
+
+
 def interrupt_on_call(real, n: int):
     """`real` wrapped to raise KeyboardInterrupt on its n-th call: a run killed mid-training."""
     calls = {"n": 0}

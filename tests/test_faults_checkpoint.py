@@ -8,10 +8,9 @@ its first `save_steps` left nothing to resume.
 import json
 import os
 import signal
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
 
 import dclr.losses.simcse as simcse_module
 from dclr.training.checkpoint import (
@@ -24,9 +23,6 @@ from dclr.training.config import load_config
 from dclr.training.loop import Trainer
 from dclr.training.runfolder import TrainingStopped
 from dclr.training.tracking import read_metrics
-
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
 
 STEPS, SAVE = 12, 4
 
@@ -42,19 +38,8 @@ def corpus_file(tmp_path_factory):
 
 
 def make_config(model_dir, corpus_file, out, **extra):
-    values = {
-        "model": str(model_dir),
-        "corpus": str(corpus_file),
-        "batch_size": 8,
-        "eval_steps": 0,
-        "log_steps": 1,
-        "test_eval": False,
-        "output_dir": str(out),
-        "max_steps": STEPS,
-        "save_steps": SAVE,
-        **extra,
-    }
-    return load_config(None, values)
+    options = {"max_steps": STEPS, "save_steps": SAVE, **extra}
+    return load_config(None, tiny_run_overrides(model_dir, corpus_file, out, **options))
 
 
 def losses(run_dir):

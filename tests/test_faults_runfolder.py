@@ -10,10 +10,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
 
 from dclr.errors import ConfigError
 from dclr.runlock import LOCK_FILE, FolderLock, LockHeld
@@ -22,9 +22,6 @@ from dclr.training.config import load_config
 from dclr.training.driver import run_training
 from dclr.training.runfolder import RUN_FILE, run_id
 from dclr.training.tracking import read_metrics
-
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +34,7 @@ def corpus_file(tmp_path_factory):
     return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
 
 
-def overrides(model_dir, corpus_file, out, **extra):
-    return {
-        "model": str(model_dir),
-        "corpus": str(corpus_file),
-        "batch_size": 8,
-        "eval_steps": 0,
-        "log_steps": 1,
-        "test_eval": False,
-        "output_dir": str(out),
-        **extra,
-    }
+overrides = tiny_run_overrides
 
 
 def config(model_dir, corpus_file, out, **extra):

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus
+from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
 
 import dclr.losses.simcse as simcse_module
 from dclr.errors import TrainingDiverged
@@ -32,17 +32,7 @@ def corpus_file(tmp_path_factory):
     )
 
 
-def base_overrides(model_dir, corpus_file, out, **extra):
-    return {
-        "model": str(model_dir),
-        "corpus": str(corpus_file),
-        "batch_size": 8,
-        "eval_steps": 0,
-        "log_steps": 1,
-        "test_eval": False,
-        "output_dir": str(out),
-        **extra,
-    }
+base_overrides = tiny_run_overrides
 
 
 def train_losses(run_dir: Path) -> dict[int, float]:
