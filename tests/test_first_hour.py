@@ -94,7 +94,7 @@ def test_before_after_table_has_a_change_column_and_names_drops():
     text = console.export_text()
     assert "change" in text and "-3.16" in text and "+2.00" in text
     assert "alignment (lower is better)" in text and "-0.400" in text
-    assert "Fell: STS12 -3.16" in text
+    assert "fell: STS12 -3.16" in text
 
 
 def test_offline_hub_id_fails_at_once_and_leaves_no_run_folder(tmp_path, monkeypatch):

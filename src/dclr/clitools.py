@@ -53,10 +53,10 @@ def scores_table(title: str, columns: dict[str, dict[str, float]], tasks: list[s
                 if key not in LOWER_IS_BETTER and key != "avg" and delta < -NOTABLE_DROP:
                     drops.append(f"{key} {delta:+.2f}")
             table.add_row(label, *cells)
-    if compare:
-        caption = "change = after - before; higher is better except where marked"
+    if compare:  # short lines: a caption wraps at the table's width
+        caption = "change = after - before"
         if drops:
-            caption += f". Fell: {', '.join(drops)} (a short run can trade tasks off)"
+            caption += f"\nfell: {', '.join(drops)} (a short run can trade tasks off)"
         table.caption = caption
     return table
 

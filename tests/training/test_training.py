@@ -155,3 +155,17 @@ def test_grad_cache_training_follows_the_uncached_trajectory(tmp_path, corpus_fi
     assert a.keys() == b.keys()
     for step in a:
         assert b[step] == pytest.approx(a[step], abs=1e-5)
+
+
+def test_a_finished_run_can_drop_its_checkpoints(model_dir, corpus_file, tmp_path):
+    from dclr.training.driver import run_training
+
+    options = {"max_steps": 4, "save_steps": 2, "keep_checkpoints_at_end": False}
+    out = tmp_path / "run"
+    run_training(load_config(None, tiny_run_overrides(model_dir, corpus_file, out, **options)))
+    assert not (out / "checkpoints").exists() and not (out / "checkpoints.deleting").exists()
+    assert (out / "final" / "model.safetensors").is_file() and (out / "results.json").is_file()
+    kept = tmp_path / "kept"
+    options["keep_checkpoints_at_end"] = True
+    run_training(load_config(None, tiny_run_overrides(model_dir, corpus_file, kept, **options)))
+    assert (kept / "checkpoints").is_dir()

@@ -159,6 +159,9 @@ class RunSection:
     eval_metric: EvalMetric = "stsb"  # stsb: STS-B dev; stsb_sick: mean of STS-B and SICK dev
     save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    # False: a run that finished deletes checkpoints/ (model + optimizer state, 3x the model)
+    # once best/ and final/ are written; it can then not be resumed or extended, only used.
+    keep_checkpoints_at_end: bool = True
     log_steps: int = 10  # write training metrics every N steps
     test_eval: bool = True  # the method's test evaluation before/after training (STS table)
     output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models

@@ -8,6 +8,7 @@ under the output folder.
 from __future__ import annotations
 
 import json
+import shutil
 import platform
 import subprocess
 from pathlib import Path
@@ -170,4 +171,15 @@ def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str,
             config, result.steps, result.best_dir, result.final_dir, before, final.get("after")
         )
         write_json(run_dir / "results.json", summary)
+        if not config.run.keep_checkpoints_at_end and result.steps >= trainer.total_steps:
+            drop_checkpoints(run_dir)
     return summary
+
+
+def drop_checkpoints(run_dir: Path) -> None:
+    """Delete a finished run's checkpoints/ (renamed first, so it is never half there)."""
+    folder = run_dir / "checkpoints"
+    if folder.is_dir():
+        doomed = folder.with_name("checkpoints.deleting")
+        folder.rename(doomed)
+        shutil.rmtree(doomed)
