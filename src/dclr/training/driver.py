@@ -8,8 +8,8 @@ under the output folder.
 from __future__ import annotations
 
 import json
-import shutil
 import platform
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
