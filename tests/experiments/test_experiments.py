@@ -19,6 +19,7 @@ from dclr.experiments.specs import (
     experiment_specs,
 )
 from dclr.training.config import TrainConfig, config_from_dict, load_config
+from dclr.views.strategies import RATED
 
 RECIPES = REPO_ROOT / "recipes"
 
@@ -90,7 +91,7 @@ def test_augmentations_needs_the_view_option() -> None:
         assert {s.overrides[VIEW_FIELD] for s in specs} == offered - {"adversarial"}
         for spec in specs:  # every one resolves to a valid config, cutoffs with a rate > 0
             config = load_config(RECIPES / spec.recipe, spec.overrides)
-            assert (config.view2_rate > 0) == config.view2.endswith("_cutoff")
+            assert (config.view2_rate > 0) == (config.view2 in RATED)
     else:
         with pytest.raises(ExperimentUnavailable, match="not available yet"):
             experiment_specs("augmentations", "cpu", 1)
@@ -212,8 +213,8 @@ def test_experiment_commands(tmp_path: Path) -> None:
     if VIEW_FIELD not in flat_hints():
         assert result.exit_code == 2 and "not available yet" in result.output
     else:
-        # 6 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
-        assert result.exit_code == 0 and result.stdout.count("start") == 36, result.output
+        # 7 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
+        assert result.exit_code == 0 and result.stdout.count("start") == 42, result.output
     result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "unknown experiment" in result.output
 

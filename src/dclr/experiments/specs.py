@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args
 
 from dclr.errors import ConfigError
 from dclr.training.config import flat_hints
+from dclr.views.strategies import RATED
 
 Scale = Literal["cpu", "paper"]
 SCALES: tuple[str, ...] = get_args(Scale)
@@ -63,7 +64,8 @@ SWEEPS: dict[str, tuple[float, ...]] = {
 SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 10}, "paper": {}}
 # The TrainConfig field of the second view's strategy (dclr.views); the first stays dropout.
 VIEW_FIELD = "view2"
-# Cut fraction for the cutoff views: within ConSERT's 0.1-0.2 range (our choice, not the paper's).
+# Cut fraction for the cutoff and embedding-dropout views: within ConSERT's 0.1-0.2 range (our
+# choice, not the paper's).
 CUTOFF_RATE = 0.15
 # Views left out: 'adversarial' needs supervised NLI labels, which these unsupervised runs lack.
 UNSUPERVISED_EXCLUDED = ("adversarial",)
@@ -184,7 +186,7 @@ def view_strategies() -> tuple[str, ...]:
 
 
 def _view_overrides(view: str) -> dict[str, Any]:
-    rated = view.endswith("_cutoff")
+    rated = view in RATED  # cutoffs and embedding dropout cut a fraction
     return {VIEW_FIELD: view, f"{VIEW_FIELD}_rate": CUTOFF_RATE if rated else 0.0}
 
 
