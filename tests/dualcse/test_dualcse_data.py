@@ -14,8 +14,12 @@ from inli_data import HEADER, inli_rows, write_inli, write_inli_dir  # noqa: F40
 
 from dclr.dualcse.data import (
     HYPOTHESIS_TYPES,
+    eis_split,
+    eis_split_sizes,
     inli_split,
+    read_eis_file,
     read_eis_pairs,
+    read_impscore_csv,
     read_inli,
     resolve_inli_dir,
 )
@@ -121,3 +125,87 @@ def test_eis_without_pairs(tmp_path):
     path.write_text("implicit\texplicit\n")
     with pytest.raises(InputError, match="no sentence pairs"):
         read_eis_pairs(path)
+
+
+# ---- EIS data in ImpScore's published CSV ---------------------------------------------------
+IMPSCORE = (
+    "pos_implicit,pos_explicit,neg_implicit,neg_explicit\n"
+    "\"It's chilly, isn't it?\",Please close the window.,\"It's chilly, isn't it?\",I like dogs.\n"
+    '"I have a lot on my plate","I am too busy to help, sorry.","I have a lot on my plate",'
+    '"The plate is\nblue."\n'
+)
+
+
+def test_impscore_rows_give_two_pairs_each(tmp_path):
+    path = tmp_path / "train_data.csv"
+    path.write_text(IMPSCORE)
+    rows = read_impscore_csv(path)
+    assert [r.line for r in rows] == [2, 3]
+    assert rows[0].pairs == (
+        ("It's chilly, isn't it?", "Please close the window."),
+        ("It's chilly, isn't it?", "I like dogs."),
+    )
+    assert rows[1].pairs[1] == ("I have a lot on my plate", "The plate is\nblue.")
+    assert read_eis_file(path) == [pair for row in rows for pair in row.pairs]
+    # ImpScore's test dump: one pair per row with its pragmatic label
+    dump = tmp_path / "test_data.csv"
+    dump.write_text("pos_implicit,pos_explicit,pragmatic_label\na,b,1\na,c,0\n")
+    assert read_eis_file(dump) == [("a", "b"), ("a", "c")]
+    # a TSV still reads as before
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("implicit\texplicit\nx\ty\n")
+    assert read_eis_file(tsv) == [("x", "y")]
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "message"),
+    [
+        ("pos_implicit,pos_explicit,neg_implicit\na,b,c\n", 1, "missing column"),
+        ("pos_implicit,pos_explicit,neg_implicit,neg_explicit\na,b,c,d\na,b,c\n", 3, "fields"),
+        ("pos_implicit,pos_explicit,neg_implicit,neg_explicit\na,b, ,d\n", 2, "empty neg_implicit"),
+        ("pos_implicit,pos_explicit,pragmatic_label\na,b,yes\n", 2, "pragmatic_label"),
+        ('pos_implicit,pos_explicit,neg_implicit,neg_explicit\na,"b,c,d\n', 2, "fields"),
+    ],
+    ids=["missing-column", "short-row", "empty-field", "bad-label", "open-quote"],
+)
+def test_impscore_errors_name_file_line_and_fix(tmp_path, content, line, message):
+    path = tmp_path / "eis.csv"
+    path.write_text(content)
+    with pytest.raises(InputError, match=message) as err:
+        read_eis_file(path)
+    assert err.value.path == str(path) and err.value.line == line and err.value.fix
+
+
+def test_impscore_header_only(tmp_path):
+    path = tmp_path / "eis.csv"
+    path.write_text("pos_implicit,pos_explicit,neg_implicit,neg_explicit\n")
+    with pytest.raises(InputError, match="no rows"):
+        read_eis_file(path)
+
+
+def test_eis_split_sizes_match_dualcse():
+    # ImpScore's 56,290 rows (112,580 pairs) -> DualCSE's 101,320 / 5,630 / 5,630 pairs
+    sizes = eis_split_sizes(56_290)
+    assert {k: 2 * v for k, v in sizes.items()} == {"train": 101_320, "val": 5_630, "test": 5_630}
+
+
+def test_eis_split_is_a_seeded_partition(tmp_path):
+    rows = "".join(f"i{k},e{k},i{k},n{k}\n" for k in range(40))
+    path = tmp_path / "eis.csv"
+    path.write_text("pos_implicit,pos_explicit,neg_implicit,neg_explicit\n" + rows)
+    parts = {s: read_eis_file(path, s, seed=1) for s in ("train", "val", "test")}
+    assert {s: len(p) for s, p in parts.items()} == {"train": 72, "val": 4, "test": 4}
+    firsts = [pair[1] for part in parts.values() for pair in part if pair[1].startswith("e")]
+    assert sorted(firsts) == sorted(f"e{k}" for k in range(40))  # every row exactly once
+    assert parts["test"] == read_eis_file(path, "test", seed=1)
+    assert parts["test"] != read_eis_file(path, "test", seed=2)
+    full = read_impscore_csv(path)
+    assert eis_split(full, "all") == full
+    with pytest.raises(InputError, match="ImpScore"):
+        read_eis_file(_tsv(tmp_path), "test")
+
+
+def _tsv(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("a\tb\n")
+    return path

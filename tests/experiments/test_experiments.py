@@ -19,6 +19,7 @@ from dclr.experiments.specs import (
     experiment_specs,
 )
 from dclr.training.config import TrainConfig, config_from_dict, load_config
+from dclr.views.strategies import RATED
 
 RECIPES = REPO_ROOT / "recipes"
 
@@ -90,7 +91,7 @@ def test_augmentations_needs_the_view_option() -> None:
         assert {s.overrides[VIEW_FIELD] for s in specs} == offered - {"adversarial"}
         for spec in specs:  # every one resolves to a valid config, cutoffs with a rate > 0
             config = load_config(RECIPES / spec.recipe, spec.overrides)
-            assert (config.view2_rate > 0) == config.view2.endswith("_cutoff")
+            assert (config.view2_rate > 0) == (config.view2 in RATED)
     else:
         with pytest.raises(ExperimentUnavailable, match="not available yet"):
             experiment_specs("augmentations", "cpu", 1)
@@ -212,8 +213,8 @@ def test_experiment_commands(tmp_path: Path) -> None:
     if VIEW_FIELD not in flat_hints():
         assert result.exit_code == 2 and "not available yet" in result.output
     else:
-        # 6 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
-        assert result.exit_code == 0 and result.stdout.count("start") == 36, result.output
+        # 7 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
+        assert result.exit_code == 0 and result.stdout.count("start") == 42, result.output
     result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "unknown experiment" in result.output
 
@@ -227,3 +228,20 @@ def test_shards_split_the_plan(tmp_path: Path) -> None:
     trained = [name for name, _ in calls]
     everything = [p.run_dir.name for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)]
     assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 42
+
+
+def test_issue16_experiments_resolve_to_valid_configs() -> None:
+    counts = {"consert-augmentations": 7 * 3, "consert-few-shot": 4 * 3, "dualcse-inli": 2 * 3}
+    for name, count in counts.items():
+        specs = experiment_specs(name, "cpu", 3)
+        assert len(specs) == count
+        for spec in specs:
+            config = load_config(RECIPES / spec.recipe, spec.overrides)
+            if name != "dualcse-inli":
+                assert config.model.pooler == "mean" and config.model.eval_pooler == "avg_top2"
+    few = [load_config(RECIPES / s.recipe, s.overrides) for s in experiment_specs("consert-few-shot", "cpu", 1)]  # fmt: skip
+    assert [c.data.few_shot_sentences for c in few] == [1, 10, 100, 1000]
+    assert {c.data.corpus for c in few} == {"sts_all"} and {c.data.small_data for c in few} == {"shrink_batch"}  # fmt: skip
+    inli = [load_config(RECIPES / s.recipe, s.overrides) for s in experiment_specs("dualcse-inli", "cpu", 1)]  # fmt: skip
+    assert [(c.method, c.optimisation.epochs, c.optimisation.max_steps) for c in inli] == [
+        ("dualcse", 1.0, None), ("simcse_sup", 1.0, None)]  # fmt: skip

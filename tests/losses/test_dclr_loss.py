@@ -11,6 +11,7 @@ from dclr.losses.dclr import (
     dclr_official_loss,
     dclr_paper_loss,
     false_negative_weights,
+    noise_negative_weights,
     noise_negatives,
     non_uniformity_loss,
     official_weights,
@@ -35,6 +36,19 @@ def hand_paper(z1, z2, noise, w, tau):
     for i, a in enumerate(z1):
         den = sum(w[i][j] * math.exp(cos(a, b) / tau) for j, b in enumerate(z2))
         den += sum(math.exp(cos(a, e) / tau) for e in noise)
+        total += -math.log(math.exp(cos(a, z2[i]) / tau) / den)
+    return total / len(z1)
+
+
+def hand_paper_weighted_noise(z1, z2, noise, w, anchors_c, phi, tau):
+    """Knowl 3 read literally (dclr.txt l.94-97): alpha for every negative, noise included, with
+    alpha = 0 iff cos(h_i^C, h^-) >= phi; h_i^C is the complementary model's vector of sentence i."""
+    total = 0.0
+    for i, a in enumerate(z1):
+        den = sum(w[i][j] * math.exp(cos(a, b) / tau) for j, b in enumerate(z2))
+        for e in noise:
+            alpha = 0.0 if cos(anchors_c[i], e) >= phi else 1.0
+            den += alpha * math.exp(cos(a, e) / tau)
         total += -math.log(math.exp(cos(a, z2[i]) / tau) / den)
     return total / len(z1)
 
@@ -189,3 +203,90 @@ def test_bad_options(kwargs, message):
 def test_complementary_weighting_needs_a_complementary_model():
     with pytest.raises(ConfigError, match="complementary"):
         DCLRLoss(lambda **_: None, None, weighting="complementary")
+
+
+# Complementary vectors h_i^C: row 0 is close to NOISE[0] (cos 0.97), row 2 to NOISE[1] (cos 0.96).
+ANCHORS_C = [[0.35, -0.25, 1.0], [0.0, 1.0, 0.0], [-0.8, 0.0, 0.2]]
+
+
+def test_noise_weights_compare_the_complementary_cosine_with_phi():
+    got = noise_negative_weights(T(ANCHORS_C), T(NOISE), 0.9)
+    want = [[0.0 if cos(a, e) >= 0.9 else 1.0 for e in NOISE] for a in ANCHORS_C]
+    assert got.tolist() == want == [[0.0, 1.0], [1.0, 1.0], [1.0, 0.0]]
+
+
+def test_paper_form_with_weighted_noise_equals_hand_formula():
+    alpha = noise_negative_weights(T(ANCHORS_C), T(NOISE), 0.9)
+    for tau in (0.05, 0.5):
+        got = dclr_paper_loss(T(Z1), T(Z2), T(NOISE), T(W), tau, noise_weights=alpha).item()
+        want = hand_paper_weighted_noise(Z1, Z2, NOISE, W, ANCHORS_C, 0.9, tau)
+        assert got == pytest.approx(want, rel=1e-5)
+    # dropping noise terms lowers the loss; all-ones noise weights change nothing
+    assert got < dclr_paper_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.5).item()
+    ones = torch.ones(3, 2)
+    assert torch.equal(
+        dclr_paper_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.5, noise_weights=ones),
+        dclr_paper_loss(T(Z1), T(Z2), T(NOISE), T(W), 0.5),
+    )
+    # noise weights without in-batch weights
+    got = dclr_paper_loss(T(Z1), T(Z2), T(NOISE), None, 0.5, noise_weights=alpha).item()
+    ones_w = [[1.0] * 3 for _ in range(3)]
+    assert got == pytest.approx(
+        hand_paper_weighted_noise(Z1, Z2, NOISE, ones_w, ANCHORS_C, 0.9, 0.5), rel=1e-5
+    )
+
+
+def test_noise_weights_need_matching_dimensions():
+    with pytest.raises(ConfigError, match="dimension"):
+        noise_negative_weights(torch.randn(3, 4), torch.randn(2, 3), 0.9)
+
+
+class StubComplementary:
+    """Fixed teacher similarities and anchor vectors (what a complementary model returns)."""
+
+    def __init__(self, teacher, anchors):
+        self.teacher, self.anchors = teacher, anchors
+
+    def similarities(self, indices, sentences):
+        return self.teacher
+
+    def anchor_vectors(self, indices, sentences):
+        return self.anchors
+
+
+def test_module_weights_noise_only_when_asked():
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(5, 4)
+
+    def model(input_ids, attention_mask):
+        return proj(torch.nn.functional.one_hot(input_ids, 5).float().mean(1))
+
+    features = {
+        "input_ids": torch.tensor([[0, 1], [2, 3], [4, 1]]),
+        "attention_mask": torch.ones(3, 2, dtype=torch.long),
+    }
+    batch = Batch(features, step=3, indices=torch.arange(3), sentences=["a", "b", "c"])
+    teacher = torch.eye(3)
+    common = dict(noise_ratio=1.0, noise_steps=0, noise_mode="random", seed=1)
+    keep = DCLRLoss(model, StubComplementary(teacher, None), 0.05, **common)
+    out_keep = keep(batch)
+    assert "noise_dropped_fraction" not in out_keep
+    noise = keep.noise(torch.zeros(3, 4), torch.zeros(3, 4), 3)
+    anchors = noise[0].expand(3, 4)  # every h_i^C points at noise 0: cos = 1
+    drop = DCLRLoss(
+        model, StubComplementary(teacher, anchors), 0.05, noise_weighting="complementary",
+        false_negative_threshold=0.999, **common,
+    )  # fmt: skip
+    out = drop(batch)
+    assert out["noise_dropped_fraction"].item() == pytest.approx(1 / 3)
+    assert out["loss"].item() < out_keep["loss"].item()
+
+
+def test_noise_weighting_needs_complementary_weighting_and_paper_form():
+    with pytest.raises(ConfigError, match="noise_weighting"):
+        DCLRLoss(lambda **_: None, None, weighting="none", noise_weighting="complementary")
+    with pytest.raises(ConfigError, match="noise_weighting"):
+        DCLRLoss(
+            lambda **_: None, StubComplementary(None, None), form="official",
+            noise_weighting="complementary",
+        )  # fmt: skip

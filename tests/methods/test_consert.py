@@ -216,3 +216,43 @@ def test_resume_with_views_reproduces_the_trajectory(model_dir, corpus_file, tmp
         return {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}
 
     assert trajectory(tmp_path / "a") == trajectory(tmp_path / "b")
+
+
+# ---- few-shot at 1 and 10 texts (ConSERT: 1, 10, 100, 1000, 10000, all 89,192) ----------------
+def test_data_smaller_than_a_batch_is_refused_by_default(model_dir, corpus_file, tmp_path):
+    with pytest.raises(ConfigError, match="small_data"):
+        run(model_dir, corpus_file, tmp_path / "r", method="consert", few_shot_sentences=5)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_shrink_batch_trains_on_all_texts_each_step(model_dir, corpus_file, tmp_path, n):
+    with pytest.warns(UserWarning, match="shrink_batch"):
+        trainer, losses = run(
+            model_dir, corpus_file, tmp_path / "r", method="consert", temperature=0.1,
+            view1="token_shuffle", view2="embedding_dropout", view2_rate=0.1,
+            few_shot_sentences=n, small_data="shrink_batch",
+        )  # fmt: skip
+    assert trainer.batch_size == n and len(trainer.data) == n
+    assert sorted(trainer.global_batch(2).tolist()) == list(range(n))
+    if n == 1:  # one text: NT-Xent has no negative, the loss is exactly 0 (nothing to learn)
+        assert set(losses.values()) == {0.0}
+    else:
+        assert all(math.isfinite(v) and v > 0 for v in losses.values())
+
+
+def test_repeat_fills_a_batch_with_copies(model_dir, corpus_file, tmp_path):
+    with pytest.warns(UserWarning, match="repeat"):
+        trainer, losses = run(
+            model_dir, corpus_file, tmp_path / "r", method="consert", few_shot_sentences=3,
+            small_data="repeat",
+        )  # fmt: skip
+    assert trainer.batch_size == 8 and len(trainer.data) == 9  # 3 copies of 3 texts
+    assert len(set(trainer.data)) == 3 and all(math.isfinite(v) for v in losses.values())
+
+
+def test_sts_all_is_consert_89192_texts(data_dir):
+    from dclr.data.corpus import load_corpus
+
+    texts = load_corpus("sts_all", data_dir)
+    assert len(texts) == 89_192  # consert.txt l.92: "all 89,192 available texts"
+    assert len(load_corpus("sts", data_dir)) == 29_511  # distinct scored sentences

@@ -150,6 +150,25 @@ def test_sup_then_unsup_runs_two_stages(model_dir, nli_folder, corpus_file, tmp_
     assert len(losses(tmp_path / "two" / "stage-2")) == 3
 
 
+def test_second_stage_takes_its_own_learning_rate_and_epochs(model_dir, tmp_path):
+    # ConSERT's released sup->unsup / joint->unsup: stage 1 at 2e-5 for 1 epoch, stage 2 at 5e-7
+    # for 25 epochs
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="joint_then_unsup", nli_data="x",
+        supervised_loss="nli_head", learning_rate=2e-5, second_stage_learning_rate=5e-7,
+        second_stage_epochs=25, contrastive="consert",
+    )  # fmt: skip
+    first, second = stage_configs(cfg)
+    assert (first.optimisation.learning_rate, first.optimisation.max_steps) == (2e-5, 3)
+    assert second.optimisation.learning_rate == 5e-7
+    assert (second.optimisation.epochs, second.optimisation.max_steps) == (25, None)
+    plain = stage_configs(
+        config(model_dir, tmp_path / "p", schedule="sup_then_unsup", nli_data="x")
+    )
+    assert plain[1].optimisation.learning_rate == plain[0].optimisation.learning_rate
+    assert plain[1].optimisation.max_steps == 3
+
+
 def test_dclr_train_runs_a_two_stage_schedule(model_dir, nli_folder, corpus_file, tmp_path):
     from dclr.training.driver import run_training
 
@@ -173,6 +192,16 @@ def test_dclr_train_runs_a_two_stage_schedule(model_dir, nli_folder, corpus_file
         ({"schedule": "joint", "nli_data": "x"}, "supervised_loss: nli_head"),
         ({"schedule": "later", "nli_data": "x"}, "schedule"),
         ({"joint_weight": -1}, "joint_weight"),
+        ({"schedule": "sup_then_unsup", "nli_data": "x", "second_stage_learning_rate": 0}, "> 0"),
+        (
+            {
+                "schedule": "joint",
+                "nli_data": "x",
+                "supervised_loss": "nli_head",
+                "second_stage_epochs": 2,
+            },
+            "two-stage",
+        ),
     ],
 )
 def test_bad_supervised_options(override, message):

@@ -112,3 +112,30 @@ def test_minilm_round_trip_through_sentence_transformers(minilm_path, data_dir, 
     published = sentence_transformers_encode(minilm_path, sentences)
     normalised = ours / np.linalg.norm(ours, axis=1, keepdims=True)
     assert max_abs_diff(normalised, published) < MAX_ABS_DIFF
+
+
+def test_eval_pooler_pools_differently_in_training_and_evaluation(tmp_path, tokenizer):
+    # ConSERT: average of the last layer in training (consert.txt l.68), of the last two at
+    # evaluation (l.79); the exported model is the evaluation one.
+    from conftest import tiny_bert
+
+    backbone = tiny_bert(len(tokenizer))
+    for module in backbone.modules():  # no dropout: train and eval mode differ only by pooler
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    encoder = SentenceEncoder(backbone, tokenizer, "mean", eval_pooler="avg_top2")
+    mean = SentenceEncoder(backbone, tokenizer, "mean")
+    top2 = SentenceEncoder(backbone, tokenizer, "avg_top2")
+    assert encoder.active_pooler == "mean" and encoder.inference_pooler == "avg_top2"
+    features = encoder.tokenize(SENTENCES[:3])
+    encoder.train(), mean.train()
+    assert torch.equal(encoder(**features), mean(**features))
+    encoder.eval(), top2.eval()
+    assert encoder.active_pooler == "avg_top2"
+    assert torch.equal(encoder(**features), top2(**features))
+    np.testing.assert_array_equal(encoder.encode(SENTENCES), top2.encode(SENTENCES))
+    assert encoder.training is False
+    path = save_encoder(encoder, tmp_path / "model")
+    assert json.loads((path / DCLR_CONFIG).read_text())["pooler"] == "avg_top2"
+    with pytest.raises(Exception, match="MLP head"):
+        SentenceEncoder(backbone, tokenizer, "cls", mlp_head=True, eval_pooler="mean")

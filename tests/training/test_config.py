@@ -58,6 +58,28 @@ def test_invalid_options_are_rejected_with_a_reason(override, message):
         load_config(None, {"model": "m", **override})
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"noise_weighting": "complementary", "weighting": "none"}, "noise_weighting"),
+        ({"noise_weighting": "complementary", "dclr_form": "official"}, "noise_weighting"),
+        ({"noise_weighting": "always"}, "noise_weighting"),
+    ],
+)
+def test_invalid_dclr_options_are_rejected(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"model": "m", "method": "dclr", **override})
+
+
+def test_noise_weighting_defaults_to_the_released_code():
+    config = load_config(None, {"model": "m", "method": "dclr"})
+    assert config.section("dclr").noise_weighting == "none"
+    faithful = load_config(
+        None, {"model": "m", "method": "dclr", "noise_weighting": "complementary"}
+    )
+    assert faithful.section("dclr").noise_weighting == "complementary"
+
+
 def test_override_needs_key_value():
     with pytest.raises(ConfigError, match="key=value"):
         parse_overrides(["oops"])

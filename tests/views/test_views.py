@@ -8,8 +8,10 @@ from dclr.losses.simcse import SimCSELoss, two_views
 from dclr.training.batch import Batch
 from dclr.views.adversarial import fgsm_perturbation
 from dclr.views.cutoff import (
+    cut_elements,
     cut_features,
     cut_tokens,
+    element_dropout_mask,
     feature_cutoff_mask,
     span_cutoff_mask,
     token_cutoff_mask,
@@ -130,14 +132,33 @@ def test_feature_cutoff_zeroes_exactly_the_chosen_columns(batch):
     assert torch.equal(out[~expected], embeds[~expected])
 
 
+def test_embedding_dropout_zeroes_floor_rate_n_d_elements_of_content_tokens(batch):
+    # ConSERT's "dropout" (consert.txt l.71): random elements of the embedding matrix, exact count
+    _, content = batch
+    d = 8
+    cut = element_dropout_mask(content, d, 0.3, gen())
+    n = content.sum(1)
+    assert cut.sum((1, 2)).tolist() == [int(0.3 * int(k) * d) for k in n]
+    assert not cut[~content].any()  # special tokens and padding untouched
+    per_token = cut.any(-1) & content
+    assert per_token.sum() > cut.shape[0]  # spread over tokens, not whole rows or columns
+    embeds = torch.randn(*content.shape, d) + 3.0
+    out = cut_elements(embeds, cut)
+    assert torch.equal(out == 0, cut) and torch.equal(out[~cut], embeds[~cut])  # no rescaling
+    assert torch.equal(cut, element_dropout_mask(content, d, 0.3, gen()))  # seeded
+
+
 def test_rate_zero_cuts_nothing(batch):
     _, content = batch
+    assert not element_dropout_mask(content, 4, 0.0, gen()).any()
     assert not token_cutoff_mask(content, 0.0, gen()).any()
     assert not span_cutoff_mask(content, 0.0, gen()).any()
     assert not feature_cutoff_mask(3, 16, 0.0, gen()).any()
 
 
-@pytest.mark.parametrize("strategy", ["token_cutoff", "span_cutoff", "feature_cutoff"])
+@pytest.mark.parametrize(
+    "strategy", ["token_cutoff", "span_cutoff", "feature_cutoff", "embedding_dropout"]
+)
 def test_cutoff_views_go_through_inputs_embeds_and_keep_gradients(batch, tiny_encoder, strategy):
     features, content = batch
     encoder = tiny_encoder(pooler="mean").train()
@@ -230,6 +251,7 @@ def test_every_strategy_is_known():
         "token_cutoff",
         "span_cutoff",
         "feature_cutoff",
+        "embedding_dropout",
         "adversarial",
     }
 

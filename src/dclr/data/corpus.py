@@ -17,6 +17,8 @@ from dclr.data.text import decode_utf8
 from dclr.errors import InputError
 
 BUILTIN_STS = "sts"  # the corpus name for every sentence of the STS/SICK evaluation data
+# ConSERT's corpus: every text of the 7 STS datasets, unscored pairs and duplicates kept (89,192)
+BUILTIN_STS_ALL = "sts_all"
 
 
 class TextFileCorpus(Sequence[str]):
@@ -93,14 +95,14 @@ def decode_utf8_at(block: bytes, path: Path, first_line: int) -> None:
 class ListCorpus(Sequence[str]):
     """An in-memory list of sentences (the built-in STS corpus, few-shot subsets)."""
 
-    def __init__(self, sentences: list[str], name: str = "list") -> None:
+    def __init__(self, sentences: list[str], name: str = "list", minimum: int = 2) -> None:
         self.sentences = [s for s in sentences if s.strip()]
         self.n_skipped = len(sentences) - len(self.sentences)
         self.name = name
-        if len(self.sentences) < 2:
+        if len(self.sentences) < minimum:
             raise InputError(
-                f"corpus {name!r} has fewer than 2 sentences",
-                fix="contrastive training needs at least 2 sentences",
+                f"corpus {name!r} has fewer than {minimum} sentences",
+                fix="contrastive training needs at least 2 sentences (a few-shot subset, 1)",
             )
 
     def __len__(self) -> int:
@@ -111,10 +113,13 @@ class ListCorpus(Sequence[str]):
 
 
 def load_corpus(corpus: str, data_dir: str | Path | None = None) -> Sequence[str]:
-    """`sts` -> every STS/SICK sentence (needs the data folder); anything else -> a text file."""
-    if corpus == BUILTIN_STS:
+    """`sts` -> every distinct STS/SICK sentence (29,511 with the shared data); `sts_all` ->
+    ConSERT's 89,192 texts (every pair, scored or not, duplicates kept); both need the data
+    folder. Anything else -> a text file."""
+    if corpus in (BUILTIN_STS, BUILTIN_STS_ALL):
         from dclr.data.paths import resolve_data_dir
-        from dclr.data.sts import all_sentences
+        from dclr.data.sts import all_sentences, all_texts
 
-        return ListCorpus(all_sentences(resolve_data_dir(data_dir)), name=BUILTIN_STS)
+        read = all_sentences if corpus == BUILTIN_STS else all_texts
+        return ListCorpus(read(resolve_data_dir(data_dir)), name=corpus)
     return TextFileCorpus(corpus)

@@ -54,4 +54,17 @@ def take(data: Sequence[Any], indices: list[int]) -> Sequence[Any]:
     from dclr.data.corpus import ListCorpus
 
     rows = [data[i] for i in indices]
-    return ListCorpus(rows, name="few-shot") if rows and isinstance(rows[0], str) else rows
+    if rows and isinstance(rows[0], str):  # ConSERT's few-shot study starts at 1 text
+        return ListCorpus(rows, name="few-shot", minimum=1)
+    return rows
+
+
+def repeat_to(data: Sequence[Any], size: int) -> Sequence[Any]:
+    """`data` repeated whole (in order) until it has at least `size` rows."""
+    from dclr.data.corpus import ListCorpus
+
+    copies = -(-size // len(data))  # ceil
+    rows = [data[i] for i in range(len(data))] * copies
+    if rows and isinstance(rows[0], str):
+        return ListCorpus(rows, name=f"{getattr(data, 'name', 'data')}-x{copies}", minimum=1)
+    return rows

@@ -190,3 +190,34 @@ def all_sentences(root: Path) -> list[str]:
             if s:
                 seen.setdefault(s, None)
     return list(seen)
+
+
+def all_texts(root: Path) -> list[str]:
+    """ConSERT's unsupervised corpus: every text of the seven STS datasets, duplicates kept.
+
+    Both sentences of every line of the STS12-16 input files (scored or not: ConSERT reads the
+    inputs without their gold files), of STS-B train / dev / test and of SICK train / trial /
+    test, in file order, sentence 1 then sentence 2 of each pair, normalised as SentEval does.
+    With the shared data: 2 x (26,041 + 8,628 + 9,927) = 89,192 texts, the "all 89,192 available
+    texts" of ConSERT's few-shot study (../shared/papers/consert.txt l.92).
+    """
+    texts: list[str] = []
+    for task, subsets in STS_SUBSETS.items():
+        folder = root / "senteval" / "STS" / f"{task}-en-test"
+        for subset in subsets:
+            path = folder / f"STS.input.{subset}.txt"
+            for number, line in enumerate(read_lines(path), start=1):
+                fields = line.split("\t")
+                if len(fields) != 2:
+                    raise InputError(
+                        f"expected 2 tab-separated sentences, found {len(fields)} fields",
+                        path=path,
+                        line=number,
+                        fix="each line must be `sentence1<TAB>sentence2`",
+                    )
+                texts += [normalize(fields[0]), normalize(fields[1])]
+    for split in ("train", "dev", "test"):
+        for pairs in (read_stsb(root, split), read_sick(root, split)):
+            for first, second in zip(pairs.sentences1, pairs.sentences2, strict=True):
+                texts += [first, second]
+    return texts

@@ -154,8 +154,16 @@ def eis_cmd(
     model: Annotated[str, typer.Argument(help="DualCSE folder (or a one-embedding model).")],
     pairs_file: Annotated[
         Path,
-        typer.Argument(help="TSV: `more-implicit sentence<TAB>more-explicit sentence` per line."),
+        typer.Argument(
+            help="TSV `more-implicit sentence<TAB>more-explicit sentence` per line, or ImpScore's "
+            "CSV (pos_implicit, pos_explicit, neg_implicit, neg_explicit)."
+        ),
     ],
+    split: Annotated[
+        str,
+        typer.Option(help="all, or (ImpScore CSV) train / val / test at DualCSE's sizes."),
+    ] = "all",
+    seed: Annotated[int, typer.Option(help="Seed of the split's row shuffle.")] = 0,
     batch_size: BatchSize = 128,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result here.")] = None,
 ) -> None:
@@ -164,7 +172,7 @@ def eis_cmd(
     from dclr.dualcse.evaluate import EisEvaluator, load_embedder
 
     try:
-        result = EisEvaluator(pairs_file)(load_embedder(model), batch_size)
+        result = EisEvaluator(pairs_file, split, seed)(load_embedder(model), batch_size)  # type: ignore[arg-type]
     except DclrError as err:
         fail(err)
     out.print(

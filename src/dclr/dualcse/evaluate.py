@@ -24,9 +24,10 @@ import numpy as np
 from dclr.dualcse.data import (
     ENTAILED,
     HYPOTHESIS_TYPES,
+    EisSplit,
     InliExample,
     inli_split,
-    read_eis_pairs,
+    read_eis_file,
     read_inli,
 )
 from dclr.dualcse.model import DualEncoder, check_semantics, is_dualcse_folder
@@ -189,13 +190,14 @@ def eis_accuracy(
 
 
 class EisEvaluator:
-    """EIS on a TSV of (more-implicit, more-explicit) pairs (`dclr.dualcse.data.read_eis_pairs`)."""
+    """EIS on (more-implicit, more-explicit) pairs: a TSV, or ImpScore's published CSV
+    (`dclr.dualcse.data.read_eis_file`; `split` / `seed` pick DualCSE-sized parts of the CSV)."""
 
     primary_metric = "accuracy"
 
-    def __init__(self, pairs_file: str | Path) -> None:
+    def __init__(self, pairs_file: str | Path, split: EisSplit = "all", seed: int = 0) -> None:
         self.path = Path(pairs_file)
-        self.pairs = read_eis_pairs(self.path)
+        self.pairs = read_eis_file(self.path, split, seed)
 
     def __call__(
         self, model: DualEmbedder, batch_size: int = 128, show_progress: bool = False

@@ -143,6 +143,8 @@ def load_runs(registry: Registry, experiment: str, scale: str | None) -> tuple[l
         run_dir = Path(row["run_id"])
         run_dir = run_dir if run_dir.is_absolute() else registry.root / run_dir
         scores = dict(results.get("after") or {})
+        for kind, value in (results.get("rte_test") or {}).items():  # DualCSE / SimCSE-sup on INLI
+            scores[f"rte_{kind}"] = value
         if results.get("best_dev_metric") is not None:
             scores["dev"] = float(results["best_dev_metric"])
         runs.append(RunData(labels, scores, run_dir, int(row["seed"])))
@@ -564,6 +566,59 @@ def section_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
     )
 
 
+def _score_table(rep: Report, runs: list[RunData], key: str, base: Any) -> None:
+    """One row per value of label `key`: STS-B dev, STS-B, SICK-R, avg (mean ± std), and the
+    paired avg difference to the row `base` with its 95 % interval."""
+    groups = group(runs, key)
+    rows = []
+    for (value,), members in groups.items():
+        delta = paired(groups.get((base,), []), members, "avg") if value != base else None
+        rows.append([str(value), str(len(members)), fmt(stat(members, "dev")),
+                     fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness")),
+                     fmt(stat(members, "avg")), fmt_paired(delta)])  # fmt: skip
+    rep.table([key, "seeds", "STS-B dev", "STS-B", "SICK-R", "avg",
+               f"Δ avg vs {base} (paired) [95 % CI]"], rows)  # fmt: skip
+
+
+def section_consert_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
+    rep.heading("ConSERT's view strategies (its settings: mean pooling, no backbone dropout)")
+    rep.text(
+        "Each row: view 1 none (plain), view 2 the strategy; the pair row is ConSERT's best "
+        "(consert.txt l.90); the last row is the old backbone-dropout view with dropout on. "
+        "Mean ± std over seeds; Δ paired by seed."
+    )
+    _score_table(rep, runs, "view", "none")
+
+
+def section_consert_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
+    rep.heading("ConSERT with n unlabelled texts")
+    rep.text(
+        "The paper (consert.txt l.92): with 1,000 texts results comparable to the full data. "
+        "Below a batch, every step trains on all n texts; with 1 text the loss is 0."
+    )
+    _score_table(rep, runs, "texts", max(r.labels.get("texts", 0) for r in runs))
+
+
+def section_dualcse_inli(rep: Report, runs: list[RunData], out: Path) -> None:
+    from dclr.dualcse.data import HYPOTHESIS_TYPES
+
+    groups = group(runs, "method")
+    rep.heading("RTE on INLI test per hypothesis type (accuracy × 100)")
+    rep.text(
+        "Threshold tuned on INLI val (our decision rule, docs/dualcse.md). Mean ± std over seeds; "
+        "Δ = DualCSE-cross − SimCSE-sup paired by seed, 95 % t-interval. Paper (dualcse.txt "
+        "l.115-120): SimCSE (INLI) 79.40, DualCSE-Cross 80.18 average."
+    )
+    kinds = [*HYPOTHESIS_TYPES, "avg"]
+    rows = []
+    for (method,), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        rows.append([str(method), str(len(members)),
+                     *(fmt(stat(members, f"rte_{k}")) for k in kinds)])  # fmt: skip
+    base, other = groups.get(("simcse-sup",), []), groups.get(("dualcse-cross",), [])
+    rows.append(["Δ (paired)", "", *(fmt_paired(paired(base, other, f"rte_{k}")) for k in kinds)])
+    rep.table(["method", "seeds", *kinds], rows)
+
+
 def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
     """One row per trial: its sampled parameters and scores, best first."""
     params = sorted({k for r in runs for k in r.labels.get("params", {})})
@@ -702,6 +757,9 @@ SECTIONS = {
     "sensitivity": section_sensitivity,
     "augmentations": section_augmentations,
     "dense": section_dense,
+    "consert-augmentations": section_consert_augmentations,
+    "consert-few-shot": section_consert_few_shot,
+    "dualcse-inli": section_dualcse_inli,
 }
 
 

@@ -32,6 +32,10 @@ class Complementary(Protocol):
         """(n, n) cosine similarities among the global batch (corpus indices / their texts)."""
         ...
 
+    def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        """(n, d) its vectors h_i^C of the global batch (what noise negatives are scored against)."""
+        ...
+
 
 def freeze(encoder: SentenceEncoder) -> SentenceEncoder:
     encoder.requires_grad_(False)
@@ -145,9 +149,13 @@ class CachedComplementary:
             )
         return cls(vectors, device)
 
-    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+    def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        """(n, d) the cached vectors of the batch sentences."""
         rows = torch.from_numpy(np.asarray(self.vectors[indices.cpu().numpy()], dtype=np.float32))
-        rows = rows.to(self.device)  # (n, d), unit norm up to fp16 rounding
+        return rows.to(self.device)  # (n, d), unit norm up to fp16 rounding
+
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        rows = self.anchor_vectors(indices, sentences)
         return cosine_matrix(rows, rows)
 
 
@@ -159,9 +167,13 @@ class OnTheFlyComplementary:
         self.max_length = max_length
 
     @torch.no_grad()
-    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+    def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        """(n, d) the batch sentences encoded (eval mode)."""
         features = self.encoder.tokenize(sentences, max_length=self.max_length)
-        z = self.encoder(**{k: v.to(self.encoder.device) for k, v in features.items()})
+        return self.encoder(**{k: v.to(self.encoder.device) for k, v in features.items()})
+
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        z = self.anchor_vectors(indices, sentences)
         return cosine_matrix(z, z)
 
 
@@ -172,11 +184,25 @@ class TwoViewComplementary:
         encoder.requires_grad_(False)
         self.encoder = encoder.train()  # dropout on, as in the released code; no gradients
         self.max_length = max_length
+        self._last: tuple[list[str], torch.Tensor, torch.Tensor] | None = None
 
     @torch.no_grad()
-    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+    def _two_views(self, sentences: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two views of the batch (a fresh dropout draw), kept for `anchor_vectors`."""
         features = self.encoder.tokenize(sentences, max_length=self.max_length)
         features = {k: torch.cat([v, v]).to(self.encoder.device) for k, v in features.items()}
-        z = self.encoder(**features)
+        z = self.encoder(**features)  # (2n, d)
         n = len(sentences)
-        return cosine_matrix(z[:n], z[n:])
+        self._last = (list(sentences), z[:n], z[n:])
+        return z[:n], z[n:]
+
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        first, second = self._two_views(sentences)
+        return cosine_matrix(first, second)
+
+    def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        """(n, d) the first view of the batch `similarities` last scored (the same dropout draw),
+        as the released code's commented-out noise score `sim(z1_fix, z_negative)` would use."""
+        if self._last is not None and self._last[0] == list(sentences):
+            return self._last[1]
+        return self._two_views(sentences)[0]

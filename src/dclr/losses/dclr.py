@@ -7,7 +7,12 @@ Notation: z1, z2 (n, d) are two dropout views of n sentences (h_i, h_i+); tau th
       L_U = mean_i -log( exp(cos(h_i, h_i+)/tau_u) / sum_j exp(cos(h_i, noise_j)/tau_u) ),
   noise_j <- noise_j + beta * g_j / ||g_j||_2. The encoder gets no gradient from this loop.
 * Instance weighting. A frozen complementary model scores every in-batch negative; alpha_ij = 0
-  when its cosine is >= phi (a likely false negative), else 1. Noise negatives keep weight 1.
+  when its cosine is >= phi (a likely false negative), else 1. Noise negatives keep weight 1 by
+  default (`noise_weighting: none`, what the released code does); `noise_weighting: complementary`
+  is the paper's reading, alpha applied to "any negative h^- -- either an in-batch negative or a
+  noise-based negative" (../shared/papers/dclr.txt l.94): alpha_ik = 0 when
+  cos(h_i^C, noise_k) >= phi, h_i^C being the complementary model's vector of sentence i (the
+  noise lives in the trained model's space, so both need the same dimension).
 
 Two loss forms, chosen explicitly:
 * `paper` (the paper's equation): L = mean_i -log( e^{s_ii/tau} /
@@ -41,6 +46,8 @@ LossForm = Literal["paper", "official"]
 NoiseMode = Literal["optimized", "random", "none"]
 Weighting = Literal["complementary", "self", "none", "distill"]
 ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
+# Whether noise negatives are weighted too: never (released code), or by the complementary model.
+NoiseWeighting = Literal["none", "complementary"]
 # The released DCLR code compares teacher logits with `phi * 20`: 20 = 1 / 0.05, a hard-wired tau.
 OFFICIAL_LOGIT_SCALE = 20.0
 
@@ -102,26 +109,57 @@ def false_negative_weights(teacher_cos: torch.Tensor, threshold: float | None) -
     return weights.masked_fill(drop, 0.0).reshape(n, n)
 
 
+def noise_negative_weights(
+    complementary_anchors: torch.Tensor, noise: torch.Tensor, threshold: float
+) -> torch.Tensor:
+    """alpha (n, k) in {0, 1} for noise negatives: 0 where cos(h_i^C, noise_k) >= threshold.
+
+    complementary_anchors: (n, d) the complementary model's vectors of the batch sentences;
+    noise: (k, d) the noise negatives (same d). The paper's Knowl 3 applies alpha to "any negative
+    representation h^- -- either an in-batch negative or a noise-based negative"
+    (../shared/papers/dclr.txt l.94).
+    """
+    if complementary_anchors.shape[1] != noise.shape[1]:
+        raise ConfigError(
+            f"noise_weighting 'complementary' compares the complementary model's vectors "
+            f"(d = {complementary_anchors.shape[1]}) with the noise negatives (d = "
+            f"{noise.shape[1]}): use a complementary model of the trained model's dimension"
+        )
+    sims = cosine_matrix(complementary_anchors.float(), noise.float())  # (n, k)
+    return torch.ones_like(sims).masked_fill(sims.clamp(-1, 1) >= threshold, 0.0)
+
+
 def dclr_paper_loss(
     z1: torch.Tensor,
     z2: torch.Tensor,
     noise: torch.Tensor | None,
     weights: torch.Tensor | None,
     temperature: float,
+    noise_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The paper's weighted InfoNCE. z1, z2: (n, d); noise: (k, d) or None; weights: (n, n).
+    """The paper's weighted InfoNCE. z1, z2: (n, d); noise: (k, d) or None; weights: (n, n);
+    noise_weights: (n, k) or None (all ones: every noise negative kept).
 
-    Logits (n, n + k): the batch block, whose alpha = 0 entries leave the denominator, then the
-    noise block (never dropped).
+    Logits (n, n + k): the batch block, then the noise block; alpha = 0 entries of either leave
+    the denominator.
     """
-    blocks, dropped = [z2], None if weights is None else weights == 0  # (n, n)
+    n = z1.shape[0]
+    dropped = None if weights is None else weights == 0  # (n, n)
+    blocks = [z2]
     if noise is not None and noise.shape[0] > 0:
         blocks.append(noise.to(z1.dtype))  # (k, d)
-        if dropped is not None:
-            keep_noise = torch.zeros(
-                z1.shape[0], noise.shape[0], dtype=torch.bool, device=z1.device
+        if dropped is not None or noise_weights is not None:
+            batch_block = (
+                dropped
+                if dropped is not None
+                else torch.zeros(n, n, dtype=torch.bool, device=z1.device)
             )
-            dropped = torch.cat([dropped, keep_noise], dim=1)  # (n, n + k)
+            noise_block = (
+                noise_weights.to(z1.device) == 0
+                if noise_weights is not None
+                else torch.zeros(n, noise.shape[0], dtype=torch.bool, device=z1.device)
+            )
+            dropped = torch.cat([batch_block, noise_block], dim=1)  # (n, n + k)
     return info_nce(z1, blocks, temperature, masked=dropped)
 
 
@@ -180,6 +218,9 @@ class DCLRLoss(torch.nn.Module):
             no gradient), 'none', or 'distill' (KL to the complementary model's in-batch
             distribution instead of weighting).
         form: 'paper' or 'official' (see the module docstring and docs/dclr-loss-forms.md).
+        noise_weighting: 'none' (noise negatives always kept, as the released code) or
+            'complementary' (the paper's reading: alpha from cos(h_i^C, noise_k) >= phi; needs
+            weighting 'complementary' and the paper form).
         views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
         seed: noise is drawn from a generator seeded by (seed, step): reproducible, resumable and
             identical on every rank (noise negatives are global: each rank computes the same
@@ -204,6 +245,7 @@ class DCLRLoss(torch.nn.Module):
         form: LossForm = "paper",
         seed: int = 0,
         views=None,
+        noise_weighting: NoiseWeighting = "none",
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature)
@@ -221,12 +263,18 @@ class DCLRLoss(torch.nn.Module):
             raise ConfigError(f"weighting {weighting!r} needs a complementary model")
         if form == "official" and weighting not in ("complementary", "none"):
             raise ConfigError("the official form implements complementary weighting only")
+        if noise_weighting == "complementary" and (weighting != "complementary" or form != "paper"):
+            raise ConfigError(
+                "noise_weighting 'complementary' needs weighting 'complementary' and form "
+                "'paper' (the released code never weights noise negatives)"
+            )
         self.model = model
         self.complementary = complementary  # frozen; never a parameter of this loss
         self.noise_ratio, self.noise_std, self.noise_steps = noise_ratio, noise_std, noise_steps
         self.noise_step_size = noise_step_size
         self.noise_temperature = noise_temperature or temperature
         self.noise_mode, self.weighting, self.form = noise_mode, weighting, form
+        self.noise_weighting = noise_weighting
         self.threshold = false_negative_threshold
         self.seed = seed
         self.views = views
@@ -276,8 +324,14 @@ class DCLRLoss(torch.nn.Module):
                 if self.form == "official"
                 else false_negative_weights(teacher, self.threshold)
             )
-        loss_fn = dclr_official_loss if self.form == "official" else dclr_paper_loss
-        contrastive = loss_fn(z1, z2, noise, weights, self.temperature)
+        noise_weights = None
+        if self.noise_weighting == "complementary" and noise is not None:
+            anchors = self.complementary.anchor_vectors(indices, sentences).to(z1.device)  # (n, d)
+            noise_weights = noise_negative_weights(anchors, noise, self.threshold)
+        if self.form == "official":
+            contrastive = dclr_official_loss(z1, z2, noise, weights, self.temperature)
+        else:
+            contrastive = dclr_paper_loss(z1, z2, noise, weights, self.temperature, noise_weights)
         parts = {"contrastive": contrastive.detach()}
         loss = contrastive
         if self.weighting == "distill":
@@ -290,4 +344,8 @@ class DCLRLoss(torch.nn.Module):
         dropped = 0.0 if weights is None else float((weights == 0).sum()) / max(n * (n - 1), 1)
         parts["dropped_fraction"] = torch.tensor(dropped)
         parts["noise_count"] = torch.tensor(0 if noise is None else noise.shape[0])
+        if self.noise_weighting == "complementary":
+            parts["noise_dropped_fraction"] = torch.tensor(
+                0.0 if noise_weights is None else float((noise_weights == 0).float().mean())
+            )
         return {"loss": loss, **parts}

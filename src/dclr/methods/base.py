@@ -60,6 +60,7 @@ def build_encoder(config: TrainConfig, mlp_head: bool | None = None) -> nn.Modul
         config.model.name,
         pooler=config.model.pooler,
         mlp_head=config.model.mlp_head if mlp_head is None else mlp_head,
+        eval_pooler=config.model.eval_pooler,
         **dropout_overrides(config),
     )
 
@@ -139,7 +140,9 @@ class Method:
         return save_encoder(model, path, extra=extra)  # type: ignore[arg-type]
 
     def inference_pooler(self, config: TrainConfig) -> str:
-        return "cls_before_pooler" if config.model.mlp_head else config.model.pooler
+        if config.model.mlp_head:
+            return "cls_before_pooler"
+        return config.model.eval_pooler or config.model.pooler
 
     def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
         """The starting model's test scores ("before"), or None."""

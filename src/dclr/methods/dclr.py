@@ -14,7 +14,7 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.losses.calibration import PhiCalibration, check_target
-from dclr.losses.dclr import ComplementaryMode, LossForm, NoiseMode, Weighting
+from dclr.losses.dclr import ComplementaryMode, LossForm, NoiseMode, NoiseWeighting, Weighting
 from dclr.methods.registry import register
 from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection, build_views
 from dclr.models.pooling import POOLERS, PoolerName
@@ -35,6 +35,9 @@ class DCLRSection(ContrastiveSection):
     noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
     false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
     weighting: Weighting = "complementary"  # complementary | self | none | distill
+    # none: noise negatives always kept (released code); complementary: alpha = 0 where
+    # cos(h_i^C, noise) >= phi, the paper's "any negative" (dclr.txt l.94; docs/dclr-loss-forms.md)
+    noise_weighting: NoiseWeighting = "none"
     dclr_form: LossForm = "paper"  # paper equations, or what the official code computes
     complementary_model: str | None = None  # frozen scorer (None: the starting model itself)
     complementary_pooler: PoolerName | None = None  # its pooler (None: what its folder records)
@@ -61,6 +64,13 @@ class DCLRSection(ContrastiveSection):
         if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
             raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
         check_target(self.phi_calibration, self.phi_calibration_target)
+        if self.noise_weighting == "complementary" and (
+            self.weighting != "complementary" or self.dclr_form != "paper"
+        ):
+            raise ConfigError(
+                "noise_weighting: complementary scores noise negatives with the complementary "
+                "model: it needs weighting: complementary and dclr_form: paper"
+            )
         if self.phi_calibration != "none" and (
             config.method != "dclr" or self.weighting != "complementary"
         ):
@@ -157,6 +167,7 @@ class DCLR(ContrastiveMethod):
             false_negative_threshold=section.false_negative_threshold,
             weighting=section.weighting,
             form=section.dclr_form,
+            noise_weighting=section.noise_weighting,
             seed=config.run.seed,
             views=build_views(section, config.run.seed, dist.rank()),
         )

@@ -47,9 +47,15 @@ class NLISection:
     nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
     nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
     temperature: float = 0.05  # tau of supervised SimCSE
-    joint_weight: float = 1.0  # alpha in joint: L = L_nli_head + alpha * L_contrastive
+    # alpha in joint: L = L_nli_head + alpha * L_contrastive. 1.0 keeps older runs unchanged;
+    # ConSERT's released scripts use 0.15 (`--cl_rate 0.15`), the paper-scale recipes too.
+    joint_weight: float = 1.0
     adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (joint only)
     contrastive: Contrastive = "simcse"  # the joint part / second stage: its section configures it
+    # Stage 2 of sup_then_unsup / joint_then_unsup (None: stage 1's value). ConSERT's released
+    # stage 2 trains 25 epochs at lr 5e-7 after a stage 1 at 2e-5 for 1 epoch.
+    second_stage_learning_rate: float | None = None
+    second_stage_epochs: float | None = None  # stage 2 counts epochs (stage 1's max_steps dropped)
 
     def validate(self, config: TrainConfig) -> None:
         if not self.nli_data:
@@ -62,6 +68,15 @@ class NLISection:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
         if not self.joint_weight >= 0:
             raise ConfigError(f"joint_weight must be >= 0, got {self.joint_weight}")
+        for name in ("second_stage_learning_rate", "second_stage_epochs"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name} must be > 0, got {value}")
+            if value is not None and self.schedule not in TWO_STAGE:
+                raise ConfigError(
+                    f"{name} applies to the two-stage schedules ({', '.join(TWO_STAGE)}), "
+                    f"not {self.schedule!r}"
+                )
         if not self.adversarial_epsilon >= 0:
             raise ConfigError(f"adversarial_epsilon must be >= 0, got {self.adversarial_epsilon}")
         views = config.section(self.contrastive)
@@ -210,6 +225,8 @@ class NLI(Method):
         first = config.updated(
             {
                 "nli.schedule": SUPERVISED_STAGE[section.schedule],
+                "nli.second_stage_learning_rate": None,  # stage 2's own options
+                "nli.second_stage_epochs": None,
                 "run.output_dir": str(root / "stage-1"),
             }
         )
@@ -218,6 +235,11 @@ class NLI(Method):
         values["method"] = section.contrastive
         values["model"]["name"] = str(root / "stage-1" / "final")
         values["run"]["output_dir"] = str(root / "stage-2")
+        if section.second_stage_learning_rate is not None:
+            values["optimisation"]["learning_rate"] = section.second_stage_learning_rate
+        if section.second_stage_epochs is not None:
+            values["optimisation"]["epochs"] = section.second_stage_epochs
+            values["optimisation"]["max_steps"] = None
         second = config_from_dict(values, "stage 2").validate()
         return [first, second]
 

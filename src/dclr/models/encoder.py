@@ -199,6 +199,9 @@ class SentenceEncoder(nn.Module):
     With pooler `cls` and `mlp_head=True` (SimCSE's unsupervised recipe, `mlp_only_train`), the
     [CLS] vector passes through a dense + tanh head while training only; at inference and in every
     exported model the representation is the [CLS] vector itself (`cls_before_pooler`).
+    With `eval_pooler` set, training mode pools with `pooler` and eval mode (evaluation, `encode`,
+    the exported model) with `eval_pooler` (ConSERT: mean of the last layer in training, mean of
+    the last two layers at evaluation).
     """
 
     def __init__(
@@ -209,11 +212,17 @@ class SentenceEncoder(nn.Module):
         mlp_head: bool = False,
         max_length: int | None = None,
         packing: bool = False,
+        eval_pooler: str | None = None,
     ) -> None:
         super().__init__()
         check_pooler(pooler)
         if mlp_head and pooler != "cls":
             raise ConfigError("the MLP head is SimCSE's [CLS] head: use it only with pooler 'cls'")
+        if eval_pooler is not None:
+            check_pooler(eval_pooler)
+            if mlp_head:
+                raise ConfigError("eval_pooler cannot be combined with the MLP head")
+        self.eval_pooler = eval_pooler
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooler = pooler
@@ -236,7 +245,7 @@ class SentenceEncoder(nn.Module):
         Checked on a probe batch (max |delta| <= PACKING_TOLERANCE); returns whether it is on.
         Pooler 'cls' without the MLP head needs the backbone's per-row pooler and stays padded.
         """
-        if self.pooler == "cls" and self.mlp_head is None:
+        if "cls" in (self.pooler, self.eval_pooler) and self.mlp_head is None:
             return False
         was_training = self.training
         self.eval()
@@ -259,12 +268,20 @@ class SentenceEncoder(nn.Module):
         pooler: str = "cls",
         mlp_head: bool = True,
         max_length: int | None = None,
+        eval_pooler: str | None = None,
         **config_overrides: object,
     ) -> SentenceEncoder:
         """A fresh training encoder from a backbone (local folder or hub id)."""
         check_pooler(pooler)
         backbone, tokenizer = load_backbone(str(name_or_path), **config_overrides)
-        return cls(backbone, tokenizer, pooler, mlp_head=mlp_head, max_length=max_length)
+        return cls(
+            backbone,
+            tokenizer,
+            pooler,
+            mlp_head=mlp_head,
+            max_length=max_length,
+            eval_pooler=eval_pooler,
+        )
 
     @classmethod
     def from_pretrained(
@@ -298,7 +315,16 @@ class SentenceEncoder(nn.Module):
     @property
     def inference_pooler(self) -> str:
         """The pooler an exported copy uses (the MLP head never leaves training)."""
-        return "cls_before_pooler" if self.mlp_head is not None else self.pooler
+        if self.mlp_head is not None:
+            return "cls_before_pooler"
+        return self.eval_pooler or self.pooler
+
+    @property
+    def active_pooler(self) -> str:
+        """The pooler of the current mode: `pooler` in training, `eval_pooler` (if set) in eval."""
+        if self.training or self.eval_pooler is None:
+            return self.pooler
+        return self.eval_pooler
 
     @property
     def hidden_size(self) -> int:
@@ -351,7 +377,8 @@ class SentenceEncoder(nn.Module):
             row_tokens=self.row_tokens,
             dtype=dtype,
         ).to(self.device)
-        want_hidden = needs_hidden_states(self.pooler)
+        pooler = self.active_pooler
+        want_hidden = needs_hidden_states(pooler)
         out = self.backbone(
             input_ids=batch.input_ids,
             position_ids=batch.position_ids,
@@ -361,21 +388,22 @@ class SentenceEncoder(nn.Module):
             return_dict=True,
         )
         n = batch.n
-        if self.mlp_head is not None or self.pooler == "cls_before_pooler":
+        if self.mlp_head is not None or pooler == "cls_before_pooler":
             vectors = segment_first(out.last_hidden_state, batch.segment, n)
             if self.mlp_head is not None and self.training:
                 return self.mlp_head(vectors)
             return vectors
-        if self.pooler == "mean":
+        if pooler == "mean":
             return segment_mean(out.last_hidden_state, batch.segment, n)
         hidden = out.hidden_states
-        first = hidden[1] if self.pooler == "avg_first_last" else hidden[-2]
+        first = hidden[1] if pooler == "avg_first_last" else hidden[-2]
         return segment_mean((first + hidden[-1]) / 2.0, batch.segment, n)
 
     def _forward_padded(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: torch.Tensor
     ) -> torch.Tensor:
-        want_hidden = needs_hidden_states(self.pooler)
+        pooler = self.active_pooler
+        want_hidden = needs_hidden_states(pooler)
         out = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -387,7 +415,7 @@ class SentenceEncoder(nn.Module):
             vectors = out.last_hidden_state[:, 0]
             return self.mlp_head(vectors) if self.training else vectors
         return pool(
-            self.pooler,
+            pooler,
             attention_mask,
             out.last_hidden_state,
             hidden_states=out.hidden_states if want_hidden else None,

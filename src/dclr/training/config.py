@@ -45,6 +45,10 @@ from dclr.models.pooling import POOLERS, PoolerName
 
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
+# Training data smaller than one batch: refuse (default), train on all of it every step (the batch
+# shrinks to the data, as a DataLoader's last partial batch does in ConSERT's released code), or
+# repeat the examples until they fill a batch (ConSERT's `--do_upsampling`).
+SmallData = Literal["refuse", "shrink_batch", "repeat"]
 EvalMetric = Literal["stsb", "stsb_sick"]
 
 
@@ -64,6 +68,10 @@ class ModelSection:
 
     name: str = ""  # backbone: a local folder, a Hugging Face hub id or python-package:NAME
     pooler: PoolerName = "cls"  # cls | cls_before_pooler | mean | avg_first_last | avg_top2
+    # the pooler of evaluation (dev, test) and of the exported model; None: `pooler` (or
+    # cls_before_pooler with the MLP head). ConSERT trains with `mean` of the last layer and
+    # evaluates with `avg_top2` (consert.txt l.68, l.79).
+    eval_pooler: PoolerName | None = None
     mlp_head: bool = True  # SimCSE's dense+tanh head on [CLS], in training only (pooler cls)
     dropout: float | None = None  # override hidden/attention dropout (None: the model's own)
     max_length: int = 32  # training tokens per sentence (SimCSE: 32)
@@ -76,6 +84,15 @@ class ModelSection:
             raise ConfigError(f"unknown pooler {self.pooler!r}; choose from {', '.join(POOLERS)}")
         if self.mlp_head and self.pooler != "cls":
             raise ConfigError("mlp_head applies to pooler 'cls' only; set mlp_head: false")
+        if self.eval_pooler is not None and self.eval_pooler not in POOLERS:
+            raise ConfigError(
+                f"unknown eval_pooler {self.eval_pooler!r}; choose from {', '.join(POOLERS)}"
+            )
+        if self.eval_pooler is not None and self.mlp_head:
+            raise ConfigError(
+                "eval_pooler with mlp_head: the MLP head's model is evaluated and exported with "
+                "cls_before_pooler; set mlp_head: false or eval_pooler: null"
+            )
         if self.max_length < 2:
             raise ConfigError(f"max_length must be >= 2, got {self.max_length}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
@@ -87,13 +104,16 @@ class ModelSection:
 class DataSection:
     """What the encoder trains on (labelled NLI data is the `nli` method's own option)."""
 
-    corpus: str = "sts"  # 'sts' (every STS/SICK sentence) or a text file, one sentence per line
+    # 'sts' (every distinct STS/SICK sentence), 'sts_all' (ConSERT's 89,192 texts: every pair,
+    # scored or not, duplicates kept) or a text file, one sentence per line
+    corpus: str = "sts"
     data_dir: str | None = (
         None  # evaluation data root (holds senteval/, inli/); else $DCLR_DATA_DIR
     )
     few_shot_sentences: int | None = None  # train on N examples of the training data
     few_shot_fraction: float | None = None  # or on this fraction of it, in (0, 1]
     few_shot_sampling: FewShotSampling = "first"  # first N, or a random N drawn with run.seed
+    small_data: SmallData = "refuse"  # data < one batch: refuse | shrink_batch | repeat
     # Paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist).
     paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
     paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)

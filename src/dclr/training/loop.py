@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from dclr import distributed as dist
 from dclr.data.sampler import training_batches
-from dclr.data.sampling import few_shot_indices, take
+from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.losses.gradcache import GradCache
 from dclr.methods.registry import get_method
@@ -79,6 +80,41 @@ def few_shot(data: Sequence[Any], config: TrainConfig) -> Sequence[Any]:
     return data if subset is None else take(data, subset)  # config.yaml reproduces it
 
 
+def fit_small_data(
+    data: Sequence[Any], batch_size: int, config: TrainConfig, world: int = 1
+) -> tuple[Sequence[Any], int]:
+    """(data, global batch size) for data smaller than one batch, per `data.small_data`.
+
+    `refuse`: a ConfigError. `shrink_batch`: every step trains on all n examples (batch n; with
+    n = 1 a contrastive loss has no negative and is 0). `repeat`: the examples repeated whole until
+    they fill a batch (copies of a sentence then meet as negatives). A notice says which.
+    """
+    n = len(data)
+    if n >= batch_size:
+        return data, batch_size
+    mode = config.data.small_data
+    if mode == "refuse":
+        raise ConfigError(
+            f"the training data has {n} examples, fewer than one batch of {batch_size}; "
+            "set data.small_data: shrink_batch (train on all of them each step) or repeat"
+        )
+    if mode == "shrink_batch":
+        if n % world:
+            raise ConfigError(f"a shrunk batch of {n} is not divisible by {world} ranks")
+        warnings.warn(
+            f"data.small_data: shrink_batch: {n} examples < batch_size {batch_size}; "
+            f"training on batches of {n}",
+            stacklevel=2,
+        )
+        return data, n
+    warnings.warn(
+        f"data.small_data: repeat: {n} examples < batch_size {batch_size}; repeating them "
+        f"{-(-batch_size // n)} times",
+        stacklevel=2,
+    )
+    return repeat_to(data, batch_size), batch_size
+
+
 class Trainer:
     """Runs `config`; `model`, `data` and `evaluator` may be injected (tests, experiments)."""
 
@@ -113,11 +149,8 @@ class Trainer:
             if enable is not None:
                 enable()
         self.data = few_shot(data if data is not None else self.method.load_data(config), config)
-        if len(self.data) < batch_size:
-            raise ConfigError(
-                f"the training data has {len(self.data)} examples, fewer than one batch "
-                f"of {batch_size}"
-            )
+        self.data, batch_size = fit_small_data(self.data, batch_size, config, self.world)
+        self.batch_size = batch_size  # the global batch actually used (config's unless shrunk)
         d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
         self.data, self.sampler = training_batches(
             self.data, batch_size, config.run.seed, d.paraphrase_density,
@@ -139,7 +172,7 @@ class Trainer:
     def batch(self, step: int) -> tuple[Batch, int]:
         """The `Batch` of 0-based `step` on this rank, and its number of local examples."""
         ids = self.global_batch(step)
-        local = self.config.optimisation.batch_size // self.world
+        local = self.batch_size // self.world
         mine = [self.data[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
         features, labels = self.method.collate(self.model, mine, self.config)
         batch = Batch(

@@ -4,6 +4,10 @@
 - span cutoff: one contiguous run of floor(rate * n) content tokens, at a uniform start, zeroed;
 - feature cutoff: floor(rate * d) of the d embedding dimensions, chosen per sentence, zeroed on
   every content token.
+- embedding dropout (ConSERT's "dropout" augmentation, consert.txt l.71): floor(rate * n * d) of
+  the n * d elements of a sentence's content-token embedding matrix, chosen uniformly, zeroed.
+  As in ConSERT's released code (`_cutoff_embeddings`, direction "random") an exact count is
+  zeroed and the rest is not rescaled (unlike `nn.Dropout`'s Bernoulli mask and 1 / (1 - p)).
 "Content" means real, non-special tokens (`dclr.views.masks.content_mask`): [CLS]/[SEP] and padding
 are never cut. The embeddings are the backbone's input (word) embeddings, passed back as
 `inputs_embeds`, so position and token-type embeddings are added by the model as usual. A rate
@@ -56,6 +60,27 @@ def feature_cutoff_mask(
     for row in range(batch):
         cut[row, torch.randperm(dim, generator=generator)[:span]] = True
     return cut
+
+
+def element_dropout_mask(
+    content: torch.Tensor, dim: int, rate: float, generator: torch.Generator
+) -> torch.Tensor:
+    """content (b, L) bool -> (b, L, dim) bool, True on floor(rate * n * dim) random elements of
+    each row's n content tokens (never on special tokens or padding)."""
+    mask = content.cpu()
+    cut = torch.zeros(*mask.shape, dim, dtype=torch.bool)  # (b, L, d)
+    for row in range(mask.shape[0]):
+        slots = torch.nonzero(mask[row]).squeeze(1)  # (n,)
+        cells = len(slots) * dim
+        count = int(cut_count(torch.tensor(cells), rate))
+        chosen = torch.randperm(cells, generator=generator)[:count]  # flat (token, dim) cells
+        cut[row, slots[chosen // dim], chosen % dim] = True
+    return cut.to(content.device)
+
+
+def cut_elements(embeds: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
+    """embeds (b, L, d) with the elements where cut (b, L, d) is True set to zero."""
+    return embeds.masked_fill(cut.to(embeds.device), 0.0)
 
 
 def cut_tokens(embeds: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,10 @@ import torch
 from dclr.errors import ConfigError
 from dclr.models.packing import position_offset
 from dclr.views.cutoff import (
+    cut_elements,
     cut_features,
     cut_tokens,
+    element_dropout_mask,
     feature_cutoff_mask,
     span_cutoff_mask,
     token_cutoff_mask,
@@ -94,6 +96,10 @@ def view_inputs(
     elif spec.strategy == "feature_cutoff":
         columns = feature_cutoff_mask(ids.shape[0], embeds.shape[-1], spec.rate, generator)
         embeds = cut_features(embeds, content, columns)
+    elif spec.strategy == "embedding_dropout":
+        embeds = cut_elements(
+            embeds, element_dropout_mask(content, embeds.shape[-1], spec.rate, generator)
+        )
     else:  # pragma: no cover - check_view rejects unknown names
         raise ConfigError(f"unknown view strategy {spec.strategy!r}")
     return {**features, "input_ids": None, "inputs_embeds": embeds}

@@ -7,17 +7,22 @@ from typing import Literal, get_args
 from dclr.errors import ConfigError
 
 ViewStrategy = Literal[
-    "dropout",  # the encoder's own dropout (SimCSE); the two views differ only by dropout
+    # the backbone's internal dropout (SimCSE's view; hidden + attention dropout in every layer).
+    # Not ConSERT's "dropout" augmentation, which is `embedding_dropout` below.
+    "dropout",
     "none",  # dropout off for this view: a deterministic encoding
     "token_shuffle",  # permute the position ids of the real tokens
     "token_cutoff",  # zero the input embeddings of a random fraction of the real tokens
     "span_cutoff",  # zero the input embeddings of one random contiguous span of real tokens
     "feature_cutoff",  # zero a random fraction of the embedding dimensions of the real tokens
+    # ConSERT's "dropout": zero a random fraction of the elements of the real tokens' embedding
+    # matrix ("dropout independently zeros embedding elements", consert.txt l.71)
+    "embedding_dropout",
     "adversarial",  # FGSM-style perturbation from the supervised loss (supervised training only)
 ]
 VIEW_STRATEGIES: tuple[str, ...] = get_args(ViewStrategy)
 # Strategies whose rate is the fraction cut; the others ignore the rate.
-RATED = ("token_cutoff", "span_cutoff", "feature_cutoff")
+RATED = ("token_cutoff", "span_cutoff", "feature_cutoff", "embedding_dropout")
 
 
 def check_view(strategy: str, rate: float, name: str = "view") -> tuple[str, float]:
