@@ -39,6 +39,13 @@ Pooler = Annotated[
         "folder records)."
     ),
 ]
+Precision = Annotated[
+    str,
+    typer.Option(
+        help="fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, vectors "
+        "differ slightly, see docs/performance.md; CPU only)."
+    ),
+]
 
 
 @app.command("eval")
@@ -59,24 +66,27 @@ def eval_cmd(
             help="Padding-free packed forwards (checked against padded ones on a probe first)."
         ),
     ] = True,
+    precision: Precision = "fp32",
 ) -> None:
     """Spearman x100 of cosine similarity on the STS tasks, computed as SentEval does."""
     quiet_hf()
     from dclr.evaluation.sts import StsEvaluator
-    from dclr.models.encoder import SentenceEncoder
+    from dclr.models.precision import load_inference_encoder
 
     if mode not in ("test", "dev"):
         fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
     try:
         evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
-        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
+        encoder = load_inference_encoder(model, pooler, precision, packing=packing)
         results = evaluator(lambda s: encoder.encode(s, batch_size=batch_size, show_progress=True))
     except DclrError as err:
         fail(err)
     results = {"model": model, "pooler": encoder.pooler, "mode": mode, **results}
+    if precision != "fp32":
+        results["precision"] = precision
     out.print(
         scores_table(
-            f"STS ({mode}) — {model} [{encoder.pooler}]",
+            f"STS ({mode}) — {model} [{encoder.pooler}, {precision}]",
             {"Spearman x100": results},
             list(evaluator.tasks or []),
         )
@@ -190,17 +200,18 @@ def encode_cmd(
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
     normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
     packing: Annotated[bool, typer.Option(help="Padding-free packed forwards.")] = True,
+    precision: Precision = "fp32",
 ) -> None:
     """Encode a file of sentences (one per line; blank lines skipped) into a .npy array."""
     quiet_hf()
     import numpy as np
 
     from dclr.data.corpus import TextFileCorpus
-    from dclr.models.encoder import SentenceEncoder
+    from dclr.models.precision import load_inference_encoder
 
     try:
         corpus = TextFileCorpus(input_file)
-        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
+        encoder = load_inference_encoder(model, pooler, precision, packing=packing)
         vectors = encoder.encode(
             list(corpus), batch_size=batch_size, normalize=normalize, show_progress=True
         )

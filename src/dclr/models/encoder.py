@@ -140,7 +140,12 @@ class SentenceEncoder(nn.Module):
     With pooler `cls` and `mlp_head=True` (SimCSE's unsupervised recipe, `mlp_only_train`), the
     [CLS] vector passes through a dense + tanh head while training only; at inference and in every
     exported model the representation is the [CLS] vector itself (`cls_before_pooler`).
+
+    `precision` is "fp32" unless `dclr.models.precision.quantize_int8` quantised the backbone
+    (then "int8", inference only: `train()` refuses it).
     """
+
+    precision: str = "fp32"
 
     def __init__(
         self,
@@ -192,6 +197,14 @@ class SentenceEncoder(nn.Module):
                 "this backbone does not honour packed inputs; using padded batches", stacklevel=2
             )
         return self.packing
+
+    def train(self, mode: bool = True) -> SentenceEncoder:
+        if mode and self.precision != "fp32":
+            raise ConfigError(
+                f"this encoder is quantised ({self.precision}) for inference and cannot be "
+                "trained: train the fp32 model, then encode or serve it with --precision int8"
+            )
+        return super().train(mode)
 
     @classmethod
     def build(
