@@ -185,6 +185,13 @@ def render_summary(summary: dict) -> None:
         out.print(
             scores_table(f"STS test, Spearman x100 — {method}{detail}", columns, list(STS_TASKS))
         )
+    if summary.get("phase_seconds"):
+        table = Table(title="Where the time went (s)")
+        for name in ("phase", "seconds"):
+            table.add_column(name, justify="left" if name == "phase" else "right")
+        for name, seconds in summary["phase_seconds"].items():
+            table.add_row(name.replace("_", " "), f"{seconds:.1f}")
+        out.print(table)
     if summary.get("rte_test"):
         encoder = summary.get("encoder", "single")
         name = method if encoder == "single" else f"{method}-{encoder}"
