@@ -15,6 +15,10 @@ Server memory: resident set after start-up (model loaded), after warm-up, and th
 over the whole run, read from /proc. Writes benchmarks/results/serve_load.json.
 
     flock /tmp/dclr-heavy.lock python benchmarks/serve_load.py --data-dir ../shared/data
+    flock /tmp/dclr-heavy.lock python benchmarks/serve_load.py --precision int8   # issue 17
+
+`--precision int8` serves the dynamically quantised model (`dclr serve --precision int8`) and
+writes benchmarks/results/serve_load_int8.json, to read next to the fp32 run.
 """
 
 from __future__ import annotations
@@ -118,14 +122,18 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=100, help="sequential requests")
     parser.add_argument("--per-client", type=int, default=16, help="requests per client")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_load.json")
+    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    parser.add_argument("--out", type=Path, default=None, help="default: results/serve_load*.json")
     args = parser.parse_args()
+    suffix = "" if args.precision == "fp32" else f"_{args.precision}"
+    args.out = args.out or ROOT / f"benchmarks/results/serve_load{suffix}.json"
 
     rng = random.Random(args.seed)
     pool = all_sentences(args.data_dir)
     pick = lambda n: rng.sample(pool, n)  # noqa: E731
     report: dict = {
         "model": MODEL,
+        "precision": args.precision,
         "server": "dclr serve, default limits and batching, 127.0.0.1",
         "machine": {
             "cpus": os.cpu_count(),
@@ -133,7 +141,7 @@ def main() -> None:
             "load_average_at_start": os.getloadavg(),
         },
     }
-    with serve_process([MODEL]) as server:
+    with serve_process([MODEL, "--precision", args.precision]) as server:
         memory = {"after_start_mib": process_memory(server.pid)["rss"]}
         health = lambda: httpx.get(f"{server.url}/health", timeout=30).json()  # noqa: E731
         report["limits"] = health()["limits"]

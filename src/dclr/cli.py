@@ -47,6 +47,13 @@ Pooler = Annotated[
         "folder records)."
     ),
 ]
+Precision = Annotated[
+    str,
+    typer.Option(
+        help="fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, vectors "
+        "differ slightly, see docs/performance.md; CPU only)."
+    ),
+]
 
 
 MODEL_HELP = (
@@ -124,13 +131,14 @@ def eval_cmd(
             help="Padding-free packed forwards (checked against padded ones on a probe first)."
         ),
     ] = True,
+    precision: Precision = "fp32",
 ) -> None:
     """STS (Spearman x100 of cosine similarity) and SentEval transfer tasks (accuracy), computed
     as SentEval does."""
     quiet_hf()
     from dclr.evaluation.sts import StsEvaluator
     from dclr.evaluation.transfer import SETTINGS, TransferEvaluator
-    from dclr.models.encoder import SentenceEncoder
+    from dclr.models.precision import load_inference_encoder
 
     if mode not in ("test", "dev"):
         fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
@@ -151,8 +159,10 @@ def eval_cmd(
             if transfer_tasks
             else None
         )
-        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
+        encoder = load_inference_encoder(model, pooler, precision, packing=packing)
         results["pooler"] = encoder.pooler
+        if precision != "fp32":
+            results["precision"] = precision
 
         def encoding(label: str):  # noqa: ANN202
             return lambda s: encoder.encode(
@@ -162,7 +172,7 @@ def eval_cmd(
         if sts_eval is not None:
             sts = sts_eval(encoding("encode STS"))
             results.update(sts)
-            title = f"STS ({mode}) — {model} [{encoder.pooler}]"
+            title = f"STS ({mode}) — {model} [{encoder.pooler}, {precision}]"
             out.print(scores_table(title, {"Spearman x100": sts}, list(sts_eval.tasks or [])))
             console.print(
                 f"STS: {int(sts['n_sentences'])} distinct sentences in {sts['seconds']:.1f} s"
@@ -279,6 +289,13 @@ def render_summary(summary: dict) -> None:
         out.print(
             scores_table(f"STS test, Spearman x100 — {method}{detail}", columns, list(STS_TASKS))
         )
+    if summary.get("phase_seconds"):
+        table = Table(title="Where the time went (s)")
+        for name in ("phase", "seconds"):
+            table.add_column(name, justify="left" if name == "phase" else "right")
+        for name, seconds in summary["phase_seconds"].items():
+            table.add_row(name.replace("_", " "), f"{seconds:.1f}")
+        out.print(table)
     if summary.get("rte_test"):
         encoder = summary.get("encoder", "single")
         name = method if encoder == "single" else f"{method}-{encoder}"
@@ -320,6 +337,7 @@ def encode_cmd(
             "to OUTPUT with suffix .lines.txt."
         ),
     ] = False,
+    precision: Precision = "fp32",
 ) -> None:
     """Encode a file of sentences into a .npy array: row i is line i (as sentence-transformers
     returns one vector per input; a blank line is encoded as the empty string)."""
@@ -327,14 +345,14 @@ def encode_cmd(
     import numpy as np
 
     from dclr.atomic import write_text
-    from dclr.models.encoder import SentenceEncoder
+    from dclr.models.precision import load_inference_encoder
 
     try:
         lines = [line.rstrip("\r") for line in read_lines(input_file)]
         blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
         left_out = set(blank) if skip_blank else set()
         kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
-        encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, packing=packing)
+        encoder = load_inference_encoder(model, pooler, precision, packing=packing)
         vectors = encoder.encode(
             [lines[i - 1].strip() for i in kept],
             batch_size=batch_size,

@@ -13,17 +13,12 @@ from dclr.evaluation.sts import StsEvaluator
 from dclr.models.encoder import SentenceEncoder
 
 
-def evaluate_model(
-    path: str, pooler: str, data_dir: str | None, label: str = "encode STS"
-) -> dict[str, float]:
-    """The 7-task STS test table of the model at `path` (packed forwards on CPU); `label` names
-    the progress bar."""
+def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, float]:
+    """The 7-task STS test table of the model at `path` (packed forwards on CPU)."""
     encoder = SentenceEncoder.from_pretrained(
         path, pooler=pooler, packing=not torch.cuda.is_available()
     )
-    return StsEvaluator(data_dir, mode="test")(
-        lambda s: encoder.encode(s, show_progress=True, progress_label=label)
-    )
+    return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
 
 
 def sts_scores_key(model: str, pooler: str, data_dir: str | None) -> str:
@@ -48,15 +43,38 @@ def starting_scores(
 ) -> dict[str, float]:
     """STS test scores of the starting model, cached under `~/.cache/dclr/starting-scores/`:
     every run of an experiment starts from the same few models, so each is evaluated once."""
+    cached = cached_starting_scores(model, pooler, data_dir, cache_root)
+    if cached is not None:
+        return cached
+    scores = evaluate_model(model, pooler, data_dir, label="encode STS (before: starting model)")
+    save_starting_scores(model, pooler, data_dir, scores, cache_root)
+    return scores
+
+
+def _scores_file(model: str, pooler: str, data_dir: str | None, cache_root: Path | None) -> Path:
     from dclr.data.paths import default_cache_dir
 
     root = cache_root or default_cache_dir().parent / "starting-scores"
-    cache = root / f"{sts_scores_key(model, pooler, data_dir)}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
-    scores = evaluate_model(model, pooler, data_dir, label="encode STS (before: starting model)")
-    root.mkdir(parents=True, exist_ok=True)
+    return root / f"{sts_scores_key(model, pooler, data_dir)}.json"
+
+
+def cached_starting_scores(
+    model: str, pooler: str, data_dir: str | None, cache_root: Path | None = None
+) -> dict[str, float] | None:
+    """The cached starting scores of (model, pooler, data), or None."""
+    cache = _scores_file(model, pooler, data_dir, cache_root)
+    return json.loads(cache.read_text()) if cache.is_file() else None
+
+
+def save_starting_scores(
+    model: str,
+    pooler: str,
+    data_dir: str | None,
+    scores: dict[str, float],
+    cache_root: Path | None = None,
+) -> None:
+    cache = _scores_file(model, pooler, data_dir, cache_root)
+    cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp")
     tmp.write_text(json.dumps(scores, indent=2) + "\n")
     tmp.replace(cache)
-    return scores

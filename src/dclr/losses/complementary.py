@@ -70,6 +70,10 @@ def default_cache_root() -> Path:
     return default_cache_dir().parent / "complementary"
 
 
+# Sentences per forward when the cache is built (the shared start pass uses the same batches).
+CACHE_BATCH_SIZE = 256
+
+
 class CachedComplementary:
     """Cosines from precomputed, memory-mapped fp16 embeddings of the training corpus."""
 
@@ -86,7 +90,7 @@ class CachedComplementary:
         model_id: str,
         max_length: int,
         device: torch.device | str = "cpu",
-        batch_size: int = 256,
+        batch_size: int = CACHE_BATCH_SIZE,
         show_progress: bool = True,
     ) -> CachedComplementary:
         """Load `cache` if it matches (corpus, model, pooler, max_length), else build it.
@@ -94,17 +98,8 @@ class CachedComplementary:
         With `cache=None` the file is `~/.cache/dclr/complementary/<key>.npy`, keyed by a hash of
         that fingerprint, so runs on the same corpus and complementary model share it.
         """
-        expected = {
-            "corpus": corpus_fingerprint(corpus),
-            "model": model_id,
-            "pooler": encoder.pooler,
-            "max_length": max_length,
-        }
-        if cache is None:
-            key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:20]
-            cache = default_cache_root() / f"{key}.npy"
-        meta_path = cache.with_suffix(".json")
-        if cache.exists() and meta_path.exists():
+        cache, expected = cls.locate(cache, encoder.pooler, corpus, model_id, max_length)
+        if cls.exists(cache):
             return cls.load(cache, expected, device)
         freeze(encoder)
         vectors = encoder.encode(
@@ -115,12 +110,41 @@ class CachedComplementary:
             show_progress=show_progress,
             progress_label="encode corpus (complementary model, once)",
         )
+        cls.save(cache, vectors, expected)
+        return cls.load(cache, expected, device)
+
+    @staticmethod
+    def locate(
+        cache: Path | None,
+        pooler: str,
+        corpus: Sequence[str],
+        model_id: str,
+        max_length: int,
+    ) -> tuple[Path, dict[str, object]]:
+        """(the cache file, the metadata it must hold) for this corpus and model."""
+        expected = {
+            "corpus": corpus_fingerprint(corpus),
+            "model": model_id,
+            "pooler": pooler,
+            "max_length": max_length,
+        }
+        if cache is None:
+            key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:20]
+            cache = default_cache_root() / f"{key}.npy"
+        return cache, expected
+
+    @staticmethod
+    def exists(cache: Path) -> bool:
+        return cache.exists() and cache.with_suffix(".json").exists()
+
+    @staticmethod
+    def save(cache: Path, vectors: np.ndarray, expected: dict[str, object]) -> None:
+        """Write the (N, d) unit vectors as fp16 (atomically), then the metadata."""
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(cache.stem + ".tmp.npy")
         np.save(tmp, vectors.astype(np.float16))
         tmp.replace(cache)
-        meta_path.write_text(json.dumps(expected, indent=2) + "\n")
-        return cls.load(cache, expected, device)
+        cache.with_suffix(".json").write_text(json.dumps(expected, indent=2) + "\n")
 
     @classmethod
     def load(

@@ -106,10 +106,13 @@ def build_complementary(
     encoder = encoder.to(device)
     limit = config.model.max_length
     if section.complementary_mode == "cached":
+        from dclr.training.phases import phase
+
         cache = Path(section.complementary_cache) if section.complementary_cache else None
-        return CachedComplementary.build_or_load(
-            cache, encoder, corpus, spec, limit, device=device, show_progress=show_progress
-        )
+        with phase("complementary_cache"):
+            return CachedComplementary.build_or_load(
+                cache, encoder, corpus, spec, limit, device=device, show_progress=show_progress
+            )
     if section.complementary_mode == "on_the_fly":
         return OnTheFlyComplementary(encoder, limit)
     return TwoViewComplementary(encoder, limit)
@@ -171,6 +174,16 @@ class DCLR(ContrastiveMethod):
             seed=config.run.seed,
             views=build_views(section, config.run.seed, dist.rank()),
         )
+
+    def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
+        """The before-eval, from the pass that builds the complementary cache when both encode
+        with the starting model (`dclr.training.shared_start`); else evaluated on its own."""
+        from dclr.training.phases import phase
+        from dclr.training.shared_start import shared_start_scores
+
+        with phase("shared_start"):
+            shared = shared_start_scores(config, self.inference_pooler(config))
+        return shared if shared is not None else super().evaluate_start(config)
 
     def build_objective(
         self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device

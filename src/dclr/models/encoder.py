@@ -202,7 +202,12 @@ class SentenceEncoder(nn.Module):
     With `eval_pooler` set, training mode pools with `pooler` and eval mode (evaluation, `encode`,
     the exported model) with `eval_pooler` (ConSERT: mean of the last layer in training, mean of
     the last two layers at evaluation).
+
+    `precision` is "fp32" unless `dclr.models.precision.quantize_int8` quantised the backbone
+    (then "int8", inference only: `train()` refuses it).
     """
+
+    precision: str = "fp32"
 
     def __init__(
         self,
@@ -260,6 +265,14 @@ class SentenceEncoder(nn.Module):
                 "this backbone does not honour packed inputs; using padded batches", stacklevel=2
             )
         return self.packing
+
+    def train(self, mode: bool = True) -> SentenceEncoder:
+        if mode and self.precision != "fp32":
+            raise ConfigError(
+                f"this encoder is quantised ({self.precision}) for inference and cannot be "
+                "trained: train the fp32 model, then encode or serve it with --precision int8"
+            )
+        return super().train(mode)
 
     @classmethod
     def build(
@@ -369,6 +382,12 @@ class SentenceEncoder(nn.Module):
 
     def _forward_ids(self, ids: list[list[int]]) -> torch.Tensor:
         """Pack several sentences' token ids per row, run the backbone once, pool per sentence."""
+        return self._forward_ids_pooled(ids, (self.active_pooler,))[0]
+
+    def _forward_ids_pooled(
+        self, ids: list[list[int]], poolers: Sequence[str]
+    ) -> list[torch.Tensor]:
+        """`_forward_ids` for several poolers from one packed forward (one (n, d) per pooler)."""
         dtype = next(self.backbone.parameters()).dtype
         batch = pack(
             ids,
@@ -377,8 +396,7 @@ class SentenceEncoder(nn.Module):
             row_tokens=self.row_tokens,
             dtype=dtype,
         ).to(self.device)
-        pooler = self.active_pooler
-        want_hidden = needs_hidden_states(pooler)
+        want_hidden = any(needs_hidden_states(p) for p in poolers)
         out = self.backbone(
             input_ids=batch.input_ids,
             position_ids=batch.position_ids,
@@ -387,23 +405,42 @@ class SentenceEncoder(nn.Module):
             output_hidden_states=want_hidden,
             return_dict=True,
         )
-        n = batch.n
-        if self.mlp_head is not None or pooler == "cls_before_pooler":
-            vectors = segment_first(out.last_hidden_state, batch.segment, n)
-            if self.mlp_head is not None and self.training:
+        return [self._pool_packed(p, out, batch.segment, batch.n) for p in poolers]
+
+    def _pool_packed(self, pooler: str, out: object, segment: torch.Tensor, n: int) -> torch.Tensor:
+        last = out.last_hidden_state  # type: ignore[attr-defined]
+        own = pooler == self.pooler
+        if (own and self.mlp_head is not None) or pooler == "cls_before_pooler":
+            vectors = segment_first(last, segment, n)
+            if own and self.mlp_head is not None and self.training:
                 return self.mlp_head(vectors)
             return vectors
         if pooler == "mean":
-            return segment_mean(out.last_hidden_state, batch.segment, n)
-        hidden = out.hidden_states
+            return segment_mean(last, segment, n)
+        if pooler == "cls":
+            raise ConfigError(
+                "pooler 'cls' needs the backbone's per-row pooler: use padded batches"
+            )
+        hidden = out.hidden_states  # type: ignore[attr-defined]
         first = hidden[1] if pooler == "avg_first_last" else hidden[-2]
-        return segment_mean((first + hidden[-1]) / 2.0, batch.segment, n)
+        return segment_mean((first + hidden[-1]) / 2.0, segment, n)
 
     def _forward_padded(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: torch.Tensor
     ) -> torch.Tensor:
-        pooler = self.active_pooler
-        want_hidden = needs_hidden_states(pooler)
+        return self._forward_padded_pooled(
+            (self.active_pooler,), input_ids, attention_mask, **inputs
+        )[0]
+
+    def _forward_padded_pooled(
+        self,
+        poolers: Sequence[str],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        **inputs: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`_forward_padded` for several poolers from one forward (one (b, d) per pooler)."""
+        want_hidden = any(needs_hidden_states(p) for p in poolers)
         out = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -411,18 +448,23 @@ class SentenceEncoder(nn.Module):
             return_dict=True,
             **inputs,
         )
-        if self.mlp_head is not None:  # pooler == "cls": SimCSE's head, in training only
-            vectors = out.last_hidden_state[:, 0]
-            return self.mlp_head(vectors) if self.training else vectors
-        return pool(
-            pooler,
-            attention_mask,
-            out.last_hidden_state,
-            hidden_states=out.hidden_states if want_hidden else None,
-            pooler_output=getattr(out, "pooler_output", None),
-        )
+        vectors = []
+        for pooler in poolers:
+            if pooler == self.pooler and self.mlp_head is not None:  # SimCSE's head, training only
+                first = out.last_hidden_state[:, 0]
+                vectors.append(self.mlp_head(first) if self.training else first)
+                continue
+            vectors.append(
+                pool(
+                    pooler,
+                    attention_mask,
+                    out.last_hidden_state,
+                    hidden_states=out.hidden_states if want_hidden else None,
+                    pooler_output=getattr(out, "pooler_output", None),
+                )
+            )
+        return vectors
 
-    @torch.inference_mode()
     def encode(
         self,
         sentences: Sequence[str],
@@ -434,34 +476,64 @@ class SentenceEncoder(nn.Module):
     ) -> np.ndarray:
         """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length.
 
-        `progress_label` names the progress bar (several encodes in one command stay apart)."""
+        Pools with the eval-mode pooler (`eval_pooler` if set); `progress_label` names the
+        progress bar (several encodes in one command stay apart)."""
+        pooler = self.eval_pooler or self.pooler
+        vectors = self.encode_poolers(
+            sentences, (pooler,), batch_size, max_length, normalize, show_progress, progress_label
+        )
+        return vectors[pooler]
+
+    @torch.inference_mode()
+    def encode_poolers(
+        self,
+        sentences: Sequence[str],
+        poolers: Sequence[str],
+        batch_size: int = 128,
+        max_length: int | None = None,
+        normalize: bool = False,
+        show_progress: bool = False,
+        progress_label: str = "encode",
+    ) -> dict[str, np.ndarray]:
+        """`encode` for several poolers at once: one forward per batch serves all of them.
+
+        {pooler: (n, d)}; the encoder's own pooler gets exactly what `encode` returns (the same
+        batches and operations), the others what an encoder with that pooler would return up to
+        float rounding. Lets one pass over a corpus give, e.g., a mean-pooled cache and [CLS]
+        vectors (`dclr.training.shared_start`).
+        """
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
+        poolers = tuple(dict.fromkeys(check_pooler(p) for p in poolers))
         was_training = self.training
         self.eval()
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
-        out = np.empty((len(distinct), self.hidden_size), dtype=np.float32)
+        out = {p: np.empty((len(distinct), self.hidden_size), dtype=np.float32) for p in poolers}
         bar = tqdm(total=len(distinct), desc=progress_label, unit="sent", disable=not show_progress)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             if self.packing:  # straight from token ids: no pad-then-unpad round trip
-                vectors = self._forward_ids([ids[i] for i in rows]).float()
+                pooled = self._forward_ids_pooled([ids[i] for i in rows], poolers)
             else:
                 batch = self.tokenizer.pad(
                     {"input_ids": [ids[i] for i in rows]}, return_tensors="pt"
                 )
-                vectors = self(**{k: v.to(self.device) for k, v in batch.items()}).float()
-            if normalize:
-                vectors = torch.nn.functional.normalize(vectors, dim=-1)
-            out[rows] = vectors.cpu().numpy()
+                features = {k: v.to(self.device) for k, v in batch.items()}
+                pooled = self._forward_padded_pooled(poolers, **features)
+            for pooler, vectors in zip(poolers, pooled, strict=True):
+                vectors = vectors.float()
+                if normalize:
+                    vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                out[pooler][rows] = vectors.cpu().numpy()
             bar.update(len(rows))
         bar.close()
         self.train(was_training)
         index = {s: i for i, s in enumerate(distinct)}
-        return out[[index[s] for s in sentences]]
+        take = [index[s] for s in sentences]
+        return {p: vectors[take] for p, vectors in out.items()}
 
 
 def model_limit(tokenizer: object) -> int:

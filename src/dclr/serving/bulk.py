@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from dclr import atomic
 from dclr.errors import ConfigError, DclrError, InputError
 from dclr.models.encoder import SentenceEncoder
+from dclr.models.precision import load_inference_encoder
 from dclr.runlock import FolderLock
 from dclr.serving.fingerprint import model_fingerprint
 from dclr.serving.memory import trim_heap
@@ -101,8 +102,11 @@ def plan(
     source: TextSource,
     settings: BulkSettings,
     overwrite: bool = False,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
-    """Create the manifest in `out_dir`, or check an existing one matches (to resume)."""
+    """Create the manifest in `out_dir`, or check an existing one matches (to resume).
+
+    The fingerprint already tells precisions apart; `precision` is recorded for people."""
     out_dir.mkdir(parents=True, exist_ok=True)
     n_rows = source.count()
     manifest: dict[str, Any] = {
@@ -110,6 +114,7 @@ def plan(
         "model": model,
         "model_fingerprint": fingerprint,
         "pooler": pooler,
+        "precision": precision,
         "input": source.identity(),
         "rows": n_rows,
         "n_shards": -(-n_rows // settings.shard_size),  # ceil
@@ -269,8 +274,11 @@ def pick_device(device: Device, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def load_encoder(model: str, pooler: str | None, device: torch.device) -> SentenceEncoder:
-    return SentenceEncoder.from_pretrained(model, pooler=pooler).to(device)
+def load_encoder(
+    model: str, pooler: str | None, device: torch.device, precision: str = "fp32"
+) -> SentenceEncoder:
+    """The inference encoder on `device` at `precision` (see `dclr.models.precision`)."""
+    return load_inference_encoder(model, pooler, precision, device=device)
 
 
 def _spawned_worker(
@@ -282,12 +290,13 @@ def _spawned_worker(
     out_dir: Path,
     device: Device,
     show_progress: bool,
+    precision: str = "fp32",
 ) -> None:
     """One process of `bulk_encode(processes=N)` (torch.multiprocessing.spawn)."""
     target = pick_device(device, rank)
     if target.type == "cpu":  # share the cores instead of oversubscribing them
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    encoder = load_encoder(model, pooler, target)
+    encoder = load_encoder(model, pooler, target, precision)
     manifest = read_manifest(out_dir)
     assert manifest is not None
     encode_shards(encoder, source, out_dir, manifest, rank, world, show_progress)
@@ -303,8 +312,12 @@ def bulk_encode(
     device: Device = "auto",
     overwrite: bool = False,
     show_progress: bool = False,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Encode `source` into shards in `out_dir`; returns the final manifest.
+
+    `precision` "int8" encodes with the dynamically quantised model (CPU only; its fingerprint
+    differs from the fp32 model's, so a job cannot resume across precisions).
 
     Under `torchrun` (WORLD_SIZE > 1) every rank calls this; rank 0 plans and finalizes.
     Otherwise `processes` > 1 spawns that many workers with torch.multiprocessing.
@@ -314,12 +327,23 @@ def bulk_encode(
     out_dir = Path(out_dir)
     model = _stable_spec(model)
     if distributed.init_from_env():
-        return _bulk_torchrun(model, source, out_dir, settings, pooler, device, overwrite)
+        return _bulk_torchrun(
+            model, source, out_dir, settings, pooler, device, overwrite, precision
+        )
     if processes < 1:
         raise ConfigError("--processes must be >= 1")
     with FolderLock(out_dir, "dclr encode-bulk"):
         return _bulk_local(
-            model, source, out_dir, settings, pooler, processes, device, overwrite, show_progress
+            model,
+            source,
+            out_dir,
+            settings,
+            pooler,
+            processes,
+            device,
+            overwrite,
+            show_progress,
+            precision,
         )
 
 
@@ -333,8 +357,9 @@ def _bulk_local(
     device: Device,
     overwrite: bool,
     show_progress: bool,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
-    encoder = load_encoder(model, pooler, pick_device(device, 0))
+    encoder = load_encoder(model, pooler, pick_device(device, 0), precision)
     plan(
         out_dir,
         model,
@@ -343,6 +368,7 @@ def _bulk_local(
         source,
         settings,
         overwrite,
+        precision,
     )
     manifest = read_manifest(out_dir)
     assert manifest is not None
@@ -354,7 +380,7 @@ def _bulk_local(
         del encoder  # each worker loads its own copy
         mp.spawn(
             _spawned_worker,
-            args=(processes, model, pooler, source, out_dir, device, show_progress),
+            args=(processes, model, pooler, source, out_dir, device, show_progress, precision),
             nprocs=processes,
             join=True,
         )
@@ -369,6 +395,7 @@ def _bulk_torchrun(
     pooler: str | None,
     device: Device,
     overwrite: bool,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     import torch.distributed as dist
 
@@ -376,7 +403,7 @@ def _bulk_torchrun(
 
     rank, world = distributed.rank(), distributed.world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    encoder = load_encoder(model, pooler, pick_device(device, local_rank))
+    encoder = load_encoder(model, pooler, pick_device(device, local_rank), precision)
     planned = torch.ones(1, dtype=torch.int64, device=_collective_device(encoder))
     error: DclrError | None = None
     lock = FolderLock(out_dir, "dclr encode-bulk (torchrun)")
@@ -384,7 +411,16 @@ def _bulk_torchrun(
         fingerprint = model_fingerprint(encoder)
         try:
             lock.acquire()
-            plan(out_dir, model, fingerprint, encoder.inference_pooler, source, settings, overwrite)
+            plan(
+                out_dir,
+                model,
+                fingerprint,
+                encoder.inference_pooler,
+                source,
+                settings,
+                overwrite,
+                precision,
+            )
         except DclrError as err:  # tell the other ranks instead of leaving them at a barrier
             error = err
             planned.zero_()

@@ -187,8 +187,12 @@ def build_index(
     processes: int = 1,
     overwrite: bool = False,
     show_progress: bool = False,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Encode `source` (resumably, into out_dir/embeddings), build the index, write the folder.
+
+    `precision` is the encoder's (`dclr.models.precision`); queries must use the same one (the
+    fingerprint check refuses another).
 
     The folder is locked for the build, and the index files replace the old ones atomically (see
     the module docstring).
@@ -196,7 +200,16 @@ def build_index(
     out_dir = Path(out_dir)
     with FolderLock(out_dir, "dclr index build"):
         return _build_locked(
-            model, source, out_dir, params, pooler, batch_size, processes, overwrite, show_progress
+            model,
+            source,
+            out_dir,
+            params,
+            pooler,
+            batch_size,
+            processes,
+            overwrite,
+            show_progress,
+            precision,
         )
 
 
@@ -210,6 +223,7 @@ def _build_locked(
     processes: int,
     overwrite: bool,
     show_progress: bool,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     import faiss
 
@@ -226,6 +240,7 @@ def _build_locked(
         processes=processes,
         overwrite=overwrite,
         show_progress=show_progress,
+        precision=precision,
     )
     parts = list(iter_shards(out_dir / EMBEDDINGS, manifest["n_shards"], "npy"))
     if not parts or sum(len(r) for r, _ in parts) == 0:
@@ -247,6 +262,7 @@ def _build_locked(
             "model": manifest["model"],
             "model_fingerprint": manifest["model_fingerprint"],
             "pooler": manifest["pooler"],
+            "precision": manifest.get("precision", "fp32"),
             "dim": int(vectors.shape[1]),
             "count": int(len(vectors)),
             "metric": "cosine",

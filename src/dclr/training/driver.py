@@ -11,6 +11,7 @@ import json
 import platform
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from dclr.training import runfolder
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.config import TrainConfig
 from dclr.training.loop import Trainer
+from dclr.training.phases import PhaseTimes, breakdown, phase, timed
 
 
 def environment() -> dict[str, Any]:
@@ -137,20 +139,36 @@ def run_training(
 
 
 def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any]:
+    times, start = PhaseTimes(), time.perf_counter()
+    with times.active():
+        summary, main = _run_phases(config, run_dir, resume)
+    if main:  # the phase times of this process (a resumed run: since the resume)
+        total = time.perf_counter() - start
+        summary["phase_seconds"] = breakdown(times, summary["train_seconds"], total)
+        write_json(run_dir / "results.json", summary)
+    return summary
+
+
+def _run_phases(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[dict[str, Any], bool]:
     method = get_method(config.method)
-    trainer = Trainer(config)
+    with phase("setup"):
+        trainer = Trainer(config)
+    if trainer.evaluator is not None:
+        trainer.evaluator = timed(trainer.evaluator, "dev_eval")
     main = trainer.rank == 0
     before_file = run_dir / "before.json"
     before: dict[str, float] | None = None
     if main:
         write_json(run_dir / "env.json", environment())
         if not (resume and before_file.exists()):
-            before = method.evaluate_start(config)
+            with phase("before_eval"):
+                before = method.evaluate_start(config)
             if before is not None:
                 write_json(before_file, before)
         elif before_file.exists():
             before = json.loads(before_file.read_text())
-    result = trainer.train(resume=resume)
+    with phase("train"):
+        result = trainer.train(resume=resume)
     summary: dict[str, Any] = {
         "method": config.method,
         **method.describe(config),
@@ -163,17 +181,17 @@ def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str,
         "cpu_seconds": result.cpu_seconds,
     }
     if main:
-        final = method.evaluate_final(config, result)
+        with phase("after_eval"):
+            final = method.evaluate_final(config, result)
         if before is not None or "after" in final:
             summary["before"] = before
         summary.update(final)
         write_run_cards(
             config, result.steps, result.best_dir, result.final_dir, before, final.get("after")
         )
-        write_json(run_dir / "results.json", summary)
         if not config.run.keep_checkpoints_at_end and result.steps >= trainer.total_steps:
             drop_checkpoints(run_dir)
-    return summary
+    return summary, main
 
 
 def drop_checkpoints(run_dir: Path) -> None:

@@ -1,0 +1,97 @@
+"""Inference precision of a `SentenceEncoder`: fp32, or int8 by dynamic quantisation.
+
+`int8` replaces every `nn.Linear` of the backbone (attention projections, feed-forward, the
+backbone's pooler) by PyTorch's dynamically quantised linear layer: weights are stored as int8
+with one scale per output channel, and each forward quantises its input per tensor at run time,
+multiplies in int8 (fbgemm / x86 kernels) and returns float32. Embeddings, LayerNorm, softmax and
+attention's matrix products stay float32. It composes with packing: the packed forward only feeds
+the backbone `input_ids`, `position_ids` and a 4-D mask, none of which the quantised layers see.
+
+The vectors change (quantisation error): `docs/performance.md` reports the STS scores of both
+precisions next to their speed (`benchmarks/int8_encode.py`). A quantised encoder records its
+precision (`encoder.precision`), which enters its fingerprint (`dclr.serving.fingerprint`), so an
+index, a bulk job or a cache built at one precision refuses the other. It is for inference only:
+`encoder.train()` refuses it, and it runs on the CPU only.
+
+With precision `fp32` everything reduces to `SentenceEncoder.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Literal, get_args
+
+import torch
+from torch import nn
+
+from dclr.errors import ConfigError
+from dclr.models.encoder import SentenceEncoder
+from dclr.models.smoothing import smooth_linears
+
+Precision = Literal["fp32", "int8"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+
+def check_precision(precision: str) -> Precision:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+    return precision  # type: ignore[return-value]
+
+
+def quantize_int8(encoder: SentenceEncoder) -> SentenceEncoder:
+    """In place: the backbone's `nn.Linear` layers -> dynamic int8 (per-channel weights).
+
+    The encoder must be on the CPU and in eval mode; afterwards it cannot be trained.
+    """
+    if encoder.precision != "fp32":
+        raise ConfigError(f"this encoder is already {encoder.precision}")
+    if encoder.device.type != "cpu":
+        raise ConfigError(
+            f"int8 runs on the CPU only (PyTorch's quantised kernels); this encoder is on "
+            f"{encoder.device}: use --device cpu, or precision fp32 on a GPU"
+        )
+    if encoder.mlp_head is not None:
+        raise ConfigError("int8 is for inference: export the model first (the MLP head is dropped)")
+    encoder.eval()
+    smooth_linears(encoder)  # outlier input channels moved into the weights before rounding
+    # Per-channel weight scales: one outlier row of a weight matrix does not coarsen the others
+    # (per-tensor scales cost MiniLM ~0.5 STS points more in our checks).
+    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    with warnings.catch_warnings():
+        # torch 2.13 marks torch.ao quantisation as deprecated (moving to torchao); the
+        # dynamic int8 linear kernels it wraps are still the CPU's fastest path here.
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.ao.quantization.quantize_dynamic(
+            encoder.backbone, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True
+        )
+    encoder.precision = "int8"
+    return encoder
+
+
+def load_inference_encoder(
+    model: str | Path,
+    pooler: str | None = None,
+    precision: str = "fp32",
+    packing: bool = False,
+    device: torch.device | str = "cpu",
+    max_length: int | None = None,
+) -> SentenceEncoder:
+    """An encoder for inference at `precision`, on `device`, packed if asked (and if it pays:
+    `enable_packing` checks the backbone on a probe first, after quantisation)."""
+    precision = check_precision(precision)
+    device = torch.device(device)
+    if precision == "int8" and device.type != "cpu":
+        raise ConfigError(
+            f"precision int8 runs on the CPU only; got device {device} (pass --device cpu, or "
+            "--precision fp32 on a GPU)"
+        )
+    encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, max_length=max_length)
+    encoder = encoder.to(device)
+    if packing:  # checked in fp32: the probe tests the layout, not the rounding
+        encoder.enable_packing()
+    if precision == "int8":
+        quantize_int8(encoder)
+    return encoder

@@ -1,0 +1,61 @@
+"""The main job's shared start pass: one forward gives the complementary cache (bit for bit what
+the cache alone would hold) and the before-eval (the separate evaluation's scores up to rounding);
+phase times land in results.json."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_tiny_model_dir
+
+from dclr.data.sts import STS_TASKS
+from dclr.evaluation.scores import evaluate_model
+from dclr.losses.complementary import CachedComplementary
+from dclr.models.encoder import SentenceEncoder
+from dclr.training.config import load_config
+from dclr.training.phases import PhaseTimes, breakdown, phase, timed
+from dclr.training.shared_start import run_corpus, shared_start_scores
+
+pytestmark = pytest.mark.slow
+
+
+def test_shared_pass_equals_the_separate_cache_and_eval(tmp_path, monkeypatch, data_dir):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # empty starting-scores cache
+    model = str(make_tiny_model_dir(tmp_path / "model", dropout=0.0))
+    overrides = {
+        "method": "dclr",
+        "model.name": model,
+        "model.pooler": "cls",
+        "model.mlp_head": True,
+        "model.max_length": 32,
+        "data.corpus": "sts",
+        "data.data_dir": str(data_dir),
+        "dclr.complementary_pooler": "mean",
+        "dclr.complementary_cache": str(tmp_path / "shared.npy"),
+        "run.output_dir": str(tmp_path / "run"),
+    }
+    config = load_config(None, overrides)
+    scores = shared_start_scores(config, "cls_before_pooler")
+    assert scores is not None
+    alone = SentenceEncoder.from_pretrained(model, pooler="mean")
+    CachedComplementary.build_or_load(
+        tmp_path / "alone.npy", alone, run_corpus(config), model, 32, show_progress=False
+    )
+    assert (tmp_path / "shared.npy").read_bytes() == (tmp_path / "alone.npy").read_bytes()
+    separate = evaluate_model(model, "cls_before_pooler", str(data_dir))
+    for task in (*STS_TASKS, "avg"):
+        assert scores[task] == pytest.approx(separate[task], abs=0.01), task
+    assert shared_start_scores(config, "cls_before_pooler") is None  # now known: not redone
+    other = load_config(None, {**overrides, "dclr.complementary_model": str(tmp_path)})
+    assert shared_start_scores(other, "cls_before_pooler") is None  # another scorer
+
+
+def test_phase_times_add_up():
+    times = PhaseTimes()
+    with times.active(), phase("train"):
+        timed(lambda: None, "dev_eval")()
+        timed(lambda: None, "dev_eval")()
+    with phase("after_eval"):  # no active timer: not recorded
+        pass
+    table = breakdown(times, train_steps=0.0, total=1.0)
+    assert "after_eval" not in times.seconds and table["total"] == 1.0
+    assert set(table) >= {"before_eval", "complementary_cache", "train_steps", "dev_eval"}
