@@ -257,9 +257,14 @@ class SentenceEncoder(nn.Module):
         with torch.inference_mode():
             features = {k: v.to(self.device) for k, v in self.tokenize(PACKING_PROBE).items()}
             padded = self._forward_padded(**features)
-            packed = self._forward_packed(features["input_ids"], features["attention_mask"])
+            try:
+                packed = self._forward_packed(features["input_ids"], features["attention_mask"])
+            except (ValueError, RuntimeError, TypeError):  # e.g. transformers 4.x refuses 4-D masks
+                packed = None
         self.train(was_training)
-        self.packing = bool((padded - packed).abs().max() <= PACKING_TOLERANCE)
+        self.packing = packed is not None and bool(
+            (padded - packed).abs().max() <= PACKING_TOLERANCE
+        )
         if not self.packing:
             warnings.warn(
                 "this backbone does not honour packed inputs; using padded batches", stacklevel=2
