@@ -59,3 +59,32 @@ def test_phase_times_add_up():
     table = breakdown(times, train_steps=0.0, total=1.0)
     assert "after_eval" not in times.seconds and table["total"] == 1.0
     assert set(table) >= {"before_eval", "complementary_cache", "train_steps", "dev_eval"}
+
+
+def test_the_main_job_end_to_end_writes_scores_cards_and_phase_times(
+    tmp_path, monkeypatch, data_dir
+):
+    """`dclr train` as the README's main job runs it (DCLR, before/after test evaluation, the
+    shared start pass, cards, a finished run dropping its checkpoints), on a tiny model."""
+    from dclr.training.driver import run_training
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = str(make_tiny_model_dir(tmp_path / "model", dropout=0.1))
+    out = tmp_path / "run"
+    config = load_config(
+        None,
+        {
+            "method": "dclr", "model.name": model, "model.max_length": 32,
+            "data.corpus": "sts", "data.data_dir": str(data_dir),
+            "optimisation.batch_size": 8, "optimisation.max_steps": 2,
+            "run.eval_steps": 0, "run.output_dir": str(out), "run.test_eval": True,
+            "run.keep_checkpoints_at_end": False,
+            "dclr.complementary_pooler": "mean",
+            "dclr.complementary_cache": str(tmp_path / "cache.npy"),
+        },
+    )  # fmt: skip
+    summary = run_training(config)
+    assert set(STS_TASKS) <= set(summary["before"]) and set(STS_TASKS) <= set(summary["after"])
+    assert summary["phase_seconds"]["total"] > 0
+    assert "| STS12 |" in (out / "best" / "README.md").read_text()  # the card's before/after
+    assert not (out / "checkpoints").exists()

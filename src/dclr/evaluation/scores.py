@@ -13,12 +13,17 @@ from dclr.evaluation.sts import StsEvaluator
 from dclr.models.encoder import SentenceEncoder
 
 
-def evaluate_model(path: str, pooler: str, data_dir: str | None) -> dict[str, float]:
-    """The 7-task STS test table of the model at `path` (packed forwards on CPU)."""
+def evaluate_model(
+    path: str, pooler: str, data_dir: str | None, label: str = "encode STS"
+) -> dict[str, float]:
+    """The 7-task STS test table of the model at `path` (packed forwards on CPU); `label` names
+    the progress bar."""
     encoder = SentenceEncoder.from_pretrained(
         path, pooler=pooler, packing=not torch.cuda.is_available()
     )
-    return StsEvaluator(data_dir, mode="test")(lambda s: encoder.encode(s, show_progress=True))
+    return StsEvaluator(data_dir, mode="test")(
+        lambda s: encoder.encode(s, show_progress=True, progress_label=label)
+    )
 
 
 def sts_scores_key(model: str, pooler: str, data_dir: str | None) -> str:
