@@ -76,6 +76,19 @@ def _score(text: str, path: Path, line: int) -> float:
     return value
 
 
+def split_pair(line: str, path: Path, number: int) -> list[str]:
+    """The two tab-separated sentences of an STS input line (InputError naming file and line)."""
+    fields = line.split("\t")
+    if len(fields) != 2:
+        raise InputError(
+            f"expected 2 tab-separated sentences, found {len(fields)} fields",
+            path=path,
+            line=number,
+            fix="each line must be `sentence1<TAB>sentence2`",
+        )
+    return fields
+
+
 def read_sts_year(root: Path, task: str) -> list[StsPairs]:
     """Read every subset of STS12..STS16 from `root/senteval/STS/<task>-en-test`."""
     folder = root / "senteval" / "STS" / f"{task}-en-test"
@@ -97,14 +110,7 @@ def read_sts_year(root: Path, task: str) -> list[StsPairs]:
         for number, (pair, raw) in enumerate(zip(pairs, gold, strict=True), start=1):
             if raw == "":  # SentEval: blank gold line = pair not scored, skipped
                 continue
-            fields = pair.split("\t")
-            if len(fields) != 2:
-                raise InputError(
-                    f"expected 2 tab-separated sentences, found {len(fields)} fields",
-                    path=input_path,
-                    line=number,
-                    fix="each line must be `sentence1<TAB>sentence2`",
-                )
+            fields = split_pair(pair, input_path, number)
             s1.append(normalize(fields[0]))
             s2.append(normalize(fields[1]))
             scores.append(_score(raw, gold_path, number))
@@ -207,14 +213,7 @@ def all_texts(root: Path) -> list[str]:
         for subset in subsets:
             path = folder / f"STS.input.{subset}.txt"
             for number, line in enumerate(read_lines(path), start=1):
-                fields = line.split("\t")
-                if len(fields) != 2:
-                    raise InputError(
-                        f"expected 2 tab-separated sentences, found {len(fields)} fields",
-                        path=path,
-                        line=number,
-                        fix="each line must be `sentence1<TAB>sentence2`",
-                    )
+                fields = split_pair(line, path, number)
                 texts += [normalize(fields[0]), normalize(fields[1])]
     for split in ("train", "dev", "test"):
         for pairs in (read_stsb(root, split), read_sick(root, split)):

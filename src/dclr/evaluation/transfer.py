@@ -159,6 +159,20 @@ def _folds(x: np.ndarray, y: np.ndarray, k: int):
     return StratifiedKFold(n_splits=k, shuffle=True, random_state=SEED).split(x, y)
 
 
+def l2_scores(x: np.ndarray, y: np.ndarray, nclasses: int, s: ClassifierSettings) -> list[float]:
+    """Mean k-fold validation accuracy (x100, SentEval's rounding) of each L2 value in L2_GRID:
+    how SentEval's KFold and InnerKFold classifiers choose the weight decay."""
+    scores = []
+    for l2 in L2_GRID:
+        accs = []
+        for tr, te in _folds(x, y, s.kfold):
+            clf = LogisticRegression(x.shape[1], nclasses, l2, s)
+            clf.fit(x[tr], y[tr], (x[te], y[te]))
+            accs.append(clf.score(x[te], y[te]))
+        scores.append(round(100 * float(np.mean(accs)), 2))
+    return scores
+
+
 def inner_kfold(
     x: np.ndarray, y: np.ndarray, nclasses: int, s: ClassifierSettings
 ) -> tuple[float, float]:
@@ -166,14 +180,7 @@ def inner_kfold(
     dev_results, test_results = [], []
     for train_idx, test_idx in _folds(x, y, s.kfold):
         x_train, x_test, y_train, y_test = x[train_idx], x[test_idx], y[train_idx], y[test_idx]
-        scores = []
-        for l2 in L2_GRID:
-            accs = []
-            for in_train, in_test in _folds(x_train, y_train, s.kfold):
-                clf = LogisticRegression(x.shape[1], nclasses, l2, s)
-                clf.fit(x_train[in_train], y_train[in_train], (x_train[in_test], y_train[in_test]))
-                accs.append(clf.score(x_train[in_test], y_train[in_test]))
-            scores.append(round(100 * float(np.mean(accs)), 2))
+        scores = l2_scores(x_train, y_train, nclasses, s)
         dev_results.append(max(scores))
         clf = LogisticRegression(x.shape[1], nclasses, L2_GRID[int(np.argmax(scores))], s)
         clf.fit(x_train, y_train, validation_split=VALIDATION_SPLIT)
@@ -189,14 +196,7 @@ def kfold(
 ) -> tuple[float, float, np.ndarray]:
     """SentEval's KFoldClassifier -> (dev accuracy, test accuracy x100, test predictions)."""
     x, y = train
-    scores = []
-    for l2 in L2_GRID:
-        accs = []
-        for tr, te in _folds(x, y, s.kfold):
-            clf = LogisticRegression(x.shape[1], nclasses, l2, s)
-            clf.fit(x[tr], y[tr], (x[te], y[te]))
-            accs.append(clf.score(x[te], y[te]))
-        scores.append(round(100 * float(np.mean(accs)), 2))
+    scores = l2_scores(x, y, nclasses, s)
     clf = LogisticRegression(x.shape[1], nclasses, L2_GRID[int(np.argmax(scores))], s)
     clf.fit(x, y, validation_split=VALIDATION_SPLIT)
     return max(scores), round(100 * clf.score(*test), 2), clf.predict(test[0])
