@@ -245,3 +245,10 @@ def test_issue16_experiments_resolve_to_valid_configs() -> None:
     inli = [load_config(RECIPES / s.recipe, s.overrides) for s in experiment_specs("dualcse-inli", "cpu", 1)]  # fmt: skip
     assert [(c.method, c.optimisation.epochs, c.optimisation.max_steps) for c in inli] == [
         ("dualcse", 1.0, None), ("simcse_sup", 1.0, None)]  # fmt: skip
+
+
+def test_cli_help_names_every_experiment() -> None:
+    from dclr.experiments.cli import EXPERIMENT_NAMES
+    from dclr.experiments.specs import EXPERIMENTS
+
+    assert tuple(EXPERIMENTS) == EXPERIMENT_NAMES

@@ -53,3 +53,32 @@ def test_main_averages_and_quoted_gains(lines: list[str]) -> None:
             paper.MAIN_AVG[(backbone, "dclr")].value - paper.MAIN_AVG[(backbone, "simcse")].value
         )
         assert round(delta, 2) == gain and f"{gain:.2f}" in lines[120]
+
+
+def _lines_of(relative: str) -> list[str]:
+    path = REPO_ROOT / relative
+    if not path.is_file():
+        pytest.skip(f"no paper text at {path}")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_dualcse_rte_rows_match_their_lines() -> None:
+    from dclr.dualcse.data import HYPOTHESIS_TYPES
+
+    lines = _lines_of(paper.DUALCSE_TEXT)
+    assert (*HYPOTHESIS_TYPES, "avg") == paper.HYPOTHESIS_COLUMNS
+    labels = {"simcse-sup": "SimCSE (INLI)", "dualcse-cross": "DualCSE-Cross"}
+    for method, row in paper.DUALCSE_RTE.items():
+        (line,) = {_line(n) for n in row.values()}
+        fields = lines[line - 1].split("\t")
+        assert fields[0] == labels[method]
+        assert [row[k].value for k in paper.HYPOTHESIS_COLUMNS] == [float(x) for x in fields[1:]]
+
+
+def test_consert_number_and_findings_cite_their_lines() -> None:
+    lines = _lines_of(paper.CONSERT_TEXT)
+    assert f"to {paper.CONSERT_NONE_NONE.value:.2f}" in lines[_line(paper.CONSERT_NONE_NONE) - 1]
+    for key, phrase in (("consert-augmentations", "Combining Shuffle with Feature Cutoff"),
+                        ("consert-few-shot", "With 1,000 unlabeled texts")):  # fmt: skip
+        first = int(re.search(r"l\.(\d+)", paper.FINDINGS[key][1]).group(1))
+        assert any(phrase in line for line in lines[first - 1 : first + 2])

@@ -240,3 +240,59 @@ def test_dense_report_pairs_by_seed(tmp_path: Path) -> None:
     assert rows["SimCSE"][7] == "—"
     assert "ρ = 0.5: DCLR (paper form) is above SimCSE on the 7-task avg" in md
     assert (tmp_path / "r" / "dense.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_consert_tables_keep_view_order_and_sort_texts_as_numbers(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    # two seeds per row: avg = 70 + offset + (seed - 42) * 0.5
+    for view, offset in [("token_shuffle", 2.0), ("none", 0.0), ("embedding_dropout", -1.0)]:
+        for seed in (42, 43):
+            write_run(root, f"v-{view}-{seed}", method="consert", seed=seed,
+                      avg=70.0 + offset + (seed - 42) * 0.5,
+                      labels={"consert-augmentations": [_cells(method="consert", view=view)]})  # fmt: skip
+    for texts, avg in [(100, 71.0), (1, 69.0), (1000, 72.0), (10, 70.0)]:
+        write_run(root, f"t-{texts}", method="consert", avg=avg,
+                  labels={"consert-few-shot": [_cells(method="consert", texts=texts)]})  # fmt: skip
+    with _index(root) as registry:
+        aug = build_report("consert-augmentations", registry, tmp_path / "aug").read_text()
+        few = build_report("consert-few-shot", registry, tmp_path / "few").read_text()
+    # rows in CONSERT_VIEW_PAIRS order; paired deltas identical per seed -> zero-width interval
+    rows = _table(aug, "view")
+    assert [r[0] for r in rows] == ["none", "token_shuffle", "embedding_dropout"]
+    assert [r[5] for r in rows] == ["70.25 ± 0.35", "72.25 ± 0.35", "69.25 ± 0.35"]
+    assert [r[6] for r in rows] == ["—", "+2.00 [+2.00, +2.00]", "-1.00 [-1.00, -1.00]"]
+    assert [r[0] for r in _table(few, "texts")] == ["1", "10", "100", "1000"]
+    assert "Yan et al., ACL 2021" in aug and "consert.txt" in aug and "Zhou et al." not in aug
+    assert "l.89-91" in aug and "l.92" in few
+    for path in (tmp_path / "aug" / "consert_views.png", tmp_path / "few" / "consert_few_shot.png"):
+        assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_dualcse_report_pairs_by_seed_next_to_the_paper(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    kinds = ("explicit", "implied", "neutral", "contradiction")
+    for seed, shift in ((42, 0.0), (43, 2.0), (44, 1.0)):
+        for method, acc in (("simcse-sup", (90.0, 60.0, 70.0, 80.0)),
+                            ("dualcse-cross", (89.0, 66.0, 70.0, 80.0))):  # fmt: skip
+            values = {k: a + shift + (1.0 if method == "dualcse-cross" and k == "neutral"
+                                      and seed == 43 else 0.0) for k, a in zip(kinds, acc, strict=True)}  # fmt: skip
+            values["avg"] = sum(values.values()) / 4
+            write_run(root, f"{method}-{seed}", method={"simcse-sup": "simcse_sup"}.get(method, "dualcse"), seed=seed,
+                      extra_results={"rte_test": values},
+                      labels={"dualcse-inli": [_cells(method=method)]})  # fmt: skip
+    with _index(root) as registry:
+        md = build_report("dualcse-inli", registry, tmp_path / "d").read_text()
+    rows = _table(md, "method")
+    assert [r[0] for r in rows] == ["SimCSE-sup (INLI)", "DualCSE-cross", "Δ (paired)",
+                                    "paper: SimCSE-sup (INLI)", "paper: DualCSE-cross", "paper: Δ"]  # fmt: skip
+    assert rows[0][2:4] == ["91.00 ± 1.00", "61.00 ± 1.00"]
+    # implied: +6 every seed; neutral: +0, +1, +0 -> mean 0.33, std 0.577, t(0.975, 2) = 4.303
+    assert rows[2][3] == "+6.00 [+6.00, +6.00]"
+    assert rows[2][4] == "+0.33 [-1.10, +1.77]"
+    assert rows[3][2:] == ["90.60", "69.10", "66.90", "91.00", "79.40"]
+    assert rows[5][2:] == ["-0.40", "+4.30", "+1.50", "-2.30", "+0.78"]
+    assert "RTE accuracy × 100 on INLI test" in md and "INLI train" in md
+    assert (
+        "Types where our interval excludes 0 with the paper's sign: explicit, implied, avg." in md
+    )
+    assert (tmp_path / "d" / "dualcse_rte_delta.png").read_bytes()[:8] == PNG_MAGIC

@@ -22,6 +22,12 @@ experiment_app = typer.Typer(
     no_args_is_help=True,
 )
 ROOT_ENV = "DCLR_EXPERIMENTS_DIR"
+# The names of dclr.experiments.specs.EXPERIMENTS, for --help without importing torch
+# (tests/experiments/test_experiments.py checks they agree).
+EXPERIMENT_NAMES = (
+    "main", "ablation", "uniformity", "few-shot", "sensitivity", "augmentations", "dense",
+    "consert-augmentations", "consert-few-shot", "dualcse-inli",
+)  # fmt: skip
 
 Root = Annotated[
     Path,
@@ -209,7 +215,7 @@ def experiment_run(
     name: Annotated[
         str,
         typer.Argument(
-            help="main | ablation | uniformity | few-shot | sensitivity | augmentations"
+            help=" | ".join(EXPERIMENT_NAMES) + " (`dclr experiment list` says what each is)"
         ),
     ],
     scale: Scale = "cpu",
@@ -416,9 +422,7 @@ def experiment_noise_sweep(
 def report_cmd(
     experiment: Annotated[
         str,
-        typer.Argument(
-            help="main | ablation | uniformity | few-shot | sensitivity | augmentations | search:NAME"
-        ),
+        typer.Argument(help=" | ".join((*EXPERIMENT_NAMES, "search:NAME"))),
     ],
     root: Root = DEFAULT_ROOT,
     scale: Annotated[

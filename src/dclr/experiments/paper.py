@@ -1,9 +1,11 @@
-"""The DCLR paper's reported numbers, kept as data with their source line.
+"""The papers' reported numbers, kept as data with their source line.
 
 Zhou, Zhang, Zhao and Wen, "Debiased Contrastive Learning of Unsupervised Sentence Representations",
 ACL 2022, arXiv 2205.00656. Every number is read from the paper's text summary in
 `../shared/papers/dclr.txt` and carries its line there; `tests/test_paper_numbers.py` reads them back
 from that file, so a typo fails. Scores are Spearman x100 (SentEval "all" setting for STS12-16).
+The ConSERT and DualCSE numbers and findings the reports print come from `consert.txt` and
+`dualcse.txt` in the same folder, and are read back the same way.
 """
 
 from __future__ import annotations
@@ -67,6 +69,33 @@ ABLATION: dict[str, PaperNumber] = {
     "self_weighting": PaperNumber(73.93, f"{_ABLATION} l.258"),
 }
 
+CONSERT = "Yan et al., ACL 2021, arXiv 2105.11741"
+CONSERT_TEXT = "../shared/papers/consert.txt"
+DUALCSE = "Oda, Chuang, Shirai et al., arXiv 2510.09293"
+DUALCSE_TEXT = "../shared/papers/dualcse.txt"
+# The papers an experiment's report draws on: (citation, text file).
+EXPERIMENT_PAPERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "consert-augmentations": ((CONSERT, CONSERT_TEXT),),
+    "consert-few-shot": ((CONSERT, CONSERT_TEXT),),
+    "dualcse-inli": ((DUALCSE, DUALCSE_TEXT),),
+}
+HYPOTHESIS_COLUMNS = ("explicit", "implied", "neutral", "contradiction", "avg")
+
+
+def _rte(line: int, *values: float) -> dict[str, PaperNumber]:
+    source = f"{DUALCSE}, RTE accuracy on INLI test per hypothesis type; {DUALCSE_TEXT} l.{line}"
+    return {k: PaperNumber(v, source) for k, v in zip(HYPOTHESIS_COLUMNS, values, strict=True)}
+
+
+# DualCSE's RTE table (backbone not named in the text): method -> hypothesis type -> accuracy x100.
+DUALCSE_RTE: dict[str, dict[str, PaperNumber]] = {
+    "simcse-sup": _rte(117, 90.60, 69.10, 66.90, 91.00, 79.40),  # "SimCSE (INLI)"
+    "dualcse-cross": _rte(118, 90.20, 73.40, 68.40, 88.70, 80.18),  # "DualCSE-Cross"
+}
+# ConSERT's analysis of its views (BERT-base, unsupervised): the text gives one number (no
+# augmentation, "None-None") and the order of the rest.
+CONSERT_NONE_NONE = PaperNumber(63.84, f"{CONSERT}, augmentation analysis; {CONSERT_TEXT} l.91")
+
 # Qualitative findings with no number we can plot; reports print them next to our results.
 FINDINGS: dict[str, tuple[str, str]] = {
     "ablation": (
@@ -90,6 +119,17 @@ FINDINGS: dict[str, tuple[str, str]] = {
         "decreases faster, whereas SimCSE shows no comparable downward trend (BERT-base, STS-B "
         "validation).",
         f"{PAPER}, uniformity-vs-step figure; {PAPER_TEXT} l.138",
+    ),
+    "consert-augmentations": (
+        "Shuffle and Token Cutoff are the most effective single views (Shuffle slightly ahead), "
+        "above Feature Cutoff and Dropout, which each improve roughly 4 points over None-None "
+        "(63.84); Shuffle with Feature Cutoff is the best pair (BERT-base, unsupervised).",
+        f"{CONSERT}, section 5.2; {CONSERT_TEXT} l.89-91",
+    ),
+    "consert-few-shot": (
+        "With 1,000 unlabeled texts ConSERT is comparable to training on all 89,192 "
+        "(1, 10, 100, 1,000, 10,000 and all texts studied; per-point values not in the text).",
+        f"{CONSERT}, section 5.4; {CONSERT_TEXT} l.92",
     ),
 }
 

@@ -566,57 +566,144 @@ def section_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
     )
 
 
-def _score_table(rep: Report, runs: list[RunData], key: str, base: Any) -> None:
-    """One row per value of label `key`: STS-B dev, STS-B, SICK-R, avg (mean ± std), and the
-    paired avg difference to the row `base` with its 95 % interval."""
+def _row_order(values: list[Any], order: tuple[Any, ...] = ()) -> list[Any]:
+    """`order` first (those present), then the rest: numbers ascending, anything else by text."""
+    rest = [v for v in values if v not in order]
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rest):
+        rest.sort()
+    else:
+        rest.sort(key=str)
+    return [v for v in order if v in values] + rest
+
+
+def _score_table(
+    rep: Report, runs: list[RunData], key: str, base: Any, order: tuple[Any, ...] = ()
+) -> list[Any]:
+    """One row per value of label `key` (in `order`, else numbers ascending): STS-B dev, STS-B,
+    SICK-R, avg (mean ± std), and the paired avg difference to the row `base` with its 95 %
+    interval. Returns the row values in table order."""
     groups = group(runs, key)
+    values = _row_order([v for (v,) in groups], order)
     rows = []
-    for (value,), members in groups.items():
+    for value in values:
+        members = groups[(value,)]
         delta = paired(groups.get((base,), []), members, "avg") if value != base else None
         rows.append([str(value), str(len(members)), fmt(stat(members, "dev")),
                      fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness")),
                      fmt(stat(members, "avg")), fmt_paired(delta)])  # fmt: skip
     rep.table([key, "seeds", "STS-B dev", "STS-B", "SICK-R", "avg",
                f"Δ avg vs {base} (paired) [95 % CI]"], rows)  # fmt: skip
+    return values
+
+
+def _paired_bars(path: Path, title: str, xlabel: str, labels: list[str],
+                 deltas: list[Paired | None]) -> Path:  # fmt: skip
+    """Horizontal bars of paired differences with their 95 % t-intervals, zero marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(labels) + 1.5))
+    y = np.arange(len(labels))[::-1]
+    means = [d.mean if d else np.nan for d in deltas]
+    low = [d.mean - d.low if d and d.n > 1 else 0 for d in deltas]
+    high = [d.high - d.mean if d and d.n > 1 else 0 for d in deltas]
+    colors = ["#2ca02c" if d and d.n > 1 and d.low > 0 else "#d62728" if d and d.n > 1
+              and d.high < 0 else "#7f7f7f" for d in deltas]  # fmt: skip
+    ax.barh(y, means, xerr=[low, high], capsize=3, color=colors, edgecolor="black", linewidth=0.5)
+    ax.axvline(0, color="black", linewidth=0.7)
+    ax.set_yticks(y, labels)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
 
 
 def section_consert_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
+    from dclr.experiments.specs import CONSERT_VIEW_PAIRS
+
     rep.heading("ConSERT's view strategies (its settings: mean pooling, no backbone dropout)")
     rep.text(
         "Each row: view 1 none (plain), view 2 the strategy; the pair row is ConSERT's best "
         "(consert.txt l.90); the last row is the old backbone-dropout view with dropout on. "
         "Mean ± std over seeds; Δ paired by seed."
     )
-    _score_table(rep, runs, "view", "none")
+    order = tuple(label for label, _, _ in CONSERT_VIEW_PAIRS)
+    values = _score_table(rep, runs, "view", "none", order)
+    groups = group(runs, "view")
+    others = [v for v in values if v != "none"]
+    deltas = [paired(groups.get(("none",), []), groups[(v,)], "avg") for v in others]
+    path = _paired_bars(out / "consert_views.png",
+                        "ConSERT views vs no augmentation (green/red: interval excludes 0)",
+                        "Δ 7-task STS avg vs view 'none' (paired by seed), 95 % t-interval",
+                        [str(v) for v in others], deltas)  # fmt: skip
+    rep.image(path, "ConSERT view deltas")
+    finding, source = paper.FINDINGS["consert-augmentations"]
+    rep.text(f"Paper: {finding} ({source}).")
 
 
 def section_consert_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
     rep.heading("ConSERT with n unlabelled texts")
     rep.text(
-        "The paper (consert.txt l.92): with 1,000 texts results comparable to the full data. "
-        "Below a batch, every step trains on all n texts; with 1 text the loss is 0."
+        "Below a batch, every step trains on all n texts; with 1 text the loss is 0 and the "
+        "model is the starting model. Mean ± std over seeds; Δ paired by seed."
     )
-    _score_table(rep, runs, "texts", max(r.labels.get("texts", 0) for r in runs))
+    largest = max(r.labels.get("texts", 0) for r in runs)
+    values = _score_table(rep, runs, "texts", largest)
+    groups = group(runs, "texts")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for task, color in (("avg", "#1f77b4"), ("STSBenchmark", "#2ca02c"),
+                        ("SICKRelatedness", "#9467bd")):  # fmt: skip
+        stats = [stat(groups[(v,)], task) for v in values]
+        ax.errorbar(values, [st.mean if st else np.nan for st in stats],
+                    yerr=[st.std if st else 0 for st in stats], marker="o", capsize=3,
+                    color=color, label=_short(task) if task != "avg" else "7-task avg")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("unlabelled texts n (log scale)")
+    ax.set_ylabel("test Spearman × 100")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    rep.image(_save(fig, out / "consert_few_shot.png"), "ConSERT few-shot curve")
+    finding, source = paper.FINDINGS["consert-few-shot"]
+    rep.text(f"Paper: {finding} ({source}).")
 
 
 def section_dualcse_inli(rep: Report, runs: list[RunData], out: Path) -> None:
-    from dclr.dualcse.data import HYPOTHESIS_TYPES
-
     groups = group(runs, "method")
     rep.heading("RTE on INLI test per hypothesis type (accuracy × 100)")
     rep.text(
         "Threshold tuned on INLI val (our decision rule, docs/dualcse.md). Mean ± std over seeds; "
-        "Δ = DualCSE-cross − SimCSE-sup paired by seed, 95 % t-interval. Paper (dualcse.txt "
-        "l.115-120): SimCSE (INLI) 79.40, DualCSE-Cross 80.18 average."
+        "Δ = DualCSE-cross − SimCSE-sup paired by seed, 95 % t-interval. Paper rows: "
+        f"{paper.DUALCSE_TEXT} l.117-118 (its backbone and budget, not ours)."
     )
-    kinds = [*HYPOTHESIS_TYPES, "avg"]
+    kinds = list(paper.HYPOTHESIS_COLUMNS)
+    names = {"simcse-sup": "SimCSE-sup (INLI)", "dualcse-cross": "DualCSE-cross"}
     rows = []
-    for (method,), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        rows.append([str(method), str(len(members)),
+    for method in _row_order([m for (m,) in groups], tuple(names)):
+        members = groups[(method,)]
+        rows.append([names.get(method, str(method)), str(len(members)),
                      *(fmt(stat(members, f"rte_{k}")) for k in kinds)])  # fmt: skip
     base, other = groups.get(("simcse-sup",), []), groups.get(("dualcse-cross",), [])
-    rows.append(["Δ (paired)", "", *(fmt_paired(paired(base, other, f"rte_{k}")) for k in kinds)])
+    deltas = [paired(base, other, f"rte_{k}") for k in kinds]
+    rows.append(["Δ (paired)", "", *(fmt_paired(d) for d in deltas)])
+    for method, numbers in paper.DUALCSE_RTE.items():
+        rows.append([f"paper: {names[method]}", "", *(f"{numbers[k].value:.2f}" for k in kinds)])
+    paper_delta = [paper.DUALCSE_RTE["dualcse-cross"][k].value
+                   - paper.DUALCSE_RTE["simcse-sup"][k].value for k in kinds]  # fmt: skip
+    rows.append(["paper: Δ", "", *(f"{d:+.2f}" for d in paper_delta)])
     rep.table(["method", "seeds", *kinds], rows)
+    if base and other:
+        path = _paired_bars(out / "dualcse_rte_delta.png",
+                            "DualCSE-cross − SimCSE-sup per hypothesis type",
+                            "Δ RTE accuracy × 100 (paired by seed), 95 % t-interval", kinds,
+                            deltas)  # fmt: skip
+        rep.image(path, "DualCSE minus SimCSE-sup RTE")
+        agree = [k for k, d, pd in zip(kinds, deltas, paper_delta, strict=True)
+                 if d and d.n > 1 and ((d.low > 0 and pd > 0) or (d.high < 0 and pd < 0))]  # fmt: skip
+        rep.text(
+            "Types where our interval excludes 0 with the paper's sign: "
+            + (", ".join(agree) if agree else "none")
+            + ". Elsewhere the difference is inside the seed noise at this budget or has the "
+            "opposite sign (table)."
+        )
 
 
 def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
@@ -763,6 +850,26 @@ SECTIONS = {
 }
 
 
+def _sources(experiment: str) -> str:
+    """Which paper's numbers and findings the report quotes, and where they are read from."""
+    papers = paper.EXPERIMENT_PAPERS.get(experiment, ((paper.PAPER, paper.PAPER_TEXT),))
+    cited = "; ".join(f"{name}, read from {text}" for name, text in papers)
+    return (
+        f"Paper numbers and findings: {cited} (text summaries; the PDFs were not available "
+        "offline), each with its line. Kept in dclr/experiments/paper.py."
+    )
+
+
+# What the CPU-scale runs of an experiment train on, for the report's caveat.
+CPU_SCALE_DATA = {
+    "consert-few-shot": "n texts of ConSERT's 89,192 STS texts",
+    "dualcse-inli": "INLI train",
+}
+
+
+SCORES = {"dualcse-inli": "RTE accuracy × 100 on INLI test of the final model."}
+
+
 def build_report(
     experiment: str,
     registry: Registry,
@@ -792,21 +899,22 @@ def build_report(
         f"{len({r.run_dir for r in runs})} complete runs, seeds "
         f"{', '.join(str(s) for s in sorted({r.seed for r in runs}))}"
         + (f"; {incomplete} incomplete run(s) left out" if incomplete else "")
-        + ". Scores: Spearman × 100 of cosine similarity on the STS test sets of best/."
+        + ". Scores: "
+        + SCORES.get(
+            experiment, "Spearman × 100 of cosine similarity on the STS test sets of best/."
+        )
     )
     if scales == ["cpu"]:
         rep.text(
-            f"CPU scale ({ANALYSIS_BACKBONE['cpu']} on the STS corpus, minutes per run) is a "
+            f"CPU scale ({ANALYSIS_BACKBONE['cpu']} on "
+            f"{CPU_SCALE_DATA.get(experiment, 'the STS corpus')}, minutes per run) is a "
             "smoke-scale reproduction: it checks the pipeline and the direction of effects, "
             "not the paper's magnitudes (see docs/reproduction-log.md)."
         )
     section = section_search if experiment.startswith("search:") else SECTIONS[experiment]
     section(rep, runs, out_dir)
     rep.heading("Sources")
-    rep.text(
-        f"Paper numbers: {paper.PAPER}, {paper.UNVERIFIED}, each with its line. Kept in "
-        "dclr/experiments/paper.py."
-    )
+    rep.text(_sources(experiment))
     md = out_dir / "report.md"
     md.write_text(rep.markdown())
     if html_out:
