@@ -185,6 +185,43 @@ def runs_rebuild(root: Root = DEFAULT_ROOT) -> None:
     console.print(f"indexed {n} run folder(s) under {root}")
 
 
+@runs_app.command("archive")
+def runs_archive(
+    experiment: Annotated[str, typer.Argument(help="The experiment whose runs to archive.")],
+    dest: Annotated[Path, typer.Option("-o", "--output", help="Archive folder (replaced).")],
+    root: Root = DEFAULT_ROOT,
+) -> None:
+    """Copy the records of an experiment's complete runs (config, env, scores, labels, metrics;
+    no models) to a folder that is itself a root: `dclr report NAME --root DEST` works on it, and
+    `dclr runs restore DEST` lets a later `dclr experiment run` skip those runs."""
+    from dclr.experiments.archive import archive_experiment
+
+    try:
+        done = archive_experiment(experiment, root, dest)
+    except DclrError as err:
+        fail(err)
+    console.print(f"archived {len(done.runs)} complete run(s) of {experiment} to {done.dest}")
+    if done.skipped_incomplete:
+        console.print(f"left out {len(done.skipped_incomplete)} incomplete run(s): "
+                      + ", ".join(done.skipped_incomplete))  # fmt: skip
+
+
+@runs_app.command("restore")
+def runs_restore(
+    archive: Annotated[Path, typer.Argument(help="A `dclr runs archive` folder.")],
+    root: Root = DEFAULT_ROOT,
+) -> None:
+    """Copy an archive's run records into the root (existing run folders are kept) and re-index
+    it, so `dclr experiment run` trains only the runs the archive lacks."""
+    from dclr.experiments.archive import restore_records
+
+    try:
+        restored = restore_records(archive, root)
+    except DclrError as err:
+        fail(err)
+    console.print(f"restored {len(restored)} run record(s) into {root}")
+
+
 # ---- experiments --------------------------------------------------------------------------------
 Scale = Annotated[str, typer.Option(help="cpu (MiniLM, STS corpus, minutes) | paper (GPU).")]
 Seeds = Annotated[

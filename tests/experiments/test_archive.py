@@ -1,0 +1,97 @@
+"""`dclr runs archive` / `restore`: an experiment's run records without models, a root of its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from experiment_runs import write_run
+from typer.testing import CliRunner
+
+from dclr.cli import app
+from dclr.errors import InputError
+from dclr.experiments.archive import RECORD_FILES, archive_experiment, restore_records
+from dclr.experiments.registry import Registry
+from dclr.experiments.report import build_report
+from dclr.experiments.runner import action_for, plan
+
+LABEL = "consert-augmentations"
+
+
+def _cells(**labels: object) -> dict:
+    return {"scale": "cpu", "backbone": "minilm", "method": "consert", **labels}
+
+
+def _experiment_root(root: Path) -> None:
+    for view, offset in (("none", 0.0), ("token_shuffle", 1.5)):
+        for seed in (42, 43, 44):
+            run = write_run(root, f"v-{view}-{seed}", method="consert", seed=seed,
+                            avg=70.0 + offset + (seed - 42) * 0.25,
+                            labels={LABEL: [_cells(view=view)]})  # fmt: skip
+            (run / "best").mkdir()
+            (run / "best" / "model.safetensors").write_bytes(b"\0" * 1000)
+            (run / "before.json").write_text(json.dumps({"avg": 60.0}))
+    write_run(root, "unfinished", method="consert", avg=None, labels={LABEL: [_cells(view="none")]})
+    write_run(root, "other-experiment", method="consert", labels={"main": [_cells()]})
+
+
+def test_archive_keeps_records_only_and_rebuilds_the_same_report(tmp_path: Path) -> None:
+    root, dest = tmp_path / "exp", tmp_path / "archive"
+    _experiment_root(root)
+    done = archive_experiment(LABEL, root, dest)
+    assert len(done.runs) == 6 and done.skipped_incomplete == ("unfinished",)
+    kept = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert "runs/v-none-42/before.json" in kept and "runs/v-none-42/results.json" in kept
+    assert not any("safetensors" in p or "unfinished" in p or "other" in p for p in kept)
+    assert {Path(p).name for p in kept if p.startswith("runs/")} <= set(RECORD_FILES)
+    with Registry(root) as live:
+        live.rebuild()
+        original = build_report(LABEL, live, tmp_path / "r1").read_text()
+    with Registry(dest) as archived:  # the archive carries its own index
+        again = build_report(LABEL, archived, tmp_path / "r2").read_text()
+    table = [line for line in original.splitlines() if line.startswith("| ")]
+    assert table and table == [line for line in again.splitlines() if line.startswith("| ")]
+    assert "+1.50 [+1.50, +1.50]" in again
+
+
+def test_archive_of_an_experiment_with_no_complete_run_names_the_fix(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    write_run(root, "unfinished", method="consert", avg=None, labels={LABEL: [_cells(view="none")]})
+    with pytest.raises(InputError, match=r"no complete run of experiment .* \(1 incomplete\)"):
+        archive_experiment(LABEL, root, tmp_path / "archive")
+    assert not (tmp_path / "archive").exists()
+
+
+def test_restored_records_are_skipped_by_the_runner(tmp_path: Path) -> None:
+    """The real plan of dualcse-inli: archive the first seed's two runs, restore them into a
+    fresh root, and the runner skips exactly those and starts the rest."""
+    first = tmp_path / "first"
+    runs = plan("dualcse-inli", "cpu", 3, first)
+    for item in runs[:2]:  # seed 42: DualCSE-cross and SimCSE-sup
+        item.run_dir.mkdir(parents=True)
+        item.config.save(item.run_dir / "config.yaml")
+        (item.run_dir / "env.json").write_text("{}")
+        (item.run_dir / "results.json").write_text(json.dumps({"rte_test": {"avg": 70.0}}))
+        (item.run_dir / "labels.json").write_text(json.dumps({"dualcse-inli": item.labels}))
+    archive_experiment("dualcse-inli", first, tmp_path / "archive")
+    second = tmp_path / "second"
+    assert len(restore_records(tmp_path / "archive", second)) == 2
+    assert restore_records(tmp_path / "archive", second) == []  # already there: kept
+    assert [p.action for p in plan("dualcse-inli", "cpu", 3, second)] == ["skip"] * 2 + [
+        "start"
+    ] * 4
+    assert action_for(second / "runs" / runs[0].run_dir.name) == "skip"
+
+
+def test_cli_archive_and_restore(tmp_path: Path) -> None:
+    root, dest = tmp_path / "exp", tmp_path / "archive"
+    _experiment_root(root)
+    runner = CliRunner()
+    result = runner.invoke(app, ["runs", "archive", LABEL, "-o", str(dest), "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "archived 6 complete run(s)" in result.output and "unfinished" in result.output
+    result = runner.invoke(app, ["runs", "restore", str(dest), "--root", str(tmp_path / "new")])
+    assert result.exit_code == 0 and "restored 6 run record(s)" in result.output
+    result = runner.invoke(app, ["runs", "restore", str(tmp_path), "--root", str(tmp_path / "n")])
+    assert result.exit_code == 2 and "holds no runs/ folder" in result.output
