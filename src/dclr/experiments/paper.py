@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 PAPER = "Zhou et al., ACL 2022, arXiv 2205.00656"
 PAPER_TEXT = "../shared/papers/dclr.txt"
-UNVERIFIED = f"read from {PAPER_TEXT} (the PDF itself was not available offline)"
 TABLE1_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 
 
