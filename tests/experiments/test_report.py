@@ -258,14 +258,30 @@ def test_consert_tables_keep_view_order_and_sort_texts_as_numbers(tmp_path: Path
         few = build_report("consert-few-shot", registry, tmp_path / "few").read_text()
     # rows in CONSERT_VIEW_PAIRS order; paired deltas identical per seed -> zero-width interval
     rows = _table(aug, "view")
-    assert [r[0] for r in rows] == ["none", "token_shuffle", "embedding_dropout"]
-    assert [r[5] for r in rows] == ["70.25 ± 0.35", "72.25 ± 0.35", "69.25 ± 0.35"]
-    assert [r[6] for r in rows] == ["—", "+2.00 [+2.00, +2.00]", "-1.00 [-1.00, -1.00]"]
-    assert [r[0] for r in _table(few, "texts")] == ["1", "10", "100", "1000"]
+    assert [r[0] for r in rows] == ["none", "token_shuffle", "embedding_dropout",
+                                    "starting model (untrained)"]  # fmt: skip
+    assert [r[5] for r in rows] == ["70.25 ± 0.35", "72.25 ± 0.35", "69.25 ± 0.35", "60.00"]
+    assert [r[6] for r in rows] == ["—", "+2.00 [+2.00, +2.00]", "-1.00 [-1.00, -1.00]", ""]
+    # write_run starts every run at avg 60 with task offsets -3..+3: STS-B +2, SICK-R +3
+    assert rows[3][3:5] == ["62.00", "63.00"]
+    assert [r[0] for r in _table(few, "texts")] == ["1", "10", "100", "1000",
+                                                    "starting model (untrained)"]  # fmt: skip
     assert "Yan et al., ACL 2021" in aug and "consert.txt" in aug and "Zhou et al." not in aug
     assert "l.89-91" in aug and "l.92" in few
     for path in (tmp_path / "aug" / "consert_views.png", tmp_path / "few" / "consert_few_shot.png"):
         assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_no_starting_row_when_runs_start_from_different_models(tmp_path: Path) -> None:
+    from dclr.experiments.report import RunData, _shared_start
+
+    same = [
+        RunData({}, {}, tmp_path, 42, {"avg": 60.0}),
+        RunData({}, {}, tmp_path, 43, {"avg": 60.0}),
+    ]
+    assert _shared_start(same) == {"avg": 60.0}
+    assert _shared_start([*same, RunData({}, {}, tmp_path, 44, {"avg": 61.0})]) is None
+    assert _shared_start([*same, RunData({}, {}, tmp_path, 44)]) is None
 
 
 def test_dualcse_report_pairs_by_seed_next_to_the_paper(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +122,14 @@ class RunData:
     """One (run, place) pair of an experiment: labels, STS test scores, run folder.
 
     `scores` are the best model's STS test scores plus `dev`, the best STS-B dev score the run
-    selected its model by (absent for runs without dev evaluation)."""
+    selected its model by (absent for runs without dev evaluation); `before` the starting model's
+    STS test scores (results.json "before"; empty when the run has none)."""
 
     labels: dict[str, Any]
     scores: dict[str, float]
     run_dir: Path
     seed: int
+    before: dict[str, float] = field(default_factory=dict)
 
 
 def load_runs(registry: Registry, experiment: str, scale: str | None) -> tuple[list[RunData], int]:
@@ -147,7 +149,8 @@ def load_runs(registry: Registry, experiment: str, scale: str | None) -> tuple[l
             scores[f"rte_{kind}"] = value
         if results.get("best_dev_metric") is not None:
             scores["dev"] = float(results["best_dev_metric"])
-        runs.append(RunData(labels, scores, run_dir, int(row["seed"])))
+        before = dict(results.get("before") or {})
+        runs.append(RunData(labels, scores, run_dir, int(row["seed"]), before))
     return runs, incomplete
 
 
@@ -591,9 +594,27 @@ def _score_table(
         rows.append([str(value), str(len(members)), fmt(stat(members, "dev")),
                      fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness")),
                      fmt(stat(members, "avg")), fmt_paired(delta)])  # fmt: skip
+    start = _shared_start(runs)
+    if start is not None:  # every run starts from the same model: its scores as a reference row
+        rows.append(["starting model (untrained)", "—", "—", _num(start.get("STSBenchmark")),
+                     _num(start.get("SICKRelatedness")), _num(start.get("avg")), ""])  # fmt: skip
     rep.table([key, "seeds", "STS-B dev", "STS-B", "SICK-R", "avg",
                f"Δ avg vs {base} (paired) [95 % CI]"], rows)  # fmt: skip
     return values
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _shared_start(runs: list[RunData]) -> dict[str, float] | None:
+    """The starting model's scores when every run records the same ones, else None."""
+    starts = [r.before for r in runs]
+    if not starts or not all(starts):
+        return None
+    first = starts[0]
+    same = all(abs(s.get("avg", np.nan) - first.get("avg", np.nan)) < 1e-9 for s in starts)
+    return first if same else None
 
 
 def _paired_bars(path: Path, title: str, xlabel: str, labels: list[str],
