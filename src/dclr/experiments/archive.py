@@ -4,8 +4,9 @@ A run folder holds models and checkpoints (hundreds of MB) beside a few small fi
 the run was and what it scored. `archive_experiment` copies those small files of every complete
 run an experiment uses into `DEST/runs/<run folder>/`, so DEST is itself an experiments root:
 
-- `dclr runs rebuild --root DEST` then `dclr report NAME --root DEST` rebuild the report from the
-  archive alone (no model is needed: reports read scores from results.json);
+- `dclr report NAME --root DEST` rebuilds the report from the archive alone (no model is needed:
+  reports read scores from results.json; the index, a binary file not kept in the archive, is
+  built from the records on first use);
 - copying `DEST/runs/*` into another root makes `dclr experiment run NAME` there skip the archived
   runs (their folder holds results.json) and train only the missing ones, so an experiment too long
   for one machine session can be finished in the next.
@@ -72,8 +73,6 @@ def archive_experiment(experiment: str, root: Path, dest: Path) -> Archived:
             for name in RECORD_FILES:
                 if (run_dir / name).is_file():
                     shutil.copy2(run_dir / name, target / name)
-        with Registry(tmp) as registry:  # an index, so `dclr report --root DEST` works at once
-            registry.rebuild()
     return Archived(dest, tuple(sorted(names)), tuple(sorted(p.name for p in incomplete)))
 
 

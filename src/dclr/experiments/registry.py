@@ -163,10 +163,13 @@ class Registry:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.db_path = Path(db_path) if db_path is not None else self.root / INDEX_FILE
+        fresh = not self.db_path.exists()
         self.db = sqlite3.connect(self.db_path, timeout=30)  # several writers: wait, not fail
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA foreign_keys = ON")
         self.db.executescript(SCHEMA)
+        if fresh:  # no index yet (a new root, or run folders copied in): build it from the folders
+            self.rebuild()
 
     def close(self) -> None:
         self.db.close()
