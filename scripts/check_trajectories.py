@@ -12,11 +12,17 @@ numbers. JSON floats round-trip exactly (Python writes the shortest repr that re
     python scripts/check_trajectories.py --record ...    # (re)write the recordings
 
 Runs are pinned to 2 intra-op threads (a float reduction's order can depend on the thread count).
+The same code also gives other last bits on another CPU (vendor / kernel set: an AMD EPYC with
+AVX512 differs from the machine of the first recordings at 1e-7), so a CPU kind can have its own
+recordings, `<case>[-short]@<hardware_key>.json`, made the same way from the pre-refactor commit
+(`git archive 7e02519`, this script copied in, `--record`; DualCSE then trained through
+`dclr dualcse train`); `recording_path` picks this machine's when there is one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -74,8 +80,28 @@ def command(case: Case, run_dir: Path, short: bool) -> list[str]:
     return [sys.executable, "-m", "dclr", *args, "-o", str(run_dir)]
 
 
+def hardware_key() -> str:
+    """CPU vendor and the kernel set torch dispatches to (e.g. AuthenticAMD-AVX512): float results
+    of the same code can differ between these, so each has its own recordings."""
+    import platform
+
+    import torch
+
+    vendor = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+                break
+    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
+
+
 def recording_path(case: Case, short: bool) -> Path:
-    return RECORDINGS / f"{case.name}{'-short' if short else ''}.json"
+    """This machine's recording (`<case>[-short]@<hardware_key>.json`, made from the pre-refactor
+    commit on such a CPU) when there is one, else the original recording."""
+    stem = f"{case.name}{'-short' if short else ''}"
+    own = RECORDINGS / f"{stem}@{hardware_key()}.json"
+    return own if own.is_file() else RECORDINGS / f"{stem}.json"
 
 
 def run_case(case: Case, short: bool) -> list[dict[str, float]]:
@@ -118,7 +144,8 @@ def check(case: Case, short: bool, record: bool) -> bool:
     path = recording_path(case, short)
     if record:
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"case": case.name, "torch": torch.__version__, "threads": int(THREADS)}
+        payload = {"case": case.name, "torch": torch.__version__, "threads": int(THREADS),
+                   "hardware": hardware_key()}  # fmt: skip
         path.write_text(json.dumps({**payload, "steps": rows}, indent=1) + "\n")
         print(f"{case.name}{' (short)' if short else ''}: recorded {len(rows)} steps -> {path}")
         return True
