@@ -437,8 +437,7 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     rep.image(_save(fig, out / "uniformity.png"), "uniformity vs step")
-    finding, source = paper.FINDINGS["uniformity"]
-    rep.text(f"Paper: {finding} ({source}).")
+    _paper_finding(rep, "uniformity")
 
 
 def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
@@ -493,8 +492,7 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
         if drops:
             rep.text(f"Ours, {100 * least:g}% vs {100 * full:g}% of the data (relative change of "
                      f"the mean): {'; '.join(drops)}.")  # fmt: skip
-    finding, source = paper.FINDINGS["few-shot"]
-    rep.text(f"Paper: {finding} ({source}). No per-point numbers are kept, so none is drawn.")
+    _paper_finding(rep, "few-shot", " No per-point numbers are kept, so none is drawn.")
 
 
 def section_sensitivity(rep: Report, runs: list[RunData], out: Path) -> None:
@@ -534,8 +532,7 @@ def section_sensitivity(rep: Report, runs: list[RunData], out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     rep.image(_save(fig, out / "sensitivity.png"), "sensitivity to phi and k")
-    finding, source = paper.FINDINGS["sensitivity"]
-    rep.text(f"Paper: {finding} ({source}).")
+    _paper_finding(rep, "sensitivity")
 
 
 def section_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
@@ -579,12 +576,18 @@ def _row_order(values: list[Any], order: tuple[Any, ...] = ()) -> list[Any]:
     return [v for v in order if v in values] + rest
 
 
+def _paper_finding(rep: Report, key: str, extra: str = "") -> None:
+    """The paper's finding `key` (paper.FINDINGS) with its source, as one line of the report."""
+    finding, source = paper.FINDINGS[key]
+    rep.text(f"Paper: {finding} ({source}).{extra}")
+
+
 def _score_table(
     rep: Report, runs: list[RunData], key: str, base: Any, order: tuple[Any, ...] = ()
-) -> list[Any]:
+) -> tuple[list[Any], dict[tuple[Any, ...], list[RunData]]]:
     """One row per value of label `key` (in `order`, else numbers ascending): STS-B dev, STS-B,
     SICK-R, avg (mean ± std), and the paired avg difference to the row `base` with its 95 %
-    interval. Returns the row values in table order."""
+    interval. Returns the row values in table order and the runs grouped by them."""
     groups = group(runs, key)
     values = _row_order([v for (v,) in groups], order)
     rows = []
@@ -600,7 +603,7 @@ def _score_table(
                      _num(start.get("SICKRelatedness")), _num(start.get("avg")), ""])  # fmt: skip
     rep.table([key, "seeds", "STS-B dev", "STS-B", "SICK-R", "avg",
                f"Δ avg vs {base} (paired) [95 % CI]"], rows)  # fmt: skip
-    return values
+    return values, groups
 
 
 def _num(value: float | None) -> str:
@@ -647,8 +650,7 @@ def section_consert_augmentations(rep: Report, runs: list[RunData], out: Path) -
         "Mean ± std over seeds; Δ paired by seed."
     )
     order = tuple(label for label, _, _ in CONSERT_VIEW_PAIRS)
-    values = _score_table(rep, runs, "view", "none", order)
-    groups = group(runs, "view")
+    values, groups = _score_table(rep, runs, "view", "none", order)
     others = [v for v in values if v != "none"]
     deltas = [paired(groups.get(("none",), []), groups[(v,)], "avg") for v in others]
     path = _paired_bars(out / "consert_views.png",
@@ -656,8 +658,7 @@ def section_consert_augmentations(rep: Report, runs: list[RunData], out: Path) -
                         "Δ 7-task STS avg vs view 'none' (paired by seed), 95 % t-interval",
                         [str(v) for v in others], deltas)  # fmt: skip
     rep.image(path, "ConSERT view deltas")
-    finding, source = paper.FINDINGS["consert-augmentations"]
-    rep.text(f"Paper: {finding} ({source}).")
+    _paper_finding(rep, "consert-augmentations")
 
 
 def section_consert_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
@@ -667,8 +668,7 @@ def section_consert_few_shot(rep: Report, runs: list[RunData], out: Path) -> Non
         "model is the starting model. Mean ± std over seeds; Δ paired by seed."
     )
     largest = max(r.labels.get("texts", 0) for r in runs)
-    values = _score_table(rep, runs, "texts", largest)
-    groups = group(runs, "texts")
+    values, groups = _score_table(rep, runs, "texts", largest)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for task, color in (("avg", "#1f77b4"), ("STSBenchmark", "#2ca02c"),
@@ -683,8 +683,7 @@ def section_consert_few_shot(rep: Report, runs: list[RunData], out: Path) -> Non
     ax.grid(alpha=0.3)
     ax.legend()
     rep.image(_save(fig, out / "consert_few_shot.png"), "ConSERT few-shot curve")
-    finding, source = paper.FINDINGS["consert-few-shot"]
-    rep.text(f"Paper: {finding} ({source}).")
+    _paper_finding(rep, "consert-few-shot")
 
 
 def section_dualcse_inli(rep: Report, runs: list[RunData], out: Path) -> None:
