@@ -29,12 +29,11 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from dclr.data.paths import ENV_VAR as DATA_DIR_ENV_VAR
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import _SICK_FILES, _STSB_FILES, STS_SUBSETS, load_task
 from dclr.errors import ConfigError, InputError
+from dclr.progress import progress_bar
 
 # Where each archive comes from. Only "senteval" exists today; a dict so a mirror can replace it.
 SOURCES: dict[str, str] = {
@@ -215,13 +214,13 @@ def _fetch(
             total = int(length) if length and length.isdigit() else None
             if total is not None and total > max_bytes:
                 raise _too_big(url, f"announces {total} bytes", max_bytes)
-            with tqdm(
+            with progress_bar(
                 total=total,
                 unit="B",
                 unit_scale=True,
                 unit_divisor=1024,
                 desc=posixpath.basename(url) or "download",
-                disable=not show_progress,
+                enabled=show_progress,
             ) as bar:
                 while chunk := response.read(_CHUNK_BYTES):
                     received += len(chunk)

@@ -27,11 +27,11 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from dclr.errors import ConfigError, InputError
 from dclr.models.encoder import SentenceEncoder, model_limit, resolve_model
 from dclr.models.export import save_encoder
+from dclr.progress import progress_bar
 
 EncoderKind = Literal["cross", "bi"]
 ENCODER_KINDS: tuple[str, ...] = get_args(EncoderKind)
@@ -214,8 +214,8 @@ class DualEncoder(nn.Module):
         keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in tokens]
         order = np.argsort([len(x) for x in tokens["input_ids"]], kind="stable")[::-1]
         out = np.empty((len(distinct), self.hidden_size), dtype=np.float32)
-        bar = tqdm(
-            total=len(distinct), desc=f"encode {semantics}", unit="sent", disable=not show_progress
+        bar = progress_bar(
+            total=len(distinct), desc=f"encode {semantics}", unit="sent", enabled=show_progress
         )
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from dclr.errors import ConfigError, InputError
@@ -29,6 +28,7 @@ from dclr.models.packing import (
     unpad,
 )
 from dclr.models.pooling import POOLERS, MLPHead, needs_hidden_states, pool
+from dclr.progress import progress_bar
 
 DCLR_CONFIG = "dclr.json"
 # Sentences of different lengths to check that packed and padded forwards agree.
@@ -517,7 +517,9 @@ class SentenceEncoder(nn.Module):
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
         out = {p: np.empty((len(distinct), self.hidden_size), dtype=np.float32) for p in poolers}
-        bar = tqdm(total=len(distinct), desc=progress_label, unit="sent", disable=not show_progress)
+        bar = progress_bar(
+            total=len(distinct), desc=progress_label, unit="sent", enabled=show_progress
+        )
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             if self.packing:  # straight from token ids: no pad-then-unpad round trip

@@ -31,6 +31,7 @@ from dclr import atomic
 from dclr.errors import ConfigError, DclrError, InputError
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.precision import load_inference_encoder
+from dclr.progress import progress_bar
 from dclr.runlock import FolderLock
 from dclr.serving.fingerprint import model_fingerprint
 from dclr.serving.memory import trim_heap
@@ -179,12 +180,12 @@ def encode_shards(
         return 0
     size, n_rows = manifest["shard_size"], manifest["rows"]
     total = sum(min(size, n_rows - k * size) for k in todo)
-    bar = tqdm(
+    bar = progress_bar(
         total=total,
         desc=f"encode (rank {rank})" if world > 1 else "encode",
         unit="row",
         position=rank,
-        disable=not show_progress,
+        enabled=show_progress,
     )
     last_row = (max(todo) + 1) * size  # nothing past this row is ours
     rows: list[int] = []

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from dclr import distributed as dist
@@ -31,6 +30,7 @@ from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.losses.gradcache import GradCache
 from dclr.methods.registry import get_method
+from dclr.progress import progress_bar
 from dclr.training.batch import Batch
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
@@ -226,8 +226,8 @@ class Trainer:
                 log.log(0, kind, values)
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
         end = min(self.total_steps, stop_at_step or self.total_steps)
-        bar = tqdm(
-            total=self.total_steps, initial=start, desc="train", unit="step", disable=not main
+        bar = progress_bar(
+            total=self.total_steps, initial=start, desc="train", unit="step", enabled=main
         )
         self.model.train()
         tic, seen = time.perf_counter(), 0

@@ -1,0 +1,29 @@
+"""Progress bars that honour `TQDM_DISABLE`.
+
+tqdm reads its `TQDM_*` variables once, at import, into the defaults of `tqdm.__init__`; an explicit
+`disable=` argument then wins. Every bar in dclr passes one (rank 0 only, `show_progress=False`), so
+without this helper `TQDM_DISABLE=1` would be ignored and logs of long runs would fill with bars.
+Here the variable is read when the bar is made. Our choice where tqdm is loose: "", "0", "false",
+"no" and "off" (any case) leave bars on; tqdm itself turns any non-empty value into True.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tqdm.auto import tqdm
+
+_OFF_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+
+def disabled_by_env() -> bool:
+    """Whether `TQDM_DISABLE` asks for no bars."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() not in _OFF_WORDS
+
+
+def progress_bar(*, enabled: bool = True, **kwargs: Any) -> tqdm:
+    """A `tqdm` bar, off when `enabled` is false or `TQDM_DISABLE` says so; other kwargs go to tqdm."""
+    if "disable" in kwargs:
+        raise TypeError("progress_bar: pass enabled=, not disable=")
+    return tqdm(disable=not enabled or disabled_by_env(), **kwargs)

@@ -1,0 +1,60 @@
+"""The progress-bar helper honours TQDM_DISABLE at call time, and every bar in dclr uses it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dclr.progress import disabled_by_env, progress_bar
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dclr"
+
+
+@pytest.mark.parametrize(
+    ("value", "off"),
+    [
+        (None, False),
+        ("", False),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("OFF", False),
+        ("1", True),
+        ("true", True),
+        ("yes", True),
+        ("True", True),
+    ],
+)
+def test_env_value_decides(monkeypatch, value, off):
+    if value is None:
+        monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    else:
+        monkeypatch.setenv("TQDM_DISABLE", value)
+    assert disabled_by_env() is off
+    with progress_bar(total=3, enabled=True) as bar:
+        assert bar.disable is off
+
+
+def test_enabled_false_always_disables(monkeypatch):
+    monkeypatch.setenv("TQDM_DISABLE", "0")
+    with progress_bar(total=3, enabled=False) as bar:
+        assert bar.disable is True
+
+
+def test_disable_keyword_is_refused():
+    with pytest.raises(TypeError, match="enabled="):
+        progress_bar(total=1, disable=True)
+
+
+def test_every_bar_in_the_package_goes_through_the_helper():
+    """A direct `tqdm(` call with its own disable= would silently ignore TQDM_DISABLE again."""
+    direct = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in SRC.rglob("*.py")
+        if path.name != "progress.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\btqdm\(", line)
+    ]
+    assert direct == []
