@@ -19,7 +19,6 @@ u are `SentenceTransformer(folder).encode([(s, "explicit")])` / `[(s, "implicit"
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, get_args
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dclr.atomic import staged_folder
 from dclr.errors import ConfigError, InputError
 from dclr.models.encoder import SentenceEncoder, model_limit, resolve_model
 from dclr.models.export import save_encoder
@@ -131,20 +131,11 @@ class DualEncoder(nn.Module):
     def save(self, path: str | Path, extra: dict | None = None) -> Path:
         """Write the model to `path` (replacing it atomically) and return the path."""
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        for name, encoder in self.encoders.items():
-            save_encoder(encoder, tmp / _folder(name))
-        info = {"format": FORMAT, "kind": self.kind, "prompts": self.prompts, **(extra or {})}
-        (tmp / DUALCSE_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
-        old = path.with_name(path.name + ".old")
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        if old.exists():
-            shutil.rmtree(old)
+        with staged_folder(path) as tmp:
+            for name, encoder in self.encoders.items():
+                save_encoder(encoder, tmp / _folder(name))
+            info = {"format": FORMAT, "kind": self.kind, "prompts": self.prompts, **(extra or {})}
+            (tmp / DUALCSE_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
         return path
 
     # ---- training interface -----------------------------------------------------------------

@@ -13,9 +13,9 @@ config), not the training length (SimCSE trains on 32 tokens) nor the position t
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
+from dclr.atomic import staged_folder
 from dclr.models.card import CardFacts, write_card
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, model_limit
 
@@ -34,10 +34,13 @@ LAYER_AVERAGING = ("avg_first_last", "avg_top2")
 def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None = None) -> Path:
     """Write `encoder` to `path` (replacing it atomically) and return the path."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    with staged_folder(path) as tmp:
+        _write_encoder(encoder, tmp, shown_as=path, extra=extra)
+    return path
+
+
+def _write_encoder(encoder: SentenceEncoder, tmp: Path, shown_as: Path, extra: dict | None) -> None:
+    """Fill the empty folder `tmp` with the model files; `shown_as` is the name the card gives."""
     pooler = encoder.inference_pooler
     max_length = encoder.max_length or backbone_limit(encoder)
     encoder.backbone.save_pretrained(tmp, safe_serialization=True)
@@ -73,14 +76,7 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
         dimension=encoder.hidden_size,
         steps=info.get("step"),
     )
-    write_card(tmp, facts, shown_as=path)
-    old = path.with_name(path.name + ".old")
-    if path.exists():
-        path.rename(old)
-    tmp.rename(path)
-    if old.exists():
-        shutil.rmtree(old)
-    return path
+    write_card(tmp, facts, shown_as=shown_as)
 
 
 def backbone_limit(encoder: SentenceEncoder) -> int:
