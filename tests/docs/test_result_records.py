@@ -1,0 +1,39 @@
+"""Archived run records under docs/results are committed, not git-ignored.
+
+The docs tell readers to `dclr runs restore docs/results/.../records`; a `runs/` ignore rule once
+kept every archive out of git, so a fresh clone had nothing to restore.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def in_git_checkout() -> None:
+    if shutil.which("git") is None or _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout")
+
+
+def test_archived_records_exist_and_are_not_ignored(in_git_checkout):
+    files = sorted(p for p in RESULTS.glob("**/records/runs/*/*") if p.is_file())
+    assert files, "no archived run records under docs/results"
+    ignored = _git("check-ignore", "--no-index", *map(str, files)).stdout.split()
+    assert ignored == []
+
+
+def test_a_new_archive_would_not_be_ignored(in_git_checkout):
+    """Any future `dclr runs archive NAME -o docs/results/SCALE/NAME/records` is kept too."""
+    probe = RESULTS / "cpu-scale" / "new-experiment" / "records" / "runs" / "r-1" / "results.json"
+    assert _git("check-ignore", "--no-index", str(probe)).returncode == 1  # 1: not ignored
