@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -83,8 +84,6 @@ def command(case: Case, run_dir: Path, short: bool) -> list[str]:
 def hardware_key() -> str:
     """CPU vendor and the kernel set torch dispatches to (e.g. AuthenticAMD-AVX512): float results
     of the same code can differ between these, so each has its own recordings."""
-    import platform
-
     import torch
 
     vendor = platform.processor() or platform.machine()

@@ -49,3 +49,16 @@ def test_the_public_api_is_importable_from_dclr():
         assert getattr(dclr, name) is not None
     with pytest.raises(AttributeError):
         dclr.no_such_thing  # noqa: B018
+
+
+def test_ci_runs_the_readmes_test_command():
+    """`.ci/run` runs each line of README's "Run the tests" block verbatim, in order, `pytest` last."""
+    text = README.read_text()
+    section = text[text.index("Run the tests:") :]
+    match = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert match, "README has no test command block after 'Run the tests:'"
+    wanted = [line for line in match.group(1).splitlines() if line.strip()]
+    ci = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()]
+    positions = [ci.index(line) for line in wanted]  # ValueError names a missing line
+    assert positions == sorted(positions)
+    assert ci[-1] == wanted[-1] == "pytest"
