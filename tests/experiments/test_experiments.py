@@ -8,9 +8,16 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT
 
+from dclr.errors import ConfigError
 from dclr.experiments import paper
 from dclr.experiments.registry import Registry
-from dclr.experiments.runner import launcher_train, plan, run_experiment, subset_corpus
+from dclr.experiments.runner import (
+    launcher_train,
+    parse_only,
+    plan,
+    run_experiment,
+    subset_corpus,
+)
 from dclr.experiments.search import SearchSpace, run_search
 from dclr.experiments.specs import (
     ABLATIONS,
@@ -227,7 +234,25 @@ def test_shards_split_the_plan(tmp_path: Path) -> None:
                        log=lambda _: None, shard=(k, 2))  # fmt: skip
     trained = [name for name, _ in calls]
     everything = [p.run_dir.name for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)]
-    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 42
+    # per seed: [CLS] 2 x 4 rho + 2 x 3 + 2 (calibrated); mean pooling 4 variants x 4 rho
+    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 96
+
+
+def test_only_keeps_the_runs_with_those_labels(tmp_path: Path) -> None:
+    overrides = {"data_dir": "/nowhere"}
+    only = parse_only(["setting=mean", "density=0.5,0"])
+    assert only == {"setting": ["mean"], "density": ["0.5", "0"]}
+    picked = plan("dense", "cpu", 3, tmp_path, RECIPES, overrides, only=only)
+    cells = [lab for p in picked for lab in p.labels]
+    assert len(picked) == 3 * 2 * 4 and len(cells) == len(picked)
+    assert {c["setting"] for c in cells} == {"mean"} and {c["density"] for c in cells} == {0, 0.5}
+    every = {p.run_dir for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)}
+    assert {p.run_dir for p in picked} < every  # the same folders as the whole plan's
+    for bad in (["density"], ["=0.5"]):
+        with pytest.raises(ConfigError, match="LABEL=VALUE"):
+            parse_only(bad)
+    with pytest.raises(ConfigError, match="no run"):
+        plan("dense", "cpu", 1, tmp_path, RECIPES, overrides, only={"setting": ["nope"]})
 
 
 def test_issue16_experiments_resolve_to_valid_configs() -> None:

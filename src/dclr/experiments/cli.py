@@ -277,15 +277,23 @@ def experiment_run(
             "e.g. 'torchrun --nproc_per_node 4' (DDP) or '{python}' (this interpreter)."
         ),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="LABEL=V1,V2: only the runs whose label LABEL is one of the values (repeat for "
+            "several labels), e.g. --only setting=mean --only density=0.5,0."
+        ),
+    ] = None,
 ) -> None:
     """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
-    from dclr.experiments.runner import launcher_train, plan, run_experiment
+    from dclr.experiments.runner import launcher_train, parse_only, plan, run_experiment
     from dclr.training.config import parse_overrides
 
     try:
         overrides = parse_overrides(set_ or [])
+        wanted = parse_only(only)
         if dry_run:
-            for item in plan(name, scale, seeds, root, recipes_dir, overrides):
+            for item in plan(name, scale, seeds, root, recipes_dir, overrides, only=wanted):
                 out.print(
                     f"{item.action:6} {item.run_dir.name}  {json.dumps(item.labels) if item.labels else '(dependency)'}"
                 )
@@ -302,6 +310,7 @@ def experiment_run(
             train=train,
             log=console.print,
             shard=_parse_shard(shard),
+            only=wanted,
         )
     except DclrError as err:
         fail(err)

@@ -117,6 +117,38 @@ def action_for(run_dir: Path) -> str:
     return "start"
 
 
+def label_matches(labels: dict[str, Any], only: dict[str, list[str]] | None) -> bool:
+    """Whether a spec's labels hold one of the wanted values for every key of `only`
+    (`{"density": ["0.5", "0"]}`; numbers compare as numbers, so "0" matches 0.0)."""
+    for key, wanted in (only or {}).items():
+        if key not in labels:
+            return False
+        value = labels[key]
+        if not any(_same_label(value, w) for w in wanted):
+            return False
+    return True
+
+
+def _same_label(value: Any, wanted: str) -> bool:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(wanted) == float(value)
+        except ValueError:
+            return False
+    return str(value) == wanted
+
+
+def parse_only(items: list[str] | None) -> dict[str, list[str]]:
+    """`--only KEY=V1,V2` options -> {KEY: [V1, V2]} (repeated keys: every condition holds)."""
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise ConfigError(f"--only {item!r}: expected LABEL=VALUE[,VALUE...], e.g. density=0.5")
+        out.setdefault(key.strip(), []).extend(v.strip() for v in values.split(","))
+    return out
+
+
 def plan(
     name: str,
     scale: str,
@@ -125,11 +157,16 @@ def plan(
     recipes_dir: Path | None = None,
     overrides: dict[str, Any] | None = None,
     materialize: bool = False,
+    only: dict[str, list[str]] | None = None,
 ) -> list[Planned]:
-    """Every run the experiment needs (dependencies first), deduplicated by run folder."""
+    """Every run the experiment needs (dependencies first), deduplicated by run folder; `only`
+    keeps the runs whose labels match (`label_matches`), e.g. one setting's cells first."""
     recipes_dir = recipes_dir or default_recipes_dir()
     planned: dict[Path, Planned] = {}
-    for spec in experiment_specs(name, scale, n_seeds):
+    specs = [s for s in experiment_specs(name, scale, n_seeds) if label_matches(s.labels, only)]
+    if only and not specs:
+        raise ConfigError(f"--only {only}: no run of experiment {name!r} has these labels")
+    for spec in specs:
         chain = []
         dep = spec.complementary_from
         while dep is not None:  # complementary models are trained before the runs that use them
@@ -175,6 +212,7 @@ def run_experiment(
     train: Callable[[TrainConfig, bool], Any] | None = None,
     log: Callable[[str], None] = print,
     shard: tuple[int, int] | None = None,
+    only: dict[str, list[str]] | None = None,
 ) -> list[Planned]:
     """Train every missing run of the experiment, then label and register each run folder.
 
@@ -187,7 +225,7 @@ def run_experiment(
 
         train = run_training
     root = Path(root)
-    runs = plan(name, scale, n_seeds, root, recipes_dir, overrides, materialize=True)
+    runs = plan(name, scale, n_seeds, root, recipes_dir, overrides, materialize=True, only=only)
     if shard is not None:
         k, n = shard
         if not 0 <= k < n:

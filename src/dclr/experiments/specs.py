@@ -205,8 +205,17 @@ def _augmentations(scale: str, seeds: list[int]) -> list[RunSpec]:
     ]
 
 
-# Paraphrase-dense batches (issue 12): rho = share of each batch made of gold paraphrase pairs.
-DENSITIES = (0.0, 0.25, 0.5)
+# Paraphrase-dense batches (issues 12, 23): rho = share of each batch made of gold paraphrase
+# pairs; rho x batch / 2 must be whole (batch 64: 4, 8 and 16 pairs).
+DENSITIES = (0.0, 0.125, 0.25, 0.5)
+# Two training settings (issue 23): the recipes' [CLS] + SimCSE's train-only MLP head, and the
+# one sentence-transformers users train in (mean pooling, no head; `dclr.st.DCLRLoss`). Both
+# keep the recipes' 60 steps at lr 3e-5, so the committed [CLS] cells and the new ones share
+# one budget.
+DENSE_SETTINGS: dict[str, dict[str, Any]] = {
+    "cls_head": {},
+    "mean": {"pooler": "mean", "mlp_head": False},
+}
 # variant -> (method, overrides): SimCSE, DCLR as the paper writes it, and DCLR without each part.
 DENSE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "simcse": ("simcse", {}),
@@ -219,10 +228,22 @@ DENSE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "dclr",
         {"phi_calibration": "random_pairs", "phi_calibration_target": 0.001},
     ),
+    # the model being trained scores its own negatives (no complementary model)
+    "dclr_self": ("dclr", {"weighting": "self"}),
 }
-# Variants run at some densities only (CPU budget): calibrated phi where there are no gold false
-# negatives (does it cost anything?) and where they are densest (does it help?).
-DENSE_VARIANT_DENSITIES: dict[str, tuple[float, ...]] = {"dclr_calibrated": (0.0, 0.5)}
+# The variants of each setting. "Without noise" equals the paper form to 0.01 at the paper's
+# sigma and beta (the [CLS] table), so the mean setting does not repeat it.
+DENSE_SETTING_VARIANTS: dict[str, tuple[str, ...]] = {
+    "cls_head": ("simcse", "dclr", "dclr_no_noise", "dclr_no_weighting", "dclr_calibrated"),
+    "mean": ("simcse", "dclr", "dclr_calibrated", "dclr_self"),
+}
+# Variants run at some densities only (CPU budget), per setting: in [CLS], calibrated phi where
+# there are no gold false negatives (does it cost anything?) and where they are densest.
+DENSE_VARIANT_DENSITIES: dict[tuple[str, str], tuple[float, ...]] = {
+    ("cls_head", "dclr_calibrated"): (0.0, 0.5),
+    ("cls_head", "dclr_no_noise"): (0.0, 0.25, 0.5),
+    ("cls_head", "dclr_no_weighting"): (0.0, 0.25, 0.5),
+}
 # The dense runs skip dev evaluation (best/ = final/, the model after a fixed budget): the
 # table compares models at equal steps, and dev evaluations would add ~40 % to a CPU run.
 DENSE_SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 0}, "paper": {}}
@@ -232,14 +253,23 @@ def _dense(scale: str, seeds: list[int]) -> list[RunSpec]:
     backbone = ANALYSIS_BACKBONE[scale]
     specs = []
     for seed in seeds:  # seed-major: each finished seed is a complete paired comparison
-        for density in DENSITIES:
-            for variant, (method, overrides) in DENSE_VARIANTS.items():
-                if density not in DENSE_VARIANT_DENSITIES.get(variant, DENSITIES):
-                    continue
-                extra = {**DENSE_SCALE_OVERRIDES[scale], **overrides, "paraphrase_density": density}
-                spec = _pair(scale, backbone, seed, method, extra)
-                labels = {**spec.labels, "variant": variant, "density": density}
-                specs.append(dataclasses.replace(spec, labels=labels))
+        for setting, setting_overrides in DENSE_SETTINGS.items():
+            for density in DENSITIES:
+                for variant in DENSE_SETTING_VARIANTS[setting]:
+                    wanted = DENSE_VARIANT_DENSITIES.get((setting, variant), DENSITIES)
+                    if density not in wanted:
+                        continue
+                    method, overrides = DENSE_VARIANTS[variant]
+                    extra = {
+                        **DENSE_SCALE_OVERRIDES[scale],
+                        **setting_overrides,
+                        **overrides,
+                        "paraphrase_density": density,
+                    }
+                    spec = _pair(scale, backbone, seed, method, extra)
+                    labels = {**spec.labels, "setting": setting, "variant": variant,
+                              "density": density}  # fmt: skip
+                    specs.append(dataclasses.replace(spec, labels=labels))
     return specs
 
 
@@ -333,7 +363,8 @@ EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = 
     "augmentations": (_augmentations, "each positive-view strategy with and without DCLR"),
     "dense": (
         _dense,
-        "paraphrase-dense batches: SimCSE vs DCLR and its parts at rho = 0, 0.25, 0.5",
+        "paraphrase-dense batches in two settings ([CLS] + MLP head; mean pooling, no head): "
+        "SimCSE vs DCLR and its parts at rho = 0, 0.125, 0.25, 0.5",
     ),
     "consert-augmentations": (
         _consert_augmentations,
