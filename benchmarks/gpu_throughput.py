@@ -27,7 +27,7 @@ from dclr.losses.complementary import CachedComplementary
 from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.batch import Batch
+from dclr.contract import Batch
 
 WORDS = [
     "the",

@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 from dclr.data.corpus import load_corpus
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.batch import Batch
+from dclr.contract import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_FLOP_FACTOR = 3  # backward costs about twice the forward

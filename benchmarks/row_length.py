@@ -27,7 +27,7 @@ from encode import MODEL, sample  # noqa: E402
 from dclr.data.corpus import load_corpus  # noqa: E402
 from dclr.losses.simcse import SimCSELoss  # noqa: E402
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
-from dclr.training.batch import Batch
+from dclr.contract import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS: list[int | None] = [None, 64, 128, 256]

@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import save_file
 
 from dclr import distributed as dist
+from dclr.contract import Batch
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.batch import Batch
 
 SENTENCES = [
     "A man is playing a guitar.",

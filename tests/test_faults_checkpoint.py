@@ -13,14 +13,14 @@ import pytest
 from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
 
 import dclr.losses.simcse as simcse_module
+from dclr.driver import trainer_for
+from dclr.recipe import load_config
 from dclr.training.checkpoint import (
     CorruptCheckpoint,
     CorruptCheckpointWarning,
     latest_checkpoint,
     verify_checkpoint,
 )
-from dclr.training.config import load_config
-from dclr.training.loop import Trainer
 from dclr.training.runfolder import TrainingStopped
 from dclr.training.tracking import read_metrics
 
@@ -50,7 +50,7 @@ def losses(run_dir):
 def reference(model_dir, corpus_file, tmp_path_factory):
     """The uninterrupted run's loss per step."""
     run = tmp_path_factory.mktemp("reference") / "run"
-    Trainer(make_config(model_dir, corpus_file, run)).train()
+    trainer_for(make_config(model_dir, corpus_file, run)).train()
     return losses(run)
 
 
@@ -59,7 +59,7 @@ def interrupted_run(model_dir, corpus_file, run, monkeypatch):
     real = simcse_module.simcse_loss
     monkeypatch.setattr(simcse_module, "simcse_loss", interrupt_on_call(real, 10))
     with pytest.raises(KeyboardInterrupt):
-        Trainer(make_config(model_dir, corpus_file, run)).train()
+        trainer_for(make_config(model_dir, corpus_file, run)).train()
     monkeypatch.setattr(simcse_module, "simcse_loss", real)
     assert latest_checkpoint(run / "checkpoints").name == "step-00000008"
 
@@ -76,7 +76,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_intact_one(
     assert damaged in verify_checkpoint(newest)
 
     with pytest.warns(CorruptCheckpointWarning, match=f"step-00000008/{damaged}"):
-        Trainer(make_config(model_dir, corpus_file, run)).train(resume=True)
+        trainer_for(make_config(model_dir, corpus_file, run)).train(resume=True)
     assert losses(run) == reference  # from step 4 on, exactly the uninterrupted trajectory
     assert (run / "checkpoints" / "step-00000008.corrupt").is_dir()  # kept aside, never reused
     assert latest_checkpoint(run / "checkpoints").name == f"step-{STEPS:08d}"
@@ -88,7 +88,7 @@ def test_no_intact_checkpoint_names_every_bad_file(model_dir, corpus_file, tmp_p
     for step in (4, 8):
         (run / "checkpoints" / f"step-{step:08d}" / "trainer.pt").write_bytes(b"")
     with pytest.warns(CorruptCheckpointWarning), pytest.raises(CorruptCheckpoint) as err:
-        Trainer(make_config(model_dir, corpus_file, run)).train(resume=True)
+        trainer_for(make_config(model_dir, corpus_file, run)).train(resume=True)
     message = str(err.value)
     assert "step-00000004/trainer.pt" in message and "step-00000008/trainer.pt" in message
     assert "--overwrite" in message
@@ -104,7 +104,7 @@ def test_legacy_checkpoint_without_manifest_still_names_the_bad_file(
     data = (newest / "model.safetensors").read_bytes()
     (newest / "model.safetensors").write_bytes(data[: len(data) // 3])
     with pytest.warns(CorruptCheckpointWarning, match="step-00000008/model.safetensors"):
-        Trainer(make_config(model_dir, corpus_file, run)).train(resume=True)
+        trainer_for(make_config(model_dir, corpus_file, run)).train(resume=True)
 
 
 def test_sigterm_before_the_first_save_leaves_a_resumable_checkpoint(
@@ -124,18 +124,18 @@ def test_sigterm_before_the_first_save_leaves_a_resumable_checkpoint(
 
     monkeypatch.setattr(simcse_module, "simcse_loss", signalled)
     with pytest.raises(TrainingStopped) as err:
-        Trainer(config).train()
+        trainer_for(config).train()
     monkeypatch.setattr(simcse_module, "simcse_loss", real)
     assert err.value.step == 6 and "--resume" in str(err.value)
     assert latest_checkpoint(run / "checkpoints").name == "step-00000006"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler is removed"
-    Trainer(config).train(resume=True)
+    trainer_for(config).train(resume=True)
     assert losses(run) == reference
 
 
 def test_manifest_lists_size_and_checksum_of_every_file(model_dir, corpus_file, tmp_path):
     run = tmp_path / "run"
-    Trainer(make_config(model_dir, corpus_file, run, max_steps=2, save_steps=2)).train()
+    trainer_for(make_config(model_dir, corpus_file, run, max_steps=2, save_steps=2)).train()
     checkpoint = run / "checkpoints" / "step-00000002"
     manifest = json.loads((checkpoint / "manifest.json").read_text())["files"]
     assert set(manifest) == {"model.safetensors", "trainer.pt", "state.json"}

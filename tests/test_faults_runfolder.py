@@ -15,11 +15,11 @@ import pytest
 import torch
 from helpers import make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
 
+from dclr.driver import run_training
 from dclr.errors import ConfigError
+from dclr.recipe import load_config
 from dclr.runlock import LOCK_FILE, FolderLock, LockHeld
 from dclr.training.checkpoint import checkpoint_dirs, latest_checkpoint, save_checkpoint
-from dclr.training.config import load_config
-from dclr.training.driver import run_training
 from dclr.training.runfolder import RUN_FILE, run_id
 from dclr.training.tracking import read_metrics
 

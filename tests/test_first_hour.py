@@ -16,7 +16,8 @@ from dclr.cli import app, split_tasks
 from dclr.clitools import HELP_SECTIONS, scores_table, train_keys_help
 from dclr.errors import ConfigError, InputError
 from dclr.methods.registry import available_methods, get_method
-from dclr.training.config import CORE_SECTIONS, load_config
+from dclr.recipe import load_config
+from dclr.training.config import CORE_SECTIONS
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}  # help text on one line per option
@@ -98,7 +99,7 @@ def test_before_after_table_has_a_change_column_and_names_drops():
 
 
 def test_offline_hub_id_fails_at_once_and_leaves_no_run_folder(tmp_path, monkeypatch):
-    from dclr.training.driver import run_training
+    from dclr.driver import run_training
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

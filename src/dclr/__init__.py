@@ -7,26 +7,9 @@ The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
 
 from typing import Any
 
+from dclr._meta import API, __version__
 from dclr.errors import DclrError, InputError
 
-__version__ = "0.1.0"
-
-API = (
-    "Batch",
-    "Method",
-    "SentenceEncoder",
-    "TrainConfig",
-    "TrainResult",
-    "Trainer",
-    "available_methods",
-    "encode",
-    "evaluate_sts",
-    "get_method",
-    "load_config",
-    "load_encoder",
-    "register",
-    "train",
-)
 __all__ = ["DclrError", "InputError", "__version__", *API]
 
 

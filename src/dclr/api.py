@@ -17,20 +17,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dclr import API
+from dclr._meta import API
+from dclr.contract import Batch as Batch
+from dclr.contract import TrainResult as TrainResult
+from dclr.driver import run_training
 from dclr.evaluation.sts import StsEvaluator
+from dclr.methods.base import Method as Method
 
 # Re-exported for `import dclr` (the names in dclr.API).
-from dclr.methods import available_methods as available_methods
-from dclr.methods import get_method as get_method
-from dclr.methods import register as register
-from dclr.methods.base import Method as Method
+from dclr.methods.registry import available_methods as available_methods
+from dclr.methods.registry import get_method as get_method
+from dclr.methods.registry import register as register
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.batch import Batch as Batch
-from dclr.training.config import TrainConfig, load_config
-from dclr.training.driver import run_training
+from dclr.recipe import load_config, updated
+from dclr.training.config import TrainConfig
 from dclr.training.loop import Trainer as Trainer
-from dclr.training.loop import TrainResult as TrainResult
 
 __all__ = list(API)  # the names `import dclr` exposes (dclr.API)
 
@@ -69,7 +70,7 @@ def train(
     if not isinstance(config, TrainConfig):
         config = load_config(config, overrides)
     elif overrides:
-        config = config.updated(overrides)
+        config = updated(config, overrides)
     return run_training(config, resume=resume)
 
 

@@ -231,8 +231,8 @@ def train_cmd(
     The run folder is locked while training: a second run into it is refused, naming the holder.
     SIGTERM or Ctrl-C saves a checkpoint at the end of the current step before stopping.
     """
+    from dclr.recipe import load_config, parse_overrides
     from dclr.runlock import FolderLock
-    from dclr.training.config import load_config, parse_overrides
     from dclr.training.runfolder import rank_from_env
 
     try:
@@ -259,7 +259,7 @@ def train_cmd(
         if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
             FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
         quiet_hf()
-        from dclr.training.driver import run_training
+        from dclr.driver import run_training
 
         summary = run_training(config, resume=resume is not None, overwrite=overwrite)
     except DclrError as err:
@@ -438,7 +438,7 @@ def config_convert(
 
     import yaml
 
-    from dclr.training.config import load_config
+    from dclr.recipe import load_config
 
     try:
         with warnings.catch_warnings():
@@ -461,7 +461,7 @@ def config_show(
     """The resolved config of a recipe (+ overrides), every section explicit."""
     import yaml
 
-    from dclr.training.config import load_config, parse_overrides
+    from dclr.recipe import load_config, parse_overrides
 
     try:
         config = load_config(recipe, parse_overrides(set_ or []))

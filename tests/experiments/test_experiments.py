@@ -25,7 +25,8 @@ from dclr.experiments.specs import (
     ExperimentUnavailable,
     experiment_specs,
 )
-from dclr.training.config import TrainConfig, config_from_dict, load_config
+from dclr.recipe import config_from_dict, load_config
+from dclr.training.config import TrainConfig
 from dclr.views.strategies import RATED
 
 RECIPES = REPO_ROOT / "recipes"
@@ -90,7 +91,7 @@ def test_paper_scale_dclr_uses_the_simcse_run_as_complementary(tmp_path: Path) -
 
 
 def test_augmentations_needs_the_view_option() -> None:
-    from dclr.training.config import flat_hints
+    from dclr.recipe import flat_hints
 
     if VIEW_FIELD in flat_hints():  # the option lives in a section; flat names still address it
         specs = experiment_specs("augmentations", "cpu", 1)
@@ -215,7 +216,7 @@ def test_experiment_commands(tmp_path: Path) -> None:
     args = ["experiment", "run", "augmentations", "--root", str(tmp_path), "--dry-run",
             "--recipes-dir", str(RECIPES)]  # fmt: skip
     result = runner.invoke(app, args)
-    from dclr.training.config import flat_hints
+    from dclr.recipe import flat_hints
 
     if VIEW_FIELD not in flat_hints():
         assert result.exit_code == 2 and "not available yet" in result.output

@@ -7,8 +7,8 @@ import pytest
 
 from dclr.errors import ConfigError
 from dclr.losses.calibration import phi_from_paraphrases, phi_from_random_pairs
-from dclr.training.calibrate import calibrate_phi
-from dclr.training.config import load_config
+from dclr.methods.dclr_calibrate import calibrate_phi
+from dclr.recipe import load_config
 
 
 def test_random_pairs_quantile_hand_computed() -> None:

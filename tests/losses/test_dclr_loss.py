@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dclr import (
     DCLRLoss,
@@ -17,7 +18,6 @@ from dclr.losses.dclr import (
     official_weights,
 )
 from dclr.losses.simcse import SimCSELoss, simcse_loss
-from dclr.training.batch import Batch
 
 
 def cos(a, b):

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dualcse import DUALCSE_TERMS, DualCSELoss, DualEmbeddings, dualcse_loss
 from dclr.losses.supervised import SupervisedNLILoss, supervised_simcse_loss
-from dclr.training.batch import Batch
 
 PAPER_TAU = 0.05
 E1, E2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])

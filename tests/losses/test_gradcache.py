@@ -5,11 +5,11 @@ import torch
 from helpers import TINY, minilm_path
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+from dclr.contract import Batch
 from dclr.losses.dclr import DCLRLoss
-from dclr.losses.gradcache import GradCache
 from dclr.losses.simcse import SimCSELoss, simcse_loss
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.batch import Batch
+from dclr.training.gradcache import GradCache
 
 SENTENCES = [
     "A man plays a guitar.",

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.simcse import SimCSELoss, simcse_loss
-from dclr.training.batch import Batch
 
 
 def hand_infonce(z1: list[list[float]], z2: list[list[float]], tau: float) -> float:

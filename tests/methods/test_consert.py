@@ -7,12 +7,12 @@ import torch
 from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus
 
 from dclr.data.sampling import few_shot_indices as sample_indices
+from dclr.driver import trainer_for
 from dclr.errors import ConfigError
 from dclr.losses.consert import ConSERTLoss, nt_xent_loss
 from dclr.losses.simcse import simcse_loss
-from dclr.methods import get_method
-from dclr.training.config import load_config
-from dclr.training.loop import Trainer
+from dclr.methods.registry import get_method
+from dclr.recipe import load_config
 from dclr.training.tracking import read_metrics
 
 
@@ -158,7 +158,7 @@ def run(model_dir, corpus_file, out, **options):
         {"model": str(model_dir), "corpus": str(corpus_file), "batch_size": 8, "max_steps": 3,
          "eval_steps": 0, "log_steps": 1, "test_eval": False, "output_dir": str(out), **options},
     )  # fmt: skip
-    trainer = Trainer(config)
+    trainer = trainer_for(config)
     trainer.train()
     return trainer, {r["step"]: r["loss"] for r in read_metrics(out, "train")}
 
@@ -203,14 +203,14 @@ def test_resume_with_views_reproduces_the_trajectory(model_dir, corpus_file, tmp
              **options},
         )  # fmt: skip
 
-    Trainer(config(tmp_path / "a")).train()
+    trainer_for(config(tmp_path / "a")).train()
     real = consert_module.nt_xent_loss
     # interrupted at step 5, after the step-4 checkpoint
     monkeypatch.setattr(consert_module, "nt_xent_loss", interrupt_on_call(real, 5))
     with pytest.raises(KeyboardInterrupt):
-        Trainer(config(tmp_path / "b")).train()
+        trainer_for(config(tmp_path / "b")).train()
     monkeypatch.setattr(consert_module, "nt_xent_loss", real)
-    Trainer(config(tmp_path / "b")).train(resume=True)
+    trainer_for(config(tmp_path / "b")).train(resume=True)
 
     def trajectory(run_dir):
         return {r["step"]: r["loss"] for r in read_metrics(run_dir, "train")}

@@ -9,6 +9,7 @@ import torch
 from helpers import make_tiny_model_dir, train_one_and_two_ranks
 
 from dclr.data.corpus import ListCorpus, TextFileCorpus
+from dclr.driver import trainer_for
 from dclr.errors import InputError
 from dclr.losses.complementary import (
     CachedComplementary,
@@ -16,8 +17,7 @@ from dclr.losses.complementary import (
     TwoViewComplementary,
 )
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.config import load_config
-from dclr.training.loop import Trainer
+from dclr.recipe import load_config
 from dclr.training.tracking import read_metrics
 
 SENTENCES = [
@@ -125,7 +125,7 @@ def test_complementary_scorers_are_frozen(model_dir):
 
 
 def test_dclr_trains_logs_its_parts_and_exports_only_the_encoder(model_dir, corpus_file, tmp_path):
-    result = Trainer(dclr_config(model_dir, corpus_file, tmp_path / "run")).train()
+    result = trainer_for(dclr_config(model_dir, corpus_file, tmp_path / "run")).train()
     rows = read_metrics(tmp_path / "run", "train")
     assert [r["step"] for r in rows] == list(range(1, 7))
     assert all(r["noise_count"] == 8 for r in rows)  # ratio 1 x batch 8
@@ -141,7 +141,7 @@ def test_dclr_trains_logs_its_parts_and_exports_only_the_encoder(model_dir, corp
 
 @pytest.mark.parametrize("mode", ["on_the_fly", "two_views"])
 def test_other_complementary_modes_train(model_dir, corpus_file, tmp_path, mode):
-    Trainer(
+    trainer_for(
         dclr_config(model_dir, corpus_file, tmp_path / mode, complementary_mode=mode, max_steps=2)
     ).train()
     assert len(read_metrics(tmp_path / mode, "train")) == 2
@@ -158,16 +158,18 @@ def test_other_complementary_modes_train(model_dir, corpus_file, tmp_path, mode)
     ],
 )
 def test_every_ablation_runs(model_dir, corpus_file, tmp_path, overrides):
-    Trainer(dclr_config(model_dir, corpus_file, tmp_path / "run", max_steps=2, **overrides)).train()
+    trainer_for(
+        dclr_config(model_dir, corpus_file, tmp_path / "run", max_steps=2, **overrides)
+    ).train()
     rows = read_metrics(tmp_path / "run", "train")
     assert len(rows) == 2 and all(np.isfinite(r["loss"]) for r in rows)
 
 
 def test_dclr_with_both_parts_off_follows_simcse(model_dir, corpus_file, tmp_path):
-    Trainer(
+    trainer_for(
         dclr_config(model_dir, corpus_file, tmp_path / "d", noise_mode="none", weighting="none")
     ).train()
-    Trainer(dclr_config(model_dir, corpus_file, tmp_path / "s", method="simcse")).train()
+    trainer_for(dclr_config(model_dir, corpus_file, tmp_path / "s", method="simcse")).train()
     d = [r["loss"] for r in read_metrics(tmp_path / "d", "train")]
     s = [r["loss"] for r in read_metrics(tmp_path / "s", "train")]
     assert d == s
@@ -212,7 +214,7 @@ def test_dense_batches_and_calibrated_phi_in_the_trainer(
         paraphrase_density=0.5, complementary_mode="on_the_fly", complementary_model=str(model_dir),
         phi_calibration="random_pairs", phi_calibration_target=0.25,
     )  # fmt: skip
-    trainer = Trainer(config)
+    trainer = trainer_for(config)
     gold = GoldIndex(gold_paraphrase_pairs(data_dir))
     for step in range(2):
         flags = np.asarray(gold.matrix([trainer.data[int(i)] for i in trainer.global_batch(step)]))

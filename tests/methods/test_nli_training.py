@@ -11,12 +11,12 @@ from helpers import (
     write_pseudo_corpus,
 )
 
+from dclr.contract import Batch
+from dclr.driver import run_schedule, trainer_for
 from dclr.errors import ConfigError
 from dclr.losses.supervised import NLIHead, SupervisedNLILoss
-from dclr.methods import get_method
-from dclr.training.batch import Batch
-from dclr.training.config import load_config
-from dclr.training.loop import Trainer, run_schedule
+from dclr.methods.registry import get_method
+from dclr.recipe import load_config
 from dclr.training.tracking import read_metrics
 
 
@@ -69,10 +69,10 @@ def losses(run_dir):
 
 def test_supervised_simcse_on_senteval_nli_trains_reproducibly(model_dir, nli_folder, tmp_path):
     options = {"schedule": "sup", "nli_data": str(nli_folder)}
-    a = Trainer(config(model_dir, tmp_path / "a", **options))
+    a = trainer_for(config(model_dir, tmp_path / "a", **options))
     assert len(a.data) == 40  # one (premise, entailment, contradiction) triple per premise
     a.train()
-    Trainer(config(model_dir, tmp_path / "b", **options)).train()
+    trainer_for(config(model_dir, tmp_path / "b", **options)).train()
     first, second = losses(tmp_path / "a"), losses(tmp_path / "b")
     assert len(first) == 3 and all(math.isfinite(r["loss"]) for r in first.values())
     assert [r["loss"] for r in first.values()] == [r["loss"] for r in second.values()]
@@ -83,10 +83,10 @@ def test_supervised_simcse_on_a_simcse_csv(model_dir, tmp_path):
     rows = [",".join(pseudo_sentence(gen, 3, 9) for _ in range(3)) for _ in range(16)]
     csv = tmp_path / "nli.csv"
     csv.write_text("sent0,sent1,hard_neg\n" + "\n".join(rows) + "\n")
-    Trainer(config(model_dir, tmp_path / "r", schedule="sup", nli_data=str(csv))).train()
+    trainer_for(config(model_dir, tmp_path / "r", schedule="sup", nli_data=str(csv))).train()
     assert len(losses(tmp_path / "r")) == 3
     with pytest.raises(ConfigError, match="needs labelled pairs"):
-        Trainer(
+        trainer_for(
             config(
                 model_dir,
                 tmp_path / "x",
@@ -103,7 +103,7 @@ def test_joint_schedule_logs_both_parts_and_trains_the_head(model_dir, nli_folde
         nli_data=str(nli_folder), method="consert", pooler="avg_top2", mlp_head=False,
         view1="token_shuffle", view2="feature_cutoff", view2_rate=0.2, joint_weight=0.5,
     )  # fmt: skip
-    trainer = Trainer(cfg)
+    trainer = trainer_for(cfg)
     assert len(trainer.data) == 120  # every labelled pair
     trainer.train()
     rows = losses(tmp_path / "j")
@@ -143,7 +143,7 @@ def test_sup_then_unsup_runs_two_stages(model_dir, nli_folder, corpus_file, tmp_
     assert second.method == "simcse"  # the unsupervised stage: the contrastive method alone
     assert second.model.name == str(tmp_path / "two" / "stage-1" / "final")
     with pytest.raises(ConfigError, match="run_schedule"):
-        Trainer(cfg)
+        trainer_for(cfg)
     results = run_schedule(cfg)
     assert [r.steps for r in results] == [3, 3]
     assert (tmp_path / "two" / "stage-2" / "final" / "model.safetensors").is_file()
@@ -170,7 +170,7 @@ def test_second_stage_takes_its_own_learning_rate_and_epochs(model_dir, tmp_path
 
 
 def test_dclr_train_runs_a_two_stage_schedule(model_dir, nli_folder, corpus_file, tmp_path):
-    from dclr.training.driver import run_training
+    from dclr.driver import run_training
 
     cfg = config(
         model_dir, tmp_path / "two", schedule="joint_then_unsup", nli_data=str(nli_folder),
@@ -259,7 +259,7 @@ def test_joint_training_with_an_adversarial_view(model_dir, nli_folder, tmp_path
         nli_data=str(nli_folder), view1="token_shuffle", view2="adversarial",
         adversarial_epsilon=0.5,
     )  # fmt: skip
-    Trainer(cfg).train()
+    trainer_for(cfg).train()
     rows = losses(tmp_path / "adv")
     assert len(rows) == 3 and all(math.isfinite(r["contrastive"]) for r in rows.values())
 
@@ -282,16 +282,16 @@ def test_bad_adversarial_options(override, message):
 def test_resume_of_a_joint_run_restores_the_nli_head(model_dir, nli_folder, tmp_path, monkeypatch):
     options = {"schedule": "joint", "supervised_loss": "nli_head", "nli_data": str(nli_folder),
                "max_steps": 6, "save_steps": 2}  # fmt: skip
-    Trainer(config(model_dir, tmp_path / "a", **options)).train()
+    trainer_for(config(model_dir, tmp_path / "a", **options)).train()
     real = NLIHead.forward
     # interrupted at step 5, after the step-4 checkpoint
     monkeypatch.setattr(NLIHead, "forward", interrupt_on_call(real, 5))
     with pytest.raises(KeyboardInterrupt):
-        Trainer(config(model_dir, tmp_path / "b", **options)).train()
+        trainer_for(config(model_dir, tmp_path / "b", **options)).train()
     monkeypatch.setattr(NLIHead, "forward", real)
     checkpoint = tmp_path / "b" / "checkpoints" / "step-00000004"
     assert (checkpoint / "nli_head.safetensors").is_file()
-    Trainer(config(model_dir, tmp_path / "b", **options)).train(resume=True)
+    trainer_for(config(model_dir, tmp_path / "b", **options)).train(resume=True)
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
     assert {s: r["classification"] for s, r in a.items()} == {
         s: r["classification"] for s, r in b.items()

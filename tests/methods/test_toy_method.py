@@ -13,13 +13,12 @@ import torch
 from helpers import make_tiny_model_dir, write_pseudo_corpus
 from torch import nn
 
+from dclr.contract import Batch
+from dclr.driver import trainer_for
 from dclr.errors import ConfigError
-from dclr.methods import get_method, register
 from dclr.methods.base import Method
-from dclr.methods.registry import unregister
-from dclr.training.batch import Batch
-from dclr.training.config import load_config
-from dclr.training.loop import Trainer
+from dclr.methods.registry import get_method, register, unregister
+from dclr.recipe import load_config
 from dclr.training.tracking import read_metrics
 
 
@@ -82,7 +81,7 @@ def test_a_toy_method_registered_here_trains_two_steps(toy, tmp_path):
     )
     assert get_method(config.method).name == "toy_alignment"
     assert config.section("toy_alignment").scale == 2.0
-    result = Trainer(config).train()
+    result = trainer_for(config).train()
     rows = read_metrics(tmp_path / "run", "train")
     assert result.steps == 2 and [r["step"] for r in rows] == [1, 2]
     assert all(r["loss"] == pytest.approx(2.0 * r["alignment"]) for r in rows)

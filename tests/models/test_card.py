@@ -10,7 +10,7 @@ from sentence_transformers import SentenceTransformer
 from dclr.models.card import CardFacts, render_card, sts_table, write_run_cards
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder
 from dclr.models.export import save_encoder, st_modules
-from dclr.training.config import load_config
+from dclr.recipe import load_config
 
 
 def test_export_writes_a_card_and_keeps_the_backbone_limit(tmp_path):

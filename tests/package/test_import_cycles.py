@@ -1,10 +1,11 @@
 """No import cycle inside `dclr`.
 
-The rule: module A depends on module B when A imports B anywhere, at module level or inside a
-function (a deferred import only hides a cycle, it does not remove it). Imports under
-`if TYPE_CHECKING:` are annotations, not dependencies, and are not counted. `from P import name`
-depends on P.name when that is a module, else on P; a package is its `__init__`. Modules loaded
-by name through `importlib` (the CLI's command groups, the built-in methods) are not edges.
+The rule: module A depends on module B when A imports B anywhere: at module level, inside a
+function (a deferred import only hides a cycle, it does not remove it), under
+`if TYPE_CHECKING:` (an annotation that needs B is a dependency of the design too), or by name
+(a string literal that is a dclr module, or `module:attribute`, as the method registry's
+`BUILTIN` table and the CLI's command groups load them through `importlib`). `from P import name`
+depends on P.name when that is a module, else on P; a package is its `__init__`.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ def imports(tree: ast.AST, modules: set[str]) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = node.value.split(":", 1)[0]  # "dclr.methods.simcse:SIMCSE" loads the module
+            if named in modules and named.startswith("dclr."):
+                found.add(named)
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "dclr")
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # noqa: SIM102
@@ -105,6 +106,35 @@ def test_a_cycle_is_detected():
 
 def test_no_import_cycles_in_dclr():
     assert cycles(import_graph()) == []
+
+
+def test_type_checking_and_by_name_imports_are_edges():
+    modules = {"dclr.a", "dclr.b", "dclr.c"}
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from dclr.a import Thing\n"
+        "TABLE = {'x': 'dclr.b:OBJECT'}\n"
+        "def f():\n    import importlib\n    return importlib.import_module('dclr.c')\n"
+    )
+    assert imports(tree, modules) == modules
+
+
+def test_the_loop_and_the_core_config_never_import_the_registry():
+    graph = import_graph()
+    for module in ("dclr.training.loop", "dclr.training.config", "dclr.contract"):
+        assert "dclr.methods.registry" not in reach(graph, module), module
+
+
+def reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` depends on, directly or not."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
 
 
 def test_the_core_never_imports_the_command_line():

@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import TINY, make_tiny_model_dir
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.consert import nt_xent_loss
 from dclr.losses.dclr import (
@@ -25,7 +26,6 @@ from dclr.losses.dclr import (
 )
 from dclr.losses.simcse import cosine_matrix, simcse_loss
 from dclr.st import ConSERTLoss, DCLRLoss
-from dclr.training.batch import Batch
 
 N, D = 6, 8
 

@@ -4,7 +4,8 @@ import pytest
 from helpers import REPO_ROOT
 
 from dclr.errors import ConfigError
-from dclr.training.config import TrainConfig, load_config, parse_overrides
+from dclr.recipe import load_config, parse_overrides
+from dclr.training.config import TrainConfig
 
 RECIPES = sorted((REPO_ROOT / "recipes").glob("*.yaml"))
 

@@ -9,8 +9,8 @@ from ddp_check import HANG_S, SENTENCES, build, grads
 from helpers import REPO_ROOT, make_tiny_model_dir, train_one_and_two_ranks
 from safetensors.torch import load_file
 
+from dclr.contract import Batch
 from dclr.losses.simcse import SimCSELoss
-from dclr.training.batch import Batch
 from dclr.training.tracking import read_metrics
 
 

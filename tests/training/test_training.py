@@ -12,10 +12,10 @@ import pytest
 from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
 
 import dclr.losses.simcse as simcse_module
+from dclr.driver import trainer_for
 from dclr.errors import TrainingDiverged
+from dclr.recipe import load_config
 from dclr.training.checkpoint import latest_checkpoint
-from dclr.training.config import load_config
-from dclr.training.loop import Trainer
 from dclr.training.tracking import read_metrics
 
 
@@ -54,7 +54,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
         None, base_overrides(model_dir, corpus_file, tmp_path / "run", max_steps=20, save_steps=3)
     )
     with pytest.raises(TrainingDiverged, match="step 7") as err:
-        Trainer(config).train()
+        trainer_for(config).train()
     assert err.value.step == 7
     assert err.value.last_checkpoint is not None
     assert err.value.last_checkpoint.endswith("step-00000006")
@@ -70,15 +70,15 @@ def test_in_process_resume_matches_uninterrupted(model_dir, corpus_file, tmp_pat
             None, base_overrides(model_dir, corpus_file, out, max_steps=12, save_steps=4)
         )
 
-    Trainer(config(tmp_path / "a")).train()
+    trainer_for(config(tmp_path / "a")).train()
     real = simcse_module.simcse_loss
     # an interruption at step 10, after the step-8 checkpoint
     monkeypatch.setattr(simcse_module, "simcse_loss", interrupt_on_call(real, 10))
     with pytest.raises(KeyboardInterrupt):
-        Trainer(config(tmp_path / "b")).train()
+        trainer_for(config(tmp_path / "b")).train()
     monkeypatch.setattr(simcse_module, "simcse_loss", real)
     assert max(train_losses(tmp_path / "b")) == 9
-    Trainer(config(tmp_path / "b")).train(resume=True)
+    trainer_for(config(tmp_path / "b")).train(resume=True)
     assert train_losses(tmp_path / "a") == train_losses(tmp_path / "b")
 
 
@@ -149,8 +149,8 @@ def test_grad_cache_training_follows_the_uncached_trajectory(tmp_path, corpus_fi
     cached = load_config(
         None, base_overrides(model, corpus_file, tmp_path / "b", max_steps=5, grad_cache_chunk=3)
     )
-    Trainer(plain).train()
-    Trainer(cached).train()
+    trainer_for(plain).train()
+    trainer_for(cached).train()
     a, b = train_losses(tmp_path / "a"), train_losses(tmp_path / "b")
     assert a.keys() == b.keys()
     for step in a:
@@ -158,7 +158,7 @@ def test_grad_cache_training_follows_the_uncached_trajectory(tmp_path, corpus_fi
 
 
 def test_a_finished_run_can_drop_its_checkpoints(model_dir, corpus_file, tmp_path):
-    from dclr.training.driver import run_training
+    from dclr.driver import run_training
 
     options = {"max_steps": 4, "save_steps": 2, "keep_checkpoints_at_end": False}
     out = tmp_path / "run"

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.simcse import SimCSELoss, two_views
-from dclr.training.batch import Batch
 from dclr.views.adversarial import fgsm_perturbation
 from dclr.views.cutoff import (
     cut_elements,

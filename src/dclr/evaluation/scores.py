@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from dclr import __version__
+from dclr._meta import __version__
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.encoder import SentenceEncoder
 

@@ -21,8 +21,8 @@ from dclr.data.paraphrases import GoldIndex, gold_paraphrase_pairs, parse_source
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sampler import training_batches
 from dclr.evaluation.audit import DEFAULT_PHIS, Scorer, audit
+from dclr.methods.dclr_calibrate import calibrate_phi
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.calibrate import calibrate_phi
 
 # Calibration rules reported for every scorer: rule label -> (mode, target).
 CALIBRATIONS: dict[str, tuple[str, float]] = {

@@ -287,7 +287,7 @@ def experiment_run(
 ) -> None:
     """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
     from dclr.experiments.runner import launcher_train, parse_only, plan, run_experiment
-    from dclr.training.config import parse_overrides
+    from dclr.recipe import parse_overrides
 
     try:
         overrides = parse_overrides(set_ or [])
@@ -354,7 +354,7 @@ def experiment_search(
 ) -> None:
     """Grid or random search over any recipe field; each trial is a registered run."""
     from dclr.experiments.search import SearchSpace, run_search, trial_configs
-    from dclr.training.config import parse_overrides
+    from dclr.recipe import parse_overrides
 
     try:
         space = SearchSpace.parse(grid or [], uniform or [], log_uniform or [], trials, seed)

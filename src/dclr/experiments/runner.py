@@ -25,8 +25,9 @@ from dclr.data.sampling import few_shot_indices
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, config_hash, set_labels
 from dclr.experiments.specs import RunSpec, default_recipes_dir, experiment_specs
+from dclr.recipe import load_config
 from dclr.training.checkpoint import latest_checkpoint
-from dclr.training.config import TrainConfig, load_config
+from dclr.training.config import TrainConfig
 
 RUNS_DIR = "runs"
 CORPORA_DIR = "corpora"
@@ -221,7 +222,7 @@ def run_experiment(
     belongs to another shard must find it complete: start the shards after the dependencies
     (`--shard` is meant for independent runs, e.g. every CPU-scale experiment)."""
     if train is None:
-        from dclr.training.driver import run_training
+        from dclr.driver import run_training
 
         train = run_training
     root = Path(root)

@@ -23,7 +23,8 @@ import yaml
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, set_labels
 from dclr.experiments.runner import action_for, run_dir_for
-from dclr.training.config import TrainConfig, flat_hints, load_config
+from dclr.recipe import flat_hints, load_config
+from dclr.training.config import TrainConfig
 
 
 @dataclass
@@ -121,11 +122,11 @@ def _train_one(values: dict[str, Any], resume: bool, threads: int) -> str:
     """Worker: train one config (in its own process when parallel)."""
     import torch
 
-    from dclr.training.config import config_from_dict
-    from dclr.training.driver import run_training
+    from dclr.driver import run_training
+    from dclr.recipe import checked, config_from_dict
 
     torch.set_num_threads(threads)
-    config = config_from_dict(values).validate()
+    config = checked(config_from_dict(values))
     run_training(config, resume=resume)
     return config.run.output_dir
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from dclr.errors import ConfigError
-from dclr.training.config import flat_hints
+from dclr.recipe import flat_hints
 from dclr.views.strategies import RATED
 
 Scale = Literal["cpu", "paper"]

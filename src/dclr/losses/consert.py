@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import torch
 
+from dclr.contract import Batch
 from dclr.distributed import gather_with_grad
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import SimCSELoss
-from dclr.training.batch import Batch
 from dclr.views.pair import PositiveViews
 
 CONSERT_TEMPERATURE = 0.1  # ConSERT's tau (Yan et al. 2021, Sec. 4.1)

@@ -29,16 +29,16 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
+from dclr.contract import Batch
 from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix, info_nce
 from dclr.losses.simcse import check_temperature, two_views
-from dclr.training.batch import Batch
 from dclr.views.pair import SEED_STRIDE
 
 # The option types of DCLR, declared once (the config section uses these).
@@ -246,6 +246,7 @@ class DCLRLoss(torch.nn.Module):
         seed: int = 0,
         views=None,
         noise_weighting: NoiseWeighting = "none",
+        start_records: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature)
@@ -278,6 +279,8 @@ class DCLRLoss(torch.nn.Module):
         self.threshold = false_negative_threshold
         self.seed = seed
         self.views = views
+        # what was measured before step 1 (e.g. the calibration that chose phi): logged at step 0
+        self.start_records = dict(start_records or {})
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
         k = round(self.noise_ratio * z1.shape[0])

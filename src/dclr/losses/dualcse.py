@@ -29,9 +29,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from dclr.contract import Batch
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
-from dclr.training.batch import Batch
 
 # The loss parts, in the order of the docstring; each is logged on its own.
 DUALCSE_TERMS = ("explicit", "implicit", "intra_explicit", "intra_implied", "intra_contradiction")

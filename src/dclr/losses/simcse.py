@@ -12,11 +12,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from dclr.contract import Batch
 from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix as cosine_matrix  # re-exported for callers
 from dclr.losses.infonce import info_nce
-from dclr.training.batch import Batch
 from dclr.views.pair import PositiveViews
 
 

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError, InputError
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
-from dclr.training.batch import Batch
 from dclr.views.adversarial import fgsm_perturbation
 from dclr.views.masks import content_mask
 from dclr.views.pair import ViewSpec, dropout_off, unwrap, view_generator, view_inputs

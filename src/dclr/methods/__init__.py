@@ -1,10 +1,6 @@
-"""Training methods as plugins: each registers its config section, builders and objective.
+"""Training methods as plugins: each defines its config section, builders and objective.
 
-`register(method)` adds one; `get_method(name)` finds it (a recipe's `method:`); the built-in
-methods (simcse, consert, dclr, nli, dualcse, simcse_sup) register when first looked up.
-See docs/adding-a-method.md.
+`dclr.methods.registry.get_method(name)` finds one (a recipe's `method:`): the built-in methods
+(simcse, consert, dclr, nli, dualcse, simcse_sup), those of installed packages (entry-point group
+`dclr.methods`) and those added with `register(method)`. See docs/adding-a-method.md.
 """
-
-from dclr.methods.registry import available_methods, get_method, register
-
-__all__ = ["available_methods", "get_method", "register"]

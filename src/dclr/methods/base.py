@@ -1,6 +1,7 @@
 """What a method brings to the one training loop (`dclr.training.loop`).
 
-A method is an instance of a `Method` subclass, registered under its `name`:
+A method is an instance of a `Method` subclass (it implements `dclr.contract.MethodPlugin`),
+found by its `name` in `dclr.methods.registry`:
 
 * `section`: its config dataclass (validated by `section.validate(config)`), read as
   `config.section(name)`; a recipe writes it under the method's name;
@@ -8,26 +9,30 @@ A method is an instance of a `Method` subclass, registered under its `name`:
 * `load_data(config)`: the training examples, a sequence the loop indexes (default: the corpus);
 * `collate(model, examples, config)`: examples -> (features, labels), before moving to the device;
 * `build_objective(config, model, data, device)`: an `nn.Module` called as
-  `objective(batch) -> dict[str, Tensor]` with "loss" and named parts (`dclr.training.batch.Batch`);
+  `objective(batch) -> dict[str, Tensor]` with "loss" and named parts (`dclr.contract.Batch`);
 * hooks with sentence-encoder defaults: `dev_evaluator` (STS dev during training), `export`
   (`final/`, `best/`), `evaluate_start` / `evaluate_final` (the test tables), `stages` (a schedule
   of several runs).
 
-The loop never asks which method it runs; everything method-specific is here or in a subclass.
+The loop never asks which method it runs, and never looks one up: the driver resolves the method
+once and hands it to `Trainer(config, method)`. Everything method-specific is here or in a
+subclass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from dclr.contract import Evaluator, TrainResult
+from dclr.errors import ConfigError
+
 if TYPE_CHECKING:
     from dclr.training.config import TrainConfig
-    from dclr.training.loop import TrainResult
 
 # Config attributes that hold dropout probabilities in Hugging Face encoder configs.
 DROPOUT_KEYS = (
@@ -36,7 +41,6 @@ DROPOUT_KEYS = (
     "dropout",
     "attention_dropout",
 )
-Evaluator = Callable[[nn.Module], dict[str, float]]
 
 
 def dropout_overrides(config: TrainConfig) -> dict[str, Any]:
@@ -103,6 +107,19 @@ class Method:
     def convert_flat(self, flat: dict[str, Any]) -> dict[str, Any]:
         """Rewrite a flat (pre-sections) config before conversion (e.g. rename the method)."""
         return flat
+
+    def check(self, config: TrainConfig) -> None:
+        """Whether this method can train `config` (its sections already validated): the loop's
+        options it supports, then `validate`. Called by recipe loading and by `Trainer`."""
+        if config.method != self.name:
+            raise ConfigError(f"method {self.name!r} cannot check a {config.method!r} config")
+        if config.data.paraphrase_density > 0 and not self.sentence_batches:
+            raise ConfigError("paraphrase_density applies to unsupervised training only")
+        if config.optimisation.grad_cache_chunk and not self.supports_grad_cache:
+            raise ConfigError(
+                f"grad_cache_chunk supports unsupervised training only (not method {self.name!r})"
+            )
+        self.validate(config)
 
     def validate(self, config: TrainConfig) -> None:
         """Checks across sections (each section validates itself)."""

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dclr.losses.consert import ConSERTLoss
-from dclr.methods.registry import register
 from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection
 
 if TYPE_CHECKING:
@@ -26,4 +25,4 @@ class ConSERT(ContrastiveMethod):
     loss_class = ConSERTLoss
 
 
-register(ConSERT())
+CONSERT = ConSERT()

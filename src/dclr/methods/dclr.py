@@ -3,6 +3,7 @@ by a frozen complementary model (see `dclr.losses.dclr`, docs/dclr-loss-forms.md
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,6 @@ from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.losses.calibration import PhiCalibration, check_target
 from dclr.losses.dclr import ComplementaryMode, LossForm, NoiseMode, NoiseWeighting, Weighting
-from dclr.methods.registry import register
 from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection, build_views
 from dclr.models.pooling import POOLERS, PoolerName
 
@@ -124,8 +124,8 @@ def calibrate(
     """phi from the complementary model's own similarities (`dclr.losses.calibration`)."""
     from dclr.data.paraphrases import gold_paraphrase_pairs, parse_sources
     from dclr.data.paths import resolve_data_dir
+    from dclr.methods.dclr_calibrate import calibrate_phi
     from dclr.models.encoder import SentenceEncoder
-    from dclr.training.calibrate import calibrate_phi
 
     spec = section.complementary_model or config.model.name
     scorer = SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
@@ -152,7 +152,12 @@ class DCLR(ContrastiveMethod):
     section = DCLRSection
 
     def loss_module(
-        self, config: TrainConfig, model: Any, section: ContrastiveSection, complementary: Any
+        self,
+        config: TrainConfig,
+        model: Any,
+        section: ContrastiveSection,
+        complementary: Any,
+        start_records: dict[str, dict[str, Any]] | None = None,
     ) -> nn.Module:
         from dclr.losses.dclr import DCLRLoss
 
@@ -173,16 +178,17 @@ class DCLR(ContrastiveMethod):
             noise_weighting=section.noise_weighting,
             seed=config.run.seed,
             views=build_views(section, config.run.seed, dist.rank()),
+            start_records=start_records,
         )
 
     def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
         """The before-eval, from the pass that builds the complementary cache when both encode
-        with the starting model (`dclr.training.shared_start`); else evaluated on its own."""
+        with the starting model (`dclr.methods.dclr_start`); else evaluated on its own."""
+        from dclr.methods.dclr_start import shared_start_scores
         from dclr.training.phases import phase
-        from dclr.training.shared_start import shared_start_scores
 
         with phase("shared_start"):
-            shared = shared_start_scores(config, self.inference_pooler(config))
+            shared = shared_start_scores(config, self.inference_pooler(config), self)
         return shared if shared is not None else super().evaluate_start(config)
 
     def build_objective(
@@ -196,12 +202,13 @@ class DCLR(ContrastiveMethod):
             torch.distributed.barrier()
         if not main:
             complementary = build_complementary(config, section, data, device, False)
-        loss = self.loss_module(config, model, section, complementary)
-        if section.phi_calibration != "none":
-            calibration = calibrate(config, section, data, device)
-            loss.threshold = calibration["phi"]
-            loss.start_records = {"calibration": calibration}  # logged by the loop at step 0
-        return loss
+        if section.phi_calibration == "none":
+            return self.loss_module(config, model, section, complementary)
+        # a calibrated phi is the loss's input, and the calibration its step-0 record
+        calibration = calibrate(config, section, data, device)
+        calibrated = dataclasses.replace(section, false_negative_threshold=calibration["phi"])
+        records = {"calibration": calibration}
+        return self.loss_module(config, model, calibrated, complementary, records)
 
 
-register(DCLR())
+DCLR_METHOD = DCLR()

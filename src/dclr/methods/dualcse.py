@@ -18,11 +18,10 @@ from torch import nn
 from dclr.dualcse.model import EncoderKind
 from dclr.errors import ConfigError
 from dclr.methods.base import Method, build_encoder, dropout_overrides
-from dclr.methods.registry import register
 
 if TYPE_CHECKING:
+    from dclr.contract import TrainResult
     from dclr.training.config import TrainConfig
-    from dclr.training.loop import TrainResult
 
 SupPositives = Literal["both", "explicit", "implied"]
 # Every DualCSE-family recipe starts from these (the DualCSE paper's setting; no STS evaluation).
@@ -190,5 +189,5 @@ class SupervisedSimCSEOnINLI(INLIMethod):
         return {"encoder": "single"}
 
 
-register(DualCSE())
-register(SupervisedSimCSEOnINLI())
+DUALCSE = DualCSE()
+SIMCSE_SUP_INLI = SupervisedSimCSEOnINLI()

@@ -19,7 +19,6 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.methods.base import Method
-from dclr.methods.registry import get_method, register
 from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection
 
 if TYPE_CHECKING:
@@ -132,6 +131,24 @@ def has_hard_negatives(examples: Sequence[Any]) -> bool:
     return getattr(examples[0], "hard_negative", None) is not None
 
 
+def contrastive_plugin(name: str) -> ContrastiveMethod:
+    """The contrastive method `nli.contrastive` names (the joint part, the second stage)."""
+    from dclr.methods.consert import CONSERT
+    from dclr.methods.dclr import DCLR_METHOD
+    from dclr.methods.simcse import SIMCSE
+
+    plugins: dict[str, ContrastiveMethod] = {
+        "simcse": SIMCSE,
+        "consert": CONSERT,
+        "dclr": DCLR_METHOD,
+    }
+    if name not in plugins:
+        raise ConfigError(
+            f"nli.contrastive: unknown method {name!r}; choose from {sorted(plugins)}"
+        )
+    return plugins[name]
+
+
 def supervised_objective(
     config: TrainConfig,
     model: Any,
@@ -162,8 +179,7 @@ def supervised_objective(
                 epsilon, other, first, seed=config.run.seed, rank=dist.rank()
             )
             views = dataclasses.replace(views, view1="dropout", view2="dropout")
-        plugin = get_method(contrastive_method)
-        assert isinstance(plugin, ContrastiveMethod)
+        plugin = contrastive_plugin(contrastive_method)
         contrastive = plugin.loss_module(config, model, views, None)
     return SupervisedNLILoss(
         model,
@@ -216,7 +232,7 @@ class NLI(Method):
         """`sup_then_unsup` / `joint_then_unsup`: stage 1 (`sup` / `joint`) on the NLI data writes
         `<output_dir>/stage-1`; stage 2 trains the `contrastive` method from its final model on
         `data.corpus` in `<output_dir>/stage-2`. Other schedules are one stage."""
-        from dclr.training.config import config_from_dict
+        from dclr.training.config import build_config
 
         section: NLISection = config.section("nli")
         if section.schedule not in TWO_STAGE:
@@ -240,8 +256,11 @@ class NLI(Method):
         if section.second_stage_epochs is not None:
             values["optimisation"]["epochs"] = section.second_stage_epochs
             values["optimisation"]["max_steps"] = None
-        second = config_from_dict(values, "stage 2").validate()
+        # stage 2 reads the contrastive method's section only (this config holds it already)
+        own = {name: cls for name, cls in config.section_types().items() if name != "nli"}
+        second = build_config(values, lambda _m, _n: own, "stage 2").validate()
+        contrastive_plugin(section.contrastive).check(second)
         return [first, second]
 
 
-register(NLI())
+NLI_METHOD = NLI()

@@ -1,24 +1,41 @@
-"""Methods by name. A recipe's `method:` is looked up here; tests register toy methods."""
+"""Methods by name. A recipe's `method:` is looked up here, once, by the layer above the training
+loop (`dclr.recipe`, `dclr.driver`); the loop and the core config never import this module.
+
+Where methods come from, in order:
+* the built-in methods, `BUILTIN` (name -> "module:attribute" of its `Method` instance);
+* installed packages, through the entry-point group `dclr.methods` (`ENTRY_POINT_GROUP`):
+  a package declares `[project.entry-points."dclr.methods"] mymethod = "mypkg.plugin:METHOD"`
+  and `dclr train recipe.yaml` with `method: mymethod` trains it, with no edit to dclr;
+* `register(method)` at run time (tests, notebooks).
+
+Method modules never import this one (they define an instance, the registry loads it), so the
+registry's imports by name close no cycle.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
 from dclr.errors import ConfigError
 
 if TYPE_CHECKING:
     from dclr.methods.base import Method
 
+ENTRY_POINT_GROUP = "dclr.methods"
+# The built-in methods: name -> "module:attribute" of the Method instance.
+BUILTIN = {
+    "simcse": "dclr.methods.simcse:SIMCSE",
+    "consert": "dclr.methods.consert:CONSERT",
+    "dclr": "dclr.methods.dclr:DCLR_METHOD",
+    "nli": "dclr.methods.nli:NLI_METHOD",
+    "dualcse": "dclr.methods.dualcse:DUALCSE",
+    "simcse_sup": "dclr.methods.dualcse:SIMCSE_SUP_INLI",
+}
+
 _METHODS: dict[str, Method] = {}
-# Modules whose import registers the built-in methods (loaded on the first lookup).
-BUILTIN = (
-    "dclr.methods.simcse",
-    "dclr.methods.consert",
-    "dclr.methods.dclr",
-    "dclr.methods.nli",
-    "dclr.methods.dualcse",
-)
+_loaded = False
 
 
 def register(method: Method, replace: bool = False) -> Method:
@@ -33,20 +50,45 @@ def unregister(name: str) -> None:
     _METHODS.pop(name, None)
 
 
-def _load_builtins() -> None:
-    for module in BUILTIN:
-        importlib.import_module(module)
+def _load(target: str, origin: str) -> Method:
+    from dclr.methods.base import Method
+
+    module, _, attribute = target.partition(":")
+    method = getattr(importlib.import_module(module), attribute)
+    if not isinstance(method, Method):
+        raise ConfigError(f"{origin} {target!r} is not a dclr Method instance")
+    return method
+
+
+def _load_all() -> None:
+    """The built-in methods, then those of installed packages (a name taken is not replaced)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for name, target in BUILTIN.items():
+        _METHODS.setdefault(name, _load(target, "built-in method"))
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in _METHODS:
+            _METHODS[point.name] = _load(point.value, f"entry point {point.name!r}")
 
 
 def get_method(name: str) -> Method:
     """The method registered as `name`; ConfigError listing the known ones otherwise."""
     if name not in _METHODS:
-        _load_builtins()
+        _load_all()
     if name not in _METHODS:
         raise ConfigError(f"unknown method {name!r}; choose from {', '.join(available_methods())}")
     return _METHODS[name]
 
 
+def method_sections(method: str, values: dict[str, Any]) -> dict[str, type]:
+    """{name: dataclass} of every config section `method` reads, given the nested config values
+    so far (a `dclr.training.config.SectionTypes`); an unknown method fails, naming the known."""
+    names = get_method(method).section_names(values)
+    return {name: get_method(name).section for name in names}
+
+
 def available_methods() -> list[str]:
-    _load_builtins()
+    _load_all()
     return sorted(_METHODS)

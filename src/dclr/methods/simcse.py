@@ -17,7 +17,6 @@ from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.losses.simcse import SimCSELoss
 from dclr.methods.base import Method
-from dclr.methods.registry import register
 from dclr.views.pair import PositiveViews, ViewSpec
 from dclr.views.strategies import ViewStrategy, check_view
 
@@ -106,4 +105,4 @@ class SimCSE(ContrastiveMethod):
     loss_class = SimCSELoss
 
 
-register(SimCSE())
+SIMCSE = SimCSE()

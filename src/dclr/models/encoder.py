@@ -505,7 +505,7 @@ class SentenceEncoder(nn.Module):
         {pooler: (n, d)}; the encoder's own pooler gets exactly what `encode` returns (the same
         batches and operations), the others what an encoder with that pooler would return up to
         float rounding. Lets one pass over a corpus give, e.g., a mean-pooled cache and [CLS]
-        vectors (`dclr.training.shared_start`).
+        vectors (`dclr.methods.dclr_start`).
         """
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")

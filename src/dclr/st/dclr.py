@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from dclr import distributed as dist
+from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dclr import DCLRLoss as DCLRObjective
 from dclr.losses.dclr import LossForm, NoiseMode, Weighting
 from dclr.losses.simcse import cosine_matrix
 from dclr.st.embed import ddp_scale, embed, gather_strings, two_views
-from dclr.training.batch import Batch
 
 DCLR_CITATION = """
 @inproceedings{zhou2022debiased,

@@ -12,8 +12,12 @@ A recipe is YAML:
 The method's section (here `dclr`) is the dataclass its plugin registers (`dclr.methods`); a
 method that builds on another (`nli` with `contrastive: consert`) reads that method's section too.
 Overrides (`--set`) take a dotted `section.field=value` or, as before, a flat `field=value`, which
-goes to the section that has the field. An old flat recipe (every option at the top level) still
-loads: `convert_flat` maps it to sections, with a deprecation warning naming the file.
+goes to the section that has the field.
+
+This module is the core config: it never looks a method up. Which dataclass each method section
+is comes from the caller as a `SectionTypes` function; recipe loading with the method registry,
+and the old flat recipes, sit above it in `dclr.recipe` and `dclr.flat_recipe`. A config knows
+its own section types, so `TrainConfig.updated` needs no registry either.
 
 The resolved config (every section, explicit) is written into every run folder and checkpoint.
 """
@@ -22,25 +26,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from dclr.configfile import (
-    check_choices,
-    check_known,
-    field_types,
-    from_dict,
-    read_recipe,
-    unknown_option_error,
-)
-from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
+from dclr.configfile import check_choices, check_known, field_types, from_dict, unknown_option_error
 from dclr.data.sampling import FewShotSampling
 from dclr.errors import ConfigError
-from dclr.methods.registry import get_method
 from dclr.models.pooling import POOLERS, PoolerName
 
 Packing = Literal["auto", "on", "off"]
@@ -233,10 +228,18 @@ class TrainConfig:
     sections: dict[str, Any] = field(default_factory=dict)
 
     def section(self, name: str) -> Any:
-        """The section of method `name` (its registered dataclass; defaults if the recipe has none)."""
+        """The section of method `name` (loading fills every section the method reads, with
+        defaults where the recipe has none)."""
         if name not in self.sections:
-            self.sections[name] = get_method(name).section()
+            raise ConfigError(
+                f"this {self.method!r} config has no {name!r} section (it has: "
+                f"{', '.join(sorted(self.sections)) or 'none'}); load it with dclr.load_config"
+            )
         return self.sections[name]
+
+    def section_types(self) -> dict[str, type]:
+        """{section name: its dataclass} of the method sections this config holds."""
+        return {name: type(section) for name, section in self.sections.items()}
 
     def __getattr__(self, name: str) -> Any:
         """Read an option by its flat name (`config.noise_mode`, `config.batch_size`): a
@@ -261,25 +264,16 @@ class TrainConfig:
         return self.section(self.method)
 
     def validate(self) -> TrainConfig:
-        plugin = get_method(self.method)  # unknown methods fail here, listing the known ones
+        """Every section's own checks (checks that need the method: `Method.check`)."""
         for section in (self.model, self.data, self.optimisation, self.run):
             section.validate()
-        for name in plugin.section_names(self.to_dict()):
-            self.section(name)
         for section in self.sections.values():
             section.validate(self)
             check_literals(section)
         if self.data.paraphrase_density > 0:
-            if not plugin.sentence_batches:
-                raise ConfigError("paraphrase_density applies to unsupervised training only")
             from dclr.data.sampler import pairs_per_batch
 
             pairs_per_batch(self.data.paraphrase_density, self.optimisation.batch_size)
-        if self.optimisation.grad_cache_chunk and not plugin.supports_grad_cache:
-            raise ConfigError(
-                f"grad_cache_chunk supports unsupervised training only (not method {self.method!r})"
-            )
-        plugin.validate(self)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -298,8 +292,16 @@ class TrainConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     def updated(self, values: dict[str, Any]) -> TrainConfig:
-        """A validated copy with `values` (dotted `section.field` or flat names) applied."""
-        return config_from_dict(apply_overrides(self.to_dict(), values), "config").validate()
+        """A validated copy with `values` (dotted `section.field` or flat names) applied; the
+        copy keeps this config's method and section types (another method: `dclr.recipe`)."""
+        if values.get("method", self.method) != self.method:
+            raise ConfigError(
+                "TrainConfig.updated keeps the method; build a config of another method with "
+                "dclr.load_config"
+            )
+        own = self.section_types()
+        nested = apply_overrides(self.to_dict(), values, lambda _m, _n: own)
+        return build_config(nested, lambda _m, _n: own, "config").validate()
 
 
 def flat_config(values: dict[str, Any]) -> dict[str, Any]:
@@ -316,19 +318,11 @@ def flat_config(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def flat_hints() -> dict[str, Any]:
-    """The declared type of every flat option name (core sections and every registered method)."""
-    from dclr.methods.registry import available_methods
-
-    hints: dict[str, Any] = {}
-    classes = [*CORE_SECTIONS.values(), *(get_method(m).section for m in available_methods())]
-    for cls in classes:
-        for name, hint in field_types(cls).items():
-            hints.setdefault("model" if (cls, name) == (ModelSection, "name") else name, hint)
-    return hints
+# ---- building from a nested dict ------------------------------------------------------------
+# (method, nested values so far) -> {section name: dataclass} of every method section it reads.
+SectionTypes = Callable[[str, dict[str, Any]], dict[str, type]]
 
 
-# ---- loading ------------------------------------------------------------------------------------
 def is_flat(values: dict[str, Any]) -> bool:
     """A pre-sections recipe: `model` is a string, or any key is neither a section nor `method`."""
     if isinstance(values.get("model"), str):
@@ -336,102 +330,30 @@ def is_flat(values: dict[str, Any]) -> bool:
     return any(not isinstance(value, dict) and key != "method" for key, value in values.items())
 
 
-def method_sections(method: str, values: dict[str, Any]) -> list[tuple[str, type]]:
-    """(name, dataclass) of every method section `method` reads, given the nested values so far."""
-    return [(name, get_method(name).section) for name in get_method(method).section_names(values)]
+def field_names(cls: type) -> list[str]:
+    names = [f.name for f in dataclasses.fields(cls)]
+    return ["model" if (cls is ModelSection and n == "name") else n for n in names]
 
 
-def set_flat(nested: dict[str, Any], key: str, value: Any, source: str) -> None:
+def set_flat(
+    nested: dict[str, Any], key: str, value: Any, source: str, sections_for: SectionTypes
+) -> None:
     """Put flat option `key` in its core section, else in every method section that has it."""
     where = core_field(key)
     if where is not None:
         nested.setdefault(where[0], {})[where[1]] = value
         return
     method = nested.get("method", "simcse")
-    targets = [
-        name
-        for name, cls in method_sections(method, nested)
-        if key in {f.name for f in dataclasses.fields(cls)}
-    ]
+    sections = sections_for(method, nested)
+    targets = [name for name, cls in sections.items() if key in field_names(cls)]
     if not targets:
         known = sorted(
             {core_key for cls in CORE_SECTIONS.values() for core_key in field_names(cls)}
-            | {f for _, cls in method_sections(method, nested) for f in field_names(cls)}
+            | {f for cls in sections.values() for f in field_names(cls)}
         )
         raise unknown_option_error([key], known, f"{source} (method {method!r})")
     for name in targets:
         nested.setdefault(name, {})[key] = value
-
-
-def field_names(cls: type) -> list[str]:
-    names = [f.name for f in dataclasses.fields(cls)]
-    return ["model" if (cls is ModelSection and n == "name") else n for n in names]
-
-
-def convert_flat(values: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """A flat (pre-sections) config -> the sectioned form. The method's plugin may rename its
-    method or add options first (`Method.convert_flat`, e.g. `schedule: sup` -> method `nli`),
-    and supplies the defaults the flat format assumed (`Method.flat_defaults`)."""
-    flat = dict(values)
-    method = str(flat.get("method", "simcse"))
-    flat = get_method(method).convert_flat(flat)
-    method = str(flat.pop("method", method))
-    flat = {**get_method(method).flat_defaults, **flat}
-    nested: dict[str, Any] = {"method": method}
-    own = set(field_names(get_method(method).section))
-    # The method's own options first: they may choose further sections (nli's `contrastive`).
-    for key, value in flat.items():
-        if key in own and not isinstance(value, dict):
-            nested.setdefault(method, {})[key] = value
-    for key, value in flat.items():
-        if isinstance(value, dict) and key != "extra":  # a section in a half-converted recipe
-            nested.setdefault(key, {}).update(value)
-        elif not has_target(nested, key) and key in LEGACY_DEFAULTS:
-            if value != LEGACY_DEFAULTS[key]:  # an option of another method, set: refuse it
-                raise ConfigError(
-                    f"{source}: {key} = {value!r} has no effect with method {method!r} "
-                    f"({LEGACY_OWNER.get(key, 'an option of another method')})"
-                )
-            # else: an inert default, as every old config.yaml holds for every method
-        else:
-            set_flat(nested, key, value, source)
-    return nested
-
-
-def has_target(nested: dict[str, Any], key: str) -> bool:
-    """Whether flat option `key` belongs to a core section or a section of the method."""
-    if core_field(key) is not None:
-        return True
-    sections = method_sections(str(nested.get("method", "simcse")), nested)
-    return any(key in field_names(cls) for _, cls in sections)
-
-
-# Every option of the flat (pre-sections) TrainConfig and DualCSEConfig, with its default: an old
-# config.yaml lists them all, whatever the method, so those that do not apply are dropped when
-# they hold their default (they had no effect) and refused otherwise.
-LEGACY_DEFAULTS: dict[str, Any] = {
-    "noise_ratio": 1.0, "noise_std": 1.0, "noise_steps": 4, "noise_step_size": 1e-3,
-    "noise_temperature": None, "noise_mode": "optimized", "false_negative_threshold": 0.9,
-    "weighting": "complementary", "dclr_form": "paper", "complementary_model": None,
-    "complementary_pooler": None, "complementary_mode": "cached", "complementary_cache": None,
-    "view1": "dropout", "view1_rate": 0.0, "view2": "dropout", "view2_rate": 0.0,
-    "schedule": "unsup", "supervised_loss": "simcse", "nli_data": None, "nli_split": "train",
-    "joint_weight": 1.0, "adversarial_epsilon": 0.0, "corpus": "sts", "mlp_head": True,
-    "encoder": "cross", "contradiction_negatives": True, "intra_sentence": True,
-    "sup_positives": "both", "rte_eval": True, "eval_batch_size": 128, "temperature": 0.05,
-    "phi_calibration": "none", "phi_calibration_target": 0.001,
-    "paraphrase_density": 0.0, "paraphrase_sources": "mrpc,stsb,sick",
-}  # fmt: skip
-NLI_OWNER = "an option of supervised NLI training (schedule: sup | joint), which needs labels"
-LEGACY_OWNER = {
-    **{k: NLI_OWNER for k in ("supervised_loss", "nli_data", "nli_split", "joint_weight",
-                              "adversarial_epsilon")},
-    **{k: "a DCLR option (method: dclr)" for k in LEGACY_DEFAULTS if "noise" in k
-       or "complementary" in k or "phi_" in k
-       or k in ("weighting", "dclr_form", "false_negative_threshold")},
-    **{k: "a DualCSE option (method: dualcse)" for k in ("encoder", "contradiction_negatives",
-                                                          "intra_sentence")},
-}  # fmt: skip
 
 
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -444,7 +366,9 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(nested: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def apply_overrides(
+    nested: dict[str, Any], overrides: dict[str, Any], sections_for: SectionTypes
+) -> dict[str, Any]:
     """`section.field=value` or flat `field=value` overrides on a sectioned config dict."""
     out = copy.deepcopy(nested)
     if "method" in overrides:
@@ -458,17 +382,20 @@ def apply_overrides(nested: dict[str, Any], overrides: dict[str, Any]) -> dict[s
         elif isinstance(value, dict):
             out[key] = deep_merge(out.get(key, {}), value)
         else:
-            set_flat(out, key, value, "--set")
+            set_flat(out, key, value, "--set", sections_for)
     for key in overrides:  # checked once all are applied: one may choose another's section
         if "." in key:
-            check_override(out.get("method", "simcse"), out, *key.split(".", 1))
+            check_override(out, *key.split(".", 1), sections_for)
     return out
 
 
-def check_override(method: str, nested: dict[str, Any], section: str, name: str) -> None:
+def check_override(
+    nested: dict[str, Any], section: str, name: str, sections_for: SectionTypes
+) -> None:
     """A dotted --set key must name a field of a known section: a typo is the option's fault,
     not the recipe's, so it is reported as `--set` (with the closest name)."""
-    sections = {**CORE_SECTIONS, **dict(method_sections(method, nested))}
+    method = str(nested.get("method", "simcse"))
+    sections = {**CORE_SECTIONS, **sections_for(method, nested)}
     if section not in sections:
         raise ConfigError(
             f"--set {section}.{name}: unknown section {section!r} for method {method!r}; "
@@ -477,13 +404,14 @@ def check_override(method: str, nested: dict[str, Any], section: str, name: str)
     check_known(sections[section], [name], f"--set {section}.{name}")
 
 
-def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainConfig:
-    """A sectioned (or flat, converted) dict -> TrainConfig (not yet validated)."""
-    nested = convert_flat(values, source) if is_flat(values) else dict(values)
+def build_config(
+    nested: dict[str, Any], sections_for: SectionTypes, source: str = "config"
+) -> TrainConfig:
+    """A sectioned dict -> TrainConfig (not yet validated), every method section the method
+    reads filled (defaults where `nested` has none)."""
     method = str(nested.get("method", "simcse"))
-    nested = deep_merge(get_method(method).defaults, nested)
     config = TrainConfig(method=method)
-    known_methods = {name for name, _ in method_sections(method, nested)}
+    known = sections_for(method, nested)
     for key, value in nested.items():
         if key == "method":
             continue
@@ -491,41 +419,16 @@ def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainCon
             raise ConfigError(f"{source}: `{key}` must be a section (a mapping of option: value)")
         if key in CORE_SECTIONS:
             setattr(config, key, from_dict(CORE_SECTIONS[key], value, f"{source}: {key}"))
-        elif key in known_methods:
-            cls = get_method(key).section
-            config.sections[key] = from_dict(cls, value, f"{source}: {key}")
+        elif key in known:
+            config.sections[key] = from_dict(known[key], value, f"{source}: {key}")
         else:
             raise ConfigError(
                 f"{source}: unknown section {key!r} for method {method!r}; sections: "
-                f"{sorted([*CORE_SECTIONS, *known_methods])}"
+                f"{sorted([*CORE_SECTIONS, *known])}"
             )
+    for name, cls in known.items():
+        config.sections.setdefault(name, cls())
     return config
-
-
-def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Recipe YAML (may be None) + overrides (dotted or flat) -> a validated TrainConfig."""
-    values: dict[str, Any] = {}
-    source = "overrides"
-    if recipe is not None:
-        path = Path(recipe)
-        loaded = read_recipe(path)
-        source = str(path)
-        if loaded and is_flat(loaded):
-            warnings.warn(
-                f"{path} is a flat recipe (every option at the top level); it is converted to "
-                "sections (model, data, optimisation, run, <method>). Write the converted form "
-                f"with `dclr config convert {path}`.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        values = loaded
-    overrides = dict(overrides or {})
-    if not values:  # overrides alone (tests, notebooks): flat names convert as a flat recipe
-        flat = {k: v for k, v in overrides.items() if "." not in k}
-        values = flat if flat else {"method": overrides.get("method", "simcse")}
-        overrides = {k: v for k, v in overrides.items() if "." in k}
-    nested = convert_flat(values, source) if is_flat(values) else values
-    return config_from_dict(apply_overrides(nested, overrides), source).validate()
 
 
 def literal_choices(cls: type, name: str) -> tuple[Any, ...]:

@@ -1,9 +1,10 @@
-"""The one training loop: config -> method plugin -> model, data, objective -> steps.
+"""The one training loop: config + method plugin -> model, data, objective -> steps.
 
 The loop owns batching, resume, the NaN stop, precision, clipping, logging, checkpoints and the
-evaluation hook; everything about *what* is trained comes from the method registered under
-`config.method` (`dclr.methods.base.Method`): its model, examples, collate function and
-objective, called as `objective(batch) -> dict[str, Tensor]`.
+evaluation hook; everything about *what* is trained comes from the method it is handed
+(`Trainer(config, method)`, a `dclr.contract.MethodPlugin`, resolved once by the driver): its
+model, examples, collate function and objective, called as `objective(batch) -> dict[str, Tensor]`.
+The loop never looks a method up by name.
 
 Batches are a pure function of (seed, step) (`dclr.data.sampler`: epoch e uses the permutation of a
 generator seeded with seed + e, or paraphrase-dense batches), so a resumed run sees exactly the
@@ -16,8 +17,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,32 +25,23 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from dclr import distributed as dist
+from dclr.contract import (
+    Batch,
+    Evaluator,
+    HasStartRecords,
+    HasTrainingModules,
+    MethodPlugin,
+    TrainResult,
+)
 from dclr.data.sampler import training_batches
 from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
-from dclr.losses.gradcache import GradCache
-from dclr.methods.registry import get_method
 from dclr.progress import progress_bar
-from dclr.training.batch import Batch
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
+from dclr.training.gradcache import GradCache
 from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
-
-Evaluator = Callable[[torch.nn.Module], dict[str, float]]
-
-
-@dataclass
-class TrainResult:
-    """What a finished (or deliberately stopped) run produced."""
-
-    steps: int
-    final_dir: Path
-    best_dir: Path
-    best_metric: float | None
-    best_step: int | None
-    train_seconds: float = 0.0
-    cpu_seconds: float = 0.0
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -116,21 +107,29 @@ def fit_small_data(
 
 
 class Trainer:
-    """Runs `config`; `model`, `data` and `evaluator` may be injected (tests, experiments)."""
+    """Runs `config` with `method` (the plugin of `config.method`, resolved by the caller:
+    `dclr.driver.trainer_for(config)`); `model`, `data` and `evaluator` may be injected (tests,
+    experiments)."""
 
     def __init__(
         self,
         config: TrainConfig,
+        method: MethodPlugin,
         model: torch.nn.Module | None = None,
         data: Sequence[Any] | None = None,
         evaluator: Evaluator | None = None,
     ) -> None:
+        if method.name != config.method:
+            raise ConfigError(
+                f"Trainer got method {method.name!r} for a config of method {config.method!r}"
+            )
         self.config = config.validate()
-        self.method = get_method(config.method)
+        method.check(self.config)
+        self.method = method
         if len(self.method.stages(config)) > 1:
             raise ConfigError(
                 f"method {config.method!r} runs several stages here: run it with "
-                "dclr.training.loop.run_schedule (or `dclr train`)"
+                "dclr.driver.run_schedule (or `dclr train`)"
             )
         dist.init_from_env()
         self.rank, self.world = dist.rank(), dist.world_size()
@@ -197,7 +196,7 @@ class Trainer:
             )
         objective = self.method.build_objective(cfg, model, self.data, self.device)
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
-        extra = dict(getattr(objective, "training_modules", dict)())
+        extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}
         groups = param_groups(self.model, opt.weight_decay)
         for module in extra.values():
             groups += param_groups(module, opt.weight_decay)
@@ -221,8 +220,8 @@ class Trainer:
         if main:
             cfg.save(self.run_dir / "config.yaml")
         log = MetricsLog(self.run_dir, resume_step=start, tensorboard=main) if main else None
-        if log is not None and start == 0:  # what the objective measured before step 1
-            for kind, values in getattr(objective, "start_records", {}).items():
+        if log is not None and start == 0 and isinstance(objective, HasStartRecords):
+            for kind, values in objective.start_records.items():  # measured before step 1
                 log.log(0, kind, values)
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
         end = min(self.total_steps, stop_at_step or self.total_steps)
@@ -346,8 +345,3 @@ class Trainer:
         if dtype is None:
             return torch.autocast(self.device.type, enabled=False)
         return torch.autocast("cuda", dtype=dtype)
-
-
-def run_schedule(config: TrainConfig) -> list[TrainResult]:
-    """Train every stage of the method's schedule (`Method.stages`), in order."""
-    return [Trainer(stage).train() for stage in get_method(config.method).stages(config)]

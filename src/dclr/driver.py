@@ -1,7 +1,9 @@
 """`dclr train`: evaluate the starting model, train, evaluate the trained model, write results.json.
 
-The core returns data (the summary written to results.json); the command line renders it.
-A method whose schedule has several stages (`Method.stages`) runs each as its own run folder
+The layer above the training loop: it resolves the config's method once
+(`dclr.methods.registry.get_method`) and hands it down (`Trainer(config, method)`, the method's
+hooks). The core returns data (the summary written to results.json); the command line renders
+it. A method whose schedule has several stages (`Method.stages`) runs each as its own run folder
 under the output folder.
 """
 
@@ -17,8 +19,9 @@ from typing import Any
 
 import torch
 
-from dclr import __version__
 from dclr import distributed as dist
+from dclr._meta import __version__
+from dclr.contract import MethodPlugin, TrainResult
 from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
 from dclr.training import runfolder
@@ -26,6 +29,18 @@ from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.config import TrainConfig
 from dclr.training.loop import Trainer
 from dclr.training.phases import PhaseTimes, breakdown, phase, timed
+
+
+def trainer_for(config: TrainConfig, **injected: Any) -> Trainer:
+    """A `Trainer` for `config` with its method looked up by name (`model`, `data` and
+    `evaluator` may be injected, as `Trainer` takes them)."""
+    return Trainer(config, get_method(config.method), **injected)
+
+
+def run_schedule(config: TrainConfig) -> list[TrainResult]:
+    """Train every stage of the method's schedule (`Method.stages`), in order, without the
+    before/after evaluation of `run_training`."""
+    return [trainer_for(stage).train() for stage in get_method(config.method).stages(config)]
 
 
 def environment() -> dict[str, Any]:
@@ -78,7 +93,7 @@ def run_stages(
 
 
 def _run_stages(config: TrainConfig, root: Path, resume: bool) -> dict[str, Any]:
-    method = get_method(config.method)
+    method = get_method(config.method)  # the schedule's method; each stage resolves its own
     config.save(root / "config.yaml")
     before_file = root / "before.json"
     before = json.loads(before_file.read_text()) if before_file.exists() else None
@@ -110,9 +125,7 @@ def _run_stages(config: TrainConfig, root: Path, resume: bool) -> dict[str, Any]
     return summary
 
 
-def _result_of(summary: dict[str, Any]) -> Any:
-    from dclr.training.loop import TrainResult
-
+def _result_of(summary: dict[str, Any]) -> TrainResult:
     return TrainResult(
         summary["steps"],
         Path(summary["final_dir"]),
@@ -130,18 +143,20 @@ def run_training(
     The run folder is locked for the run, and one holding another run is refused unless `resume`
     or `overwrite` (see `dclr.training.runfolder`).
     """
-    method = get_method(config.method)
+    method = get_method(config.method)  # resolved once, here, and handed down
     if len(method.stages(config)) > 1:
         return run_stages(config, resume, overwrite)
     run_dir = Path(config.run.output_dir)
     with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
-        return _run_training(config, run_dir, resume)
+        return _run_training(config, method, run_dir, resume)
 
 
-def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any]:
+def _run_training(
+    config: TrainConfig, method: MethodPlugin, run_dir: Path, resume: bool
+) -> dict[str, Any]:
     times, start = PhaseTimes(), time.perf_counter()
     with times.active():
-        summary, main = _run_phases(config, run_dir, resume)
+        summary, main = _run_phases(config, method, run_dir, resume)
     if main:  # the phase times of this process (a resumed run: since the resume)
         total = time.perf_counter() - start
         summary["phase_seconds"] = breakdown(times, summary["train_seconds"], total)
@@ -149,10 +164,11 @@ def _run_training(config: TrainConfig, run_dir: Path, resume: bool) -> dict[str,
     return summary
 
 
-def _run_phases(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[dict[str, Any], bool]:
-    method = get_method(config.method)
+def _run_phases(
+    config: TrainConfig, method: MethodPlugin, run_dir: Path, resume: bool
+) -> tuple[dict[str, Any], bool]:
     with phase("setup"):
-        trainer = Trainer(config)
+        trainer = Trainer(config, method)
     if trainer.evaluator is not None:
         trainer.evaluator = timed(trainer.evaluator, "dev_eval")
     main = trainer.rank == 0

@@ -27,16 +27,16 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from dclr.methods.base import Method
     from dclr.training.config import TrainConfig
 
 
-def run_corpus(config: TrainConfig) -> list[str]:
+def run_corpus(config: TrainConfig, method: Method) -> list[str]:
     """The corpus `Trainer` trains on (few-shot subset, paraphrase-dense sentences included)."""
     from dclr.data.sampler import training_batches
-    from dclr.methods.registry import get_method
     from dclr.training.loop import few_shot
 
-    data = few_shot(get_method(config.method).load_data(config), config)
+    data = few_shot(method.load_data(config), config)
     d = config.data
     corpus, _ = training_batches(
         data,
@@ -49,17 +49,19 @@ def run_corpus(config: TrainConfig) -> list[str]:
     return corpus  # type: ignore[return-value]
 
 
-def shared_start_scores(config: TrainConfig, pooler: str) -> dict[str, float] | None:
+def shared_start_scores(
+    config: TrainConfig, pooler: str, method: Method
+) -> dict[str, float] | None:
     """The starting model's STS test scores with `pooler`, computed in the pass that builds the
-    complementary cache; None when the two do not coincide (see the module docstring)."""
+    complementary cache of DCLR `method`; None when the two do not coincide (module docstring)."""
     from dclr.evaluation.scores import cached_starting_scores, save_starting_scores
     from dclr.evaluation.sts import StsEvaluator
     from dclr.losses.complementary import CACHE_BATCH_SIZE, CachedComplementary, freeze
     from dclr.models.encoder import SentenceEncoder, model_limit
 
-    if not config.run.test_eval or config.method != "dclr":
+    if not config.run.test_eval:
         return None
-    section = config.section("dclr")
+    section = config.section(method.name)
     spec = section.complementary_model or config.model.name
     if (
         not section.needs_complementary
@@ -70,7 +72,7 @@ def shared_start_scores(config: TrainConfig, pooler: str) -> dict[str, float] | 
     data_dir = config.data.data_dir
     if cached_starting_scores(config.model.name, pooler, data_dir) is not None:
         return None
-    corpus = run_corpus(config)
+    corpus = run_corpus(config, method)
     encoder = SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
     if pooler == "cls" and encoder.packing:
         return None

@@ -18,8 +18,8 @@ import contextlib
 import torch
 from torch import nn
 
+from dclr.contract import Batch
 from dclr.errors import ConfigError
-from dclr.training.batch import Batch
 
 
 def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -10,10 +10,11 @@ from helpers import make_tiny_model_dir
 from dclr.data.sts import STS_TASKS
 from dclr.evaluation.scores import evaluate_model
 from dclr.losses.complementary import CachedComplementary
+from dclr.methods.dclr import DCLR_METHOD
+from dclr.methods.dclr_start import run_corpus, shared_start_scores
 from dclr.models.encoder import SentenceEncoder
-from dclr.training.config import load_config
+from dclr.recipe import load_config
 from dclr.training.phases import PhaseTimes, breakdown, phase, timed
-from dclr.training.shared_start import run_corpus, shared_start_scores
 
 pytestmark = pytest.mark.slow
 
@@ -34,19 +35,26 @@ def test_shared_pass_equals_the_separate_cache_and_eval(tmp_path, monkeypatch, d
         "run.output_dir": str(tmp_path / "run"),
     }
     config = load_config(None, overrides)
-    scores = shared_start_scores(config, "cls_before_pooler")
+    scores = shared_start_scores(config, "cls_before_pooler", DCLR_METHOD)
     assert scores is not None
     alone = SentenceEncoder.from_pretrained(model, pooler="mean")
     CachedComplementary.build_or_load(
-        tmp_path / "alone.npy", alone, run_corpus(config), model, 32, show_progress=False
+        tmp_path / "alone.npy",
+        alone,
+        run_corpus(config, DCLR_METHOD),
+        model,
+        32,
+        show_progress=False,
     )
     assert (tmp_path / "shared.npy").read_bytes() == (tmp_path / "alone.npy").read_bytes()
     separate = evaluate_model(model, "cls_before_pooler", str(data_dir))
     for task in (*STS_TASKS, "avg"):
         assert scores[task] == pytest.approx(separate[task], abs=0.01), task
-    assert shared_start_scores(config, "cls_before_pooler") is None  # now known: not redone
+    assert (
+        shared_start_scores(config, "cls_before_pooler", DCLR_METHOD) is None
+    )  # now known: not redone
     other = load_config(None, {**overrides, "dclr.complementary_model": str(tmp_path)})
-    assert shared_start_scores(other, "cls_before_pooler") is None  # another scorer
+    assert shared_start_scores(other, "cls_before_pooler", DCLR_METHOD) is None  # another scorer
 
 
 def test_phase_times_add_up():
@@ -66,7 +74,7 @@ def test_the_main_job_end_to_end_writes_scores_cards_and_phase_times(
 ):
     """`dclr train` as the README's main job runs it (DCLR, before/after test evaluation, the
     shared start pass, cards, a finished run dropping its checkpoints), on a tiny model."""
-    from dclr.training.driver import run_training
+    from dclr.driver import run_training
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     model = str(make_tiny_model_dir(tmp_path / "model", dropout=0.1))

@@ -1,0 +1,21 @@
+"""The package's version and the names of its public API (read by `dclr` and `dclr.api`)."""
+
+__version__ = "0.1.0"
+
+# The names `import dclr` exposes, loaded from `dclr.api` on first use.
+API = (
+    "Batch",
+    "Method",
+    "SentenceEncoder",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "available_methods",
+    "encode",
+    "evaluate_sts",
+    "get_method",
+    "load_config",
+    "load_encoder",
+    "register",
+    "train",
+)

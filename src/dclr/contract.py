@@ -1,0 +1,140 @@
+"""The contract between the one training loop and a method, below both.
+
+The loop (`dclr.training.loop`) and the methods (`dclr.methods`) both import this module and
+neither imports the other's registry: the method is resolved once, at the top (`dclr.driver`,
+`dclr.recipe`), and handed to `Trainer(config, method)`.
+
+* `Batch`: the one thing the loop hands an objective. Every method's objective is called as
+  `objective(batch) -> dict[str, Tensor]` with `"loss"` and named parts to log. The loop fills
+  what it knows (the step, the batch's corpus indices and examples); the method's `collate` turns
+  its examples into `features` (and `labels`).
+* `TrainResult`: what a finished (or deliberately stopped) run produced.
+* `Objective` and its optional hooks, each a Protocol the loop checks with `isinstance`:
+  `HasTrainingModules` (modules trained and checkpointed with the model, never exported),
+  `HasStartRecords` (measurements logged at step 0, e.g. DCLR's calibrated phi) and
+  `SupportsGradCache` (the loss split into encoder and objective, for `dclr.training.gradcache`).
+* `MethodPlugin`: everything the loop and the driver ask of a method (`dclr.methods.base.Method`
+  implements it with sentence-encoder defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from dclr.training.config import TrainConfig
+
+Evaluator = Callable[[nn.Module], dict[str, float]]
+
+
+@dataclass
+class Batch:
+    """One optimisation step's input.
+
+    features: what the model consumes, already on the device: a tokenization
+        {"input_ids": (m, L), "attention_mask": (m, L), ...}, or one per part (DualCSE:
+        {"explicit": {...}, "implicit": {...}}).
+    step: the 0-based optimizer step (seeds noise and views; a run is resumable).
+    indices: (B,) corpus indices of the *global* batch (all ranks), or None.
+    sentences: the global batch's examples (strings for a plain corpus), or None.
+    labels: (n,) integer labels (NLI pairs), or None.
+    """
+
+    features: Mapping[str, Any]
+    step: int = 0
+    indices: torch.Tensor | None = None
+    sentences: Sequence[Any] | None = None
+    labels: torch.Tensor | None = None
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or deliberately stopped) run produced."""
+
+    steps: int
+    final_dir: Path
+    best_dir: Path
+    best_metric: float | None
+    best_step: int | None
+    train_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """A method's objective: `objective(batch)` -> {"loss": scalar, named parts...}."""
+
+    def __call__(self, batch: Batch) -> dict[str, torch.Tensor]: ...
+
+
+@runtime_checkable
+class HasTrainingModules(Protocol):
+    """An objective with modules of its own (e.g. an NLI classifier head): optimised and
+    checkpointed with the model, never exported."""
+
+    def training_modules(self) -> dict[str, nn.Module]: ...
+
+
+@runtime_checkable
+class HasStartRecords(Protocol):
+    """An objective that measured something before step 1 (logged by the loop at step 0,
+    `{kind: {name: value}}`)."""
+
+    @property
+    def start_records(self) -> dict[str, dict[str, Any]]: ...
+
+
+@runtime_checkable
+class SupportsGradCache(Protocol):
+    """A two-view loss split into its encoder (`model`) and its objective on the embeddings
+    (`objective(z1, z2, batch)`), so GradCache can encode in chunks."""
+
+    model: Any
+
+    def objective(
+        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch
+    ) -> dict[str, torch.Tensor]: ...
+
+
+@runtime_checkable
+class MethodPlugin(Protocol):
+    """What the loop (`Trainer`) and the driver ask of a method; `dclr.methods.base.Method`
+    gives every hook a sentence-encoder default."""
+
+    name: str
+    section: type
+    distributed: bool
+    supports_grad_cache: bool
+    sentence_batches: bool
+
+    def check(self, config: TrainConfig) -> None: ...
+
+    def build_model(self, config: TrainConfig) -> nn.Module: ...
+
+    def load_data(self, config: TrainConfig) -> Sequence[Any]: ...
+
+    def collate(
+        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+    ) -> tuple[dict[str, Any], torch.Tensor | None]: ...
+
+    def build_objective(
+        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
+    ) -> nn.Module: ...
+
+    def dev_evaluator(self, config: TrainConfig) -> Evaluator | None: ...
+
+    def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path: ...
+
+    def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None: ...
+
+    def evaluate_final(self, config: TrainConfig, result: TrainResult) -> dict[str, Any]: ...
+
+    def describe(self, config: TrainConfig) -> dict[str, Any]: ...
+
+    def stages(self, config: TrainConfig) -> list[TrainConfig]: ...

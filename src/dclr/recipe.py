@@ -1,0 +1,88 @@
+"""Recipe loading: a YAML recipe + overrides -> a validated `TrainConfig`, with the method registry.
+
+This is the layer above `dclr.training`: it looks each method up once (`dclr.methods.registry`) to
+learn which config sections it reads and their dataclasses, then hands those to the core config
+(`dclr.training.config`), which never looks a method up itself. Old flat recipes (every option at
+the top level) are converted by `dclr.flat_recipe` first.
+
+    config = load_config("recipes/dclr_minilm_cpu.yaml", {"optimisation.max_steps": 10})
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from dclr.configfile import field_types, read_recipe
+from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
+from dclr.flat_recipe import convert_flat
+from dclr.methods.registry import available_methods, get_method, method_sections
+from dclr.training.config import (
+    CORE_SECTIONS,
+    ModelSection,
+    TrainConfig,
+    apply_overrides,
+    build_config,
+    deep_merge,
+    is_flat,
+)
+
+
+def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainConfig:
+    """A sectioned (or flat, converted) dict -> TrainConfig (not yet validated), over the
+    method's defaults (`Method.defaults`)."""
+    nested = convert_flat(values, source) if is_flat(values) else dict(values)
+    method = str(nested.get("method", "simcse"))
+    nested = deep_merge(get_method(method).defaults, nested)
+    return build_config(nested, method_sections, source)
+
+
+def checked(config: TrainConfig) -> TrainConfig:
+    """`config` validated section by section and by its method (`Method.check`)."""
+    config.validate()
+    get_method(config.method).check(config)
+    return config
+
+
+def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Recipe YAML (may be None) + overrides (dotted or flat) -> a validated TrainConfig."""
+    values: dict[str, Any] = {}
+    source = "overrides"
+    if recipe is not None:
+        path = Path(recipe)
+        loaded = read_recipe(path)
+        source = str(path)
+        if loaded and is_flat(loaded):
+            warnings.warn(
+                f"{path} is a flat recipe (every option at the top level); it is converted to "
+                "sections (model, data, optimisation, run, <method>). Write the converted form "
+                f"with `dclr config convert {path}`.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        values = loaded
+    overrides = dict(overrides or {})
+    if not values:  # overrides alone (tests, notebooks): flat names convert as a flat recipe
+        flat = {k: v for k, v in overrides.items() if "." not in k}
+        values = flat if flat else {"method": overrides.get("method", "simcse")}
+        overrides = {k: v for k, v in overrides.items() if "." in k}
+    nested = convert_flat(values, source) if is_flat(values) else values
+    return checked(config_from_dict(apply_overrides(nested, overrides, method_sections), source))
+
+
+def updated(config: TrainConfig, values: dict[str, Any]) -> TrainConfig:
+    """A validated copy of `config` with `values` applied; unlike `TrainConfig.updated`, the
+    values may change the method (its sections are then looked up)."""
+    nested = apply_overrides(config.to_dict(), values, method_sections)
+    return checked(config_from_dict(nested, "overrides"))
+
+
+def flat_hints() -> dict[str, Any]:
+    """The declared type of every flat option name (core sections and every registered method)."""
+    hints: dict[str, Any] = {}
+    classes = [*CORE_SECTIONS.values(), *(get_method(m).section for m in available_methods())]
+    for cls in classes:
+        for name, hint in field_types(cls).items():
+            hints.setdefault("model" if (cls, name) == (ModelSection, "name") else name, hint)
+    return hints
