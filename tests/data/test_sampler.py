@@ -1,4 +1,5 @@
-"""Batch samplers: today's epoch permutation, and paraphrase-dense batches (issue 12)."""
+"""Batch samplers: today's epoch permutation, paraphrase-dense batches (issue 12) and the
+duplicate-free wrapper (issue 23)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dclr.data.paraphrases import (
 )
 from dclr.data.sampler import (
     EpochSampler,
+    NoDuplicatesSampler,
     ParaphraseDenseSampler,
     build_sampler,
     pairs_per_batch,
@@ -98,3 +100,61 @@ def test_no_evaluation_pair_is_placed(data_dir: Path) -> None:
     for step in range(50):
         for a, b in sampler.placed_pairs(step).tolist():
             assert pair_key(lines[a], lines[b]) not in banned
+
+
+def duplicated_corpus(n: int = 200, copies: int = 60, seed: int = 0) -> list[str]:
+    """n distinct lines, then `copies` exact or case / whitespace variants of some of them."""
+    lines = [f"sentence number {i} about topic {i % 7}" for i in range(n)]
+    gen = torch.Generator().manual_seed(seed)
+    for j, i in enumerate(torch.randint(0, n, (copies,), generator=gen).tolist()):
+        variant = lines[i].upper() if j % 3 == 0 else "  " + lines[i].replace(" ", "  ")
+        lines.append(variant if j % 2 else lines[i])
+    return lines
+
+
+def keys(lines: list[str], batch: torch.Tensor) -> list[str]:
+    return [" ".join(lines[i].lower().split()) for i in batch.tolist()]
+
+
+def test_no_duplicates_never_puts_two_equal_lines_in_a_batch() -> None:
+    lines = duplicated_corpus()
+    base = EpochSampler(len(lines), 32, seed=3)
+    sampler = NoDuplicatesSampler(EpochSampler(len(lines), 32, seed=3), lines, 32, seed=3)
+    had_duplicates = 0
+    for step in range(3 * sampler.steps_per_epoch):  # three epochs
+        batch = sampler.global_batch(step)
+        assert len(batch) == 32 and len(set(keys(lines, batch))) == 32, step
+        had_duplicates += len(set(keys(lines, base.global_batch(step)))) < 32
+        assert torch.equal(batch, sampler.global_batch(step))  # a pure function of the step
+    assert had_duplicates > 0  # the corpus did put copies in random batches
+    assert sampler.replaced > 0
+
+
+def test_no_duplicates_without_duplicates_is_todays_batches() -> None:
+    lines = [f"line {i}" for i in range(100)]
+    sampler = NoDuplicatesSampler(EpochSampler(100, 16, seed=5), lines, 16, seed=5)
+    for step in range(2 * sampler.steps_per_epoch):
+        assert sampler.global_batch(step).tolist() == reference_batch(100, 16, 5, step)
+    assert sampler.replaced == 0
+
+
+def test_no_duplicates_keeps_paraphrase_pairs_and_dense_batches() -> None:
+    dense, pairs = make_dense(0.5)
+    lines = [f"line {i}" for i in range(200)]  # make_dense: a corpus of 200 lines
+    wrapped = NoDuplicatesSampler(dense, lines, 16, seed=0)
+    for step in range(5):  # paraphrases are different texts: the dense batches stay as they are
+        assert torch.equal(wrapped.global_batch(step), dense.global_batch(step))
+        assert torch.equal(wrapped.placed_pairs(step), dense.placed_pairs(step))
+
+
+def test_no_duplicates_needs_a_batch_of_distinct_lines() -> None:
+    lines = ["same", "Same", " same ", "other"] * 8
+    with pytest.raises(ConfigError, match="2 distinct lines"):
+        NoDuplicatesSampler(EpochSampler(len(lines), 4, seed=0), lines, 4, seed=0)
+
+
+def test_training_batches_wraps_when_asked() -> None:
+    lines = duplicated_corpus()
+    _, plain = training_batches(lines, 32, 1)
+    _, wrapped = training_batches(lines, 32, 1, no_duplicates=True)
+    assert isinstance(plain, EpochSampler) and isinstance(wrapped, NoDuplicatesSampler)

@@ -235,8 +235,8 @@ def test_shards_split_the_plan(tmp_path: Path) -> None:
                        log=lambda _: None, shard=(k, 2))  # fmt: skip
     trained = [name for name, _ in calls]
     everything = [p.run_dir.name for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)]
-    # per seed: [CLS] 2 x 4 rho + 2 x 3 + 2 (calibrated); mean pooling 4 variants x 4 rho
-    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 96
+    # per seed: [CLS] 3 x 4 rho + 2 x 3 + 2 (calibrated); mean pooling 5 variants x 4 rho
+    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 120
 
 
 def test_only_keeps_the_runs_with_those_labels(tmp_path: Path) -> None:
@@ -245,7 +245,7 @@ def test_only_keeps_the_runs_with_those_labels(tmp_path: Path) -> None:
     assert only == {"setting": ["mean"], "density": ["0.5", "0"]}
     picked = plan("dense", "cpu", 3, tmp_path, RECIPES, overrides, only=only)
     cells = [lab for p in picked for lab in p.labels]
-    assert len(picked) == 3 * 2 * 4 and len(cells) == len(picked)
+    assert len(picked) == 3 * 2 * 5 and len(cells) == len(picked)
     assert {c["setting"] for c in cells} == {"mean"} and {c["density"] for c in cells} == {0, 0.5}
     every = {p.run_dir for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)}
     assert {p.run_dir for p in picked} < every  # the same folders as the whole plan's

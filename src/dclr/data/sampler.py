@@ -7,6 +7,9 @@ uninterrupted run would have.
 * `ParaphraseDenseSampler` (issue 12): a controlled fraction rho of every batch is made of gold
   paraphrase pairs, both sentences of a pair in the same batch as separate lines, the way
   near-duplicates sit in web corpora. rho = 0 is `EpochSampler` itself (`build_sampler`).
+* `NoDuplicatesSampler` (issue 23, `data.no_duplicates`): wraps either, so that no two lines of
+  a batch are equal after `normalize_text` (sentence-transformers' NO_DUPLICATES batch sampler).
+  A batch without duplicates is the wrapped sampler's batch, unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dclr.errors import ConfigError
 # stream (seed + epoch): a large odd stride so (seed, epoch/step) never collide across streams.
 PAIR_STREAM = 7_919
 PLACEMENT_STREAM = 104_729
+REPLACEMENT_STREAM = 1_299_709  # the lines that take a duplicate's place (NoDuplicatesSampler)
 
 
 class BatchSampler(Protocol):
@@ -147,6 +151,57 @@ class ParaphraseDenseSampler:
         return self._slice(self.pairs, self.n_pairs, step, PAIR_STREAM)
 
 
+class NoDuplicatesSampler:
+    """`base`'s batches with no two lines equal after normalisation (case, whitespace).
+
+    Each later copy of a line already in the batch gives its slot to the next line of a
+    permutation of the corpus seeded by (seed, step) whose text is not in the batch yet. So a
+    batch stays a pure function of (seed, step), resumes exactly, keeps its size and its
+    paraphrase pairs (which are different texts), and a batch with no duplicate is `base`'s own.
+    sentence-transformers' NoDuplicatesBatchSampler defers the copy to a later batch instead;
+    an exact copy carries no new sentence, so we drop it from this step rather than keep a queue
+    (which would make batch k depend on every batch before it)."""
+
+    def __init__(self, base: BatchSampler, lines: Sequence[str], batch_size: int, seed: int):
+        ids: dict[str, int] = {}
+        self.keys = torch.tensor([ids.setdefault(normalize_text(s), len(ids)) for s in lines])
+        if len(ids) < batch_size:
+            raise ConfigError(
+                f"data.no_duplicates: the corpus has {len(ids)} distinct lines (after lower-"
+                f"casing and collapsing whitespace), fewer than one batch of {batch_size}"
+            )
+        self.base, self.seed = base, seed
+        self.steps_per_epoch = base.steps_per_epoch
+        self.replaced = 0  # lines replaced so far (this process), for the data report
+
+    def global_batch(self, step: int) -> torch.Tensor:
+        batch = self.base.global_batch(step)
+        keys = self.keys[batch].tolist()
+        if len(set(keys)) == len(keys):
+            return batch
+        seen: set[int] = set()
+        repeats = []
+        for position, key in enumerate(keys):
+            if key in seen:
+                repeats.append(position)
+            seen.add(key)
+        gen = torch.Generator().manual_seed(self.seed * REPLACEMENT_STREAM + step)
+        candidates = iter(torch.randperm(len(self.keys), generator=gen).tolist())
+        batch = batch.clone()
+        for position in repeats:
+            for candidate in candidates:  # distinct lines >= batch size: never exhausted
+                key = int(self.keys[candidate])
+                if key not in seen:
+                    seen.add(key)
+                    batch[position] = candidate
+                    break
+        self.replaced += len(repeats)
+        return batch
+
+    def __getattr__(self, name: str) -> object:  # e.g. ParaphraseDenseSampler.placed_pairs
+        return getattr(self.__dict__["base"], name)
+
+
 def build_sampler(
     corpus: Sequence[str],
     batch_size: int,
@@ -167,15 +222,22 @@ def training_batches(
     density: float = 0.0,
     sources: str = "mrpc,stsb,sick",
     data_dir: str | None = None,
+    no_duplicates: bool = False,
 ) -> tuple[Sequence[str], BatchSampler]:
     """The corpus a run trains on and its sampler; with density > 0 the corpus gains the gold
-    pairs' sentences (`with_paraphrases`). The trainer and `dclr audit` both call this, so an
-    audit sees exactly the batches a run with the same settings trains on."""
+    pairs' sentences (`with_paraphrases`); `no_duplicates` wraps the sampler in
+    `NoDuplicatesSampler`. The trainer and `dclr audit` both call this, so an audit sees exactly
+    the batches a run with the same settings trains on."""
     if density == 0:
-        return corpus, build_sampler(corpus, batch_size, seed)
-    from dclr.data.paraphrases import gold_paraphrase_pairs, parse_sources
-    from dclr.data.paths import resolve_data_dir
+        lines: Sequence[str] = corpus
+        sampler = build_sampler(corpus, batch_size, seed)
+    else:
+        from dclr.data.paraphrases import gold_paraphrase_pairs, parse_sources
+        from dclr.data.paths import resolve_data_dir
 
-    gold = gold_paraphrase_pairs(resolve_data_dir(data_dir), parse_sources(sources))
-    extended, pairs = with_paraphrases(corpus, gold)
-    return extended, build_sampler(extended, batch_size, seed, density, pairs)
+        gold = gold_paraphrase_pairs(resolve_data_dir(data_dir), parse_sources(sources))
+        lines, pairs = with_paraphrases(corpus, gold)
+        sampler = build_sampler(lines, batch_size, seed, density, pairs)
+    if no_duplicates:
+        sampler = NoDuplicatesSampler(sampler, lines, batch_size, seed)
+    return lines, sampler

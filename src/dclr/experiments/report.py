@@ -742,11 +742,25 @@ def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
 PRACTICAL_DELTA = 0.05
 DENSE_LABELS = {
     "simcse": "SimCSE",
+    "simcse_no_dup": "SimCSE, no duplicates in a batch",
     "dclr": "DCLR (paper form)",
     "dclr_no_noise": "DCLR w/o noise negatives",
     "dclr_no_weighting": "DCLR w/o instance weighting",
     "dclr_calibrated": "DCLR, calibrated φ",
+    "dclr_self": "DCLR, self weighting",
 }
+DENSE_COLORS = dict(
+    zip(
+        DENSE_LABELS,
+        ("#1f77b4", "#17becf", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"),
+        strict=True,
+    )
+)
+DENSE_SETTING_NAMES = {
+    "cls_head": "[CLS] + MLP head (the recipes' setting)",
+    "mean": "mean pooling, no head (the sentence-transformers setting)",
+}
+DENSE_TASKS = ("avg", "STSBenchmark", "SICKRelatedness")
 
 
 def mean_logged(run: RunData, key: str) -> float | None:
@@ -755,101 +769,139 @@ def mean_logged(run: RunData, key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def section_dense(rep: Report, runs: list[RunData], out: Path) -> None:
-    groups = group(runs, "density", "variant")
-    densities = sorted({d for d, _ in groups})
-    variants = [v for v in DENSE_LABELS if any(v == w for _, w in groups)]
-    rep.heading("STS test after training, per paraphrase density ρ (Spearman × 100)")
-    rep.text(
-        "ρ: share of every batch made of gold paraphrase pairs (train splits; both sentences of a "
-        "pair in the same batch). avg: 7-task STS average, mean ± std over seeds. Δ: paired by "
-        "seed against SimCSE at the same ρ (same batches and dropout stream), mean [95 % t-interval]. "
-        "dropped %: share of in-batch negatives DCLR's weighting removed, mean over logged steps."
+def _setting(run: RunData) -> str:
+    return str(run.labels.get("setting", "cls_head"))  # runs before issue 23 had one setting
+
+
+def versus_start(runs: list[RunData], key: str) -> Paired | None:
+    """after - before on `key`, by seed (the starting model's score is the same for every seed)."""
+    return Paired.of(
+        {r.seed: float(r.before[key]) for r in runs if key in r.before},
+        {r.seed: float(r.scores[key]) for r in runs if key in r.scores},
     )
-    header = ["ρ", "variant", "seeds", "avg", "STS-B", "SICK-R", "dropped %", "Δ avg",
-              "Δ STS-B", "Δ SICK-R"]  # fmt: skip
-    rows, verdicts = [], []
+
+
+def _verdict(d: Paired) -> str:
+    if d.beyond_noise and abs(d.mean) >= PRACTICAL_DELTA:
+        return "above" if d.mean > 0 else "below"
+    if d.beyond_noise:  # e.g. +0.004 [+0.001, +0.007]: real but below the table's resolution
+        return f"within {PRACTICAL_DELTA} of"
+    return "not distinguishable from"
+
+
+def _dense_rows(
+    groups: dict, setting: str, densities: list, variants: list[str]
+) -> list[list[str]]:
+    rows = []
     for rho in densities:
-        base = groups.get((rho, "simcse"), [])
+        base = groups.get((setting, rho, "simcse"), [])
         for v in variants:
-            members = groups.get((rho, v), [])
+            members = groups.get((setting, rho, v), [])
             if not members:
                 continue
             drop = Stat.of(
                 x for r in members if (x := mean_logged(r, "dropped_fraction")) is not None
             )
-            deltas = [paired(base, members, k) if v != "simcse" else None
-                      for k in ("avg", "STSBenchmark", "SICKRelatedness")]  # fmt: skip
-            rows.append([f"{rho:g}", DENSE_LABELS[v], str(len(members)), fmt(stat(members, "avg")),
-                         fmt(stat(members, "STSBenchmark")), fmt(stat(members, "SICKRelatedness")),
+            deltas = [paired(base, members, k) if v != "simcse" else None for k in DENSE_TASKS]
+            rows.append([f"{rho:g}", DENSE_LABELS[v], str(len(members)),
+                         *(fmt(stat(members, k)) for k in DENSE_TASKS),
                          "—" if drop is None else f"{100 * drop.mean:.3f}",
-                         *(fmt_paired(d) for d in deltas)])  # fmt: skip
-            if v != "simcse" and deltas[0] is not None:
-                verdicts.append((rho, v, deltas[0]))
-    rep.table(header, rows)
+                         *(fmt_paired(d) for d in deltas),
+                         fmt_paired(versus_start(members, "avg"))])  # fmt: skip
+    return rows
+
+
+def _dense_verdicts(groups: dict, setting: str, densities: list) -> list[str]:
+    """The comparisons the issue asks about, in words: DCLR vs SimCSE and vs the duplicate-free
+    sampler, calibrated phi vs phi = 0.9, each against the seed spread."""
+    pairs = [("simcse", "dclr"), ("simcse_no_dup", "dclr"), ("simcse", "simcse_no_dup"),
+             ("dclr", "dclr_calibrated"), ("simcse", "dclr_self")]  # fmt: skip
     lines = []
-    for rho, v, d in verdicts:
-        if d.beyond_noise and abs(d.mean) >= PRACTICAL_DELTA:
-            word = "above" if d.mean > 0 else "below"
-        elif d.beyond_noise:  # e.g. +0.004 [+0.001, +0.007]: real but below the table's resolution
-            word = f"within {PRACTICAL_DELTA} of"
-        else:
-            word = "not distinguishable from"
-        seeds = f", {d.n} seeds" if d.n > 1 else ""
-        lines.append(f"ρ = {rho:g}: {DENSE_LABELS[v]} is {word} SimCSE on the 7-task avg "
-                     f"(Δ {d.fmt()}{seeds}).")  # fmt: skip
-    if lines:
-        rep.text(" ".join(lines))
-    rep.heading("Does SimCSE suffer from paraphrase-dense batches?")
-    rows = []
-    zero = groups.get((0.0, "simcse"), [])
     for rho in densities:
-        members = groups.get((rho, "simcse"), [])
-        d = paired(zero, members, "avg") if rho else None
-        rows.append([f"{rho:g}", fmt(stat(members, "avg")), fmt_paired(d),
-                     fmt_paired(paired(zero, members, "STSBenchmark") if rho else None)])  # fmt: skip
-    rep.table(["ρ", "SimCSE avg", "Δ avg vs ρ = 0 (paired)", "Δ STS-B vs ρ = 0"], rows)
-    rep.image(_dense_plot(groups, densities, variants, out / "dense.png"), "dense batches")
+        for a, b in pairs:
+            d = paired(groups.get((setting, rho, a), []), groups.get((setting, rho, b), []), "avg")
+            if d is None:
+                continue
+            seeds = f", {d.n} seeds" if d.n > 1 else ""
+            lines.append(f"ρ = {rho:g}: {DENSE_LABELS[b]} is {_verdict(d)} {DENSE_LABELS[a]} on "
+                         f"the 7-task avg (Δ {d.fmt()}{seeds}).")  # fmt: skip
+    return lines
+
+
+def section_dense(rep: Report, runs: list[RunData], out: Path) -> None:
+    groups: dict[tuple[Any, ...], list[RunData]] = defaultdict(list)
+    for run in runs:
+        groups[(_setting(run), run.labels.get("density"), run.labels.get("variant"))].append(run)
+    settings = [s for s in DENSE_SETTING_NAMES if any(k[0] == s for k in groups)]
+    header = ["ρ", "variant", "seeds", "avg", "STS-B", "SICK-R", "dropped %", "Δ avg",
+              "Δ STS-B", "Δ SICK-R", "Δ avg vs start"]  # fmt: skip
     rep.text(
-        "Left: each seed's 7-task avg (dots) and the mean (line) per variant and ρ. Right: the "
-        "paired difference to SimCSE with its 95 % interval; an interval that crosses 0 is "
-        "inside the seed noise."
+        "ρ: share of every batch made of gold paraphrase pairs (train splits; both sentences of a "
+        "pair in the same batch). avg: 7-task STS average, mean ± std over seeds. Δ: paired by "
+        "seed against SimCSE at the same ρ and setting (same batches and dropout stream), mean "
+        "[95 % t-interval]; Δ avg vs start: against the starting model (all-MiniLM-L6-v2 "
+        "evaluated with the setting's pooler). dropped %: share of in-batch negatives DCLR's "
+        "weighting removed, mean over logged steps."
     )
-
-
-def _dense_plot(groups: dict, densities: list, variants: list[str], path: Path) -> Path:
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    colors = dict(
-        zip(DENSE_LABELS, ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"), strict=True)
-    )
-    offsets = np.linspace(-0.03, 0.03, max(1, len(variants)))
-    for off, v in zip(offsets, variants, strict=True):
-        means = []
+    for setting in settings:
+        densities = sorted({k[1] for k in groups if k[0] == setting})
+        variants = [v for v in DENSE_LABELS if any(k[0] == setting and k[2] == v for k in groups)]
+        members = [r for k, rs in groups.items() if k[0] == setting for r in rs]
+        start = Stat.of(r.before.get("avg") for r in members if r.before)
+        rep.heading(f"{DENSE_SETTING_NAMES[setting]}: STS test after training (Spearman × 100)")
+        if start is not None:
+            rep.text(f"Starting model, this setting's pooler: 7-task avg {start.mean:.2f}.")
+        rep.table(header, _dense_rows(groups, setting, densities, variants))
+        lines = _dense_verdicts(groups, setting, densities)
+        if lines:
+            rep.text(" ".join(lines))
+        rows = []
+        zero = groups.get((setting, 0.0, "simcse"), [])
         for rho in densities:
-            vals = [r.scores["avg"] for r in groups.get((rho, v), []) if "avg" in r.scores]
-            axes[0].scatter([rho + off] * len(vals), vals, color=colors[v], s=12, alpha=0.6)
-            means.append(np.mean(vals) if vals else np.nan)
-        axes[0].plot(
-            np.array(densities) + off, means, color=colors[v], marker="_", label=DENSE_LABELS[v]
-        )
-        if v == "simcse":
-            continue
-        pts = [(rho, paired(groups.get((rho, "simcse"), []), groups.get((rho, v), []), "avg"))
-               for rho in densities]  # fmt: skip
-        pts = [(rho, d) for rho, d in pts if d is not None]
-        if pts:
-            axes[1].errorbar([rho + off for rho, _ in pts], [d.mean for _, d in pts],
-                             yerr=[[d.mean - d.low if d.n > 1 else 0 for _, d in pts],
-                                   [d.high - d.mean if d.n > 1 else 0 for _, d in pts]],
-                             marker="o", capsize=3, color=colors[v], label=DENSE_LABELS[v])  # fmt: skip
-    axes[0].set_ylabel("7-task STS avg (Spearman × 100)")
-    axes[0].set_title("per seed (dots) and mean (line)", fontsize=10)
-    axes[1].axhline(0, color="black", linewidth=0.7)
-    axes[1].set_ylabel("Δ 7-task avg vs SimCSE (paired by seed)")
-    axes[1].set_title("paired difference, 95 % t-interval", fontsize=10)
-    for ax in axes:
+            simcse = groups.get((setting, rho, "simcse"), [])
+            rows.append([f"{rho:g}", fmt(stat(simcse, "avg")),
+                         fmt_paired(paired(zero, simcse, "avg") if rho else None),
+                         fmt_paired(paired(zero, simcse, "STSBenchmark") if rho else None),
+                         fmt_paired(versus_start(simcse, "avg"))])  # fmt: skip
+        rep.text("Does SimCSE suffer from paraphrase-dense batches in this setting?")
+        rep.table(["ρ", "SimCSE avg", "Δ avg vs ρ = 0 (paired)", "Δ STS-B vs ρ = 0",
+                   "Δ avg vs start"], rows)  # fmt: skip
+    rep.image(_dense_plot(groups, settings, out / "dense.png"), "dense batches")
+    rep.text(
+        "One panel per setting: the 7-task avg against ρ, a line per method (mean over seeds) "
+        "with its seed band (min to max) and each seed as a dot; the dashed line is the starting "
+        "model with the setting's pooler."
+    )
+
+
+def _dense_plot(groups: dict, settings: list[str], path: Path) -> Path:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(settings), figsize=(6.5 * len(settings), 4.8), squeeze=False)
+    for ax, setting in zip(axes[0], settings, strict=True):
+        densities = sorted({k[1] for k in groups if k[0] == setting})
+        variants = [v for v in DENSE_LABELS if any(k[0] == setting and k[2] == v for k in groups)]
+        for v in variants:
+            xs, means, lows, highs = [], [], [], []
+            for rho in densities:
+                vals = [r.scores["avg"] for r in groups.get((setting, rho, v), [])
+                        if "avg" in r.scores]  # fmt: skip
+                if not vals:
+                    continue
+                ax.scatter([rho] * len(vals), vals, color=DENSE_COLORS[v], s=10, alpha=0.6)
+                xs.append(rho)
+                means.append(float(np.mean(vals)))
+                lows.append(min(vals))
+                highs.append(max(vals))
+            ax.plot(xs, means, color=DENSE_COLORS[v], marker="o", ms=3, label=DENSE_LABELS[v])
+            ax.fill_between(xs, lows, highs, color=DENSE_COLORS[v], alpha=0.15, linewidth=0)
+        starts = [r.before["avg"] for k, rs in groups.items() if k[0] == setting for r in rs
+                  if "avg" in r.before]  # fmt: skip
+        if starts:
+            ax.axhline(float(np.mean(starts)), color="black", linestyle="--", linewidth=0.8,
+                       label="starting model")  # fmt: skip
+        ax.set_title(DENSE_SETTING_NAMES[setting], fontsize=10)
         ax.set_xlabel("paraphrase density ρ (share of the batch in gold pairs)")
+        ax.set_ylabel("7-task STS avg (Spearman × 100)")
         ax.set_xticks(densities, [f"{d:g}" for d in densities])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

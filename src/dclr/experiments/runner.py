@@ -49,12 +49,19 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", Path(text.split(":")[-1]).name).strip("_")[:40]
 
 
+# Options added after experiments had run, at the default that reproduces the older runs: left
+# out of the hash while they hold it, so those run folders keep their names (and are found,
+# not retrained). Any other value is hashed as usual.
+HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"no_duplicates": False}
+
+
 def portable_hash(config: TrainConfig, root: Path) -> str:
     """Config hash with the root folder replaced by a token, so a moved root keeps its ids."""
     prefix = str(root.resolve())
     values = {
         k: v.replace(prefix, ROOT_TOKEN) if isinstance(v, str) else v
         for k, v in config.flat().items()
+        if not (k in HASH_NEUTRAL_DEFAULTS and v == HASH_NEUTRAL_DEFAULTS[k])
     }
     return config_hash(values)
 

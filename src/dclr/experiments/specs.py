@@ -230,13 +230,17 @@ DENSE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # the model being trained scores its own negatives (no complementary model)
     "dclr_self": ("dclr", {"weighting": "self"}),
+    # the cheap fix a user tries first: SimCSE with no two equal lines in a batch
+    "simcse_no_dup": ("simcse", {"no_duplicates": True}),
 }
 # The variants of each setting. "Without noise" equals the paper form to 0.01 at the paper's
 # sigma and beta (the [CLS] table), so the mean setting does not repeat it.
 DENSE_SETTING_VARIANTS: dict[str, tuple[str, ...]] = {
-    "cls_head": ("simcse", "dclr", "dclr_no_noise", "dclr_no_weighting", "dclr_calibrated"),
-    "mean": ("simcse", "dclr", "dclr_calibrated", "dclr_self"),
-}
+    "cls_head": (
+        "simcse", "dclr", "dclr_no_noise", "dclr_no_weighting", "dclr_calibrated", "simcse_no_dup",
+    ),
+    "mean": ("simcse", "dclr", "dclr_calibrated", "dclr_self", "simcse_no_dup"),
+}  # fmt: skip
 # Variants run at some densities only (CPU budget), per setting: in [CLS], calibrated phi where
 # there are no gold false negatives (does it cost anything?) and where they are densest.
 DENSE_VARIANT_DENSITIES: dict[tuple[str, str], tuple[float, ...]] = {

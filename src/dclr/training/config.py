@@ -112,6 +112,9 @@ class DataSection:
     # Paraphrase-dense batches (dclr.data.sampler; measures DCLR where false negatives exist).
     paraphrase_density: float = 0.0  # rho: share of each batch made of gold paraphrase pairs
     paraphrase_sources: str = "mrpc,stsb,sick"  # train-split gold pairs (dclr.data.paraphrases)
+    # no two lines of a batch equal after lower-casing and collapsing whitespace (a later copy's
+    # slot goes to another line; sentence-transformers' NO_DUPLICATES batch sampler)
+    no_duplicates: bool = False
 
     def validate(self) -> None:
         if self.few_shot_sentences is not None and self.few_shot_fraction is not None:

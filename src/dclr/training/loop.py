@@ -153,7 +153,7 @@ class Trainer:
         d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
         self.data, self.sampler = training_batches(
             self.data, batch_size, config.run.seed, d.paraphrase_density,
-            d.paraphrase_sources, d.data_dir,
+            d.paraphrase_sources, d.data_dir, d.no_duplicates,
         )  # fmt: skip
         self.evaluator = evaluator
         if evaluator is None and self.rank == 0:
