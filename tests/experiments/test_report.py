@@ -242,6 +242,47 @@ def test_dense_report_pairs_by_seed(tmp_path: Path) -> None:
     assert (tmp_path / "r" / "dense.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_dense_report_has_a_table_per_setting_and_deltas_vs_start(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    # every run starts from 60.0 (write_run's "before"); mean setting at rho 0.5
+    cells = [("mean", "simcse", 42, 65.0), ("mean", "simcse", 43, 66.0),
+             ("mean", "dclr", 42, 69.0), ("mean", "dclr", 43, 70.2),
+             ("mean", "simcse_no_dup", 42, 65.0), ("mean", "simcse_no_dup", 43, 66.0),
+             ("cls_head", "simcse", 42, 62.0), ("cls_head", "simcse", 43, 62.0)]  # fmt: skip
+    for setting, variant, seed, avg in cells:
+        method = "dclr" if variant.startswith("dclr") else "simcse"
+        write_run(root, f"{setting}-{variant}{seed}", method=method, seed=seed, avg=avg,
+                  labels={"dense": [_cells(method=method, variant=variant, density=0.5,
+                                           setting=setting)]})  # fmt: skip
+    with _index(root) as registry:
+        md = build_report("dense", registry, tmp_path / "r").read_text()
+    assert md.index("[CLS] + MLP head") < md.index("mean pooling, no head")
+    mean_part = md[md.index("## mean pooling, no head") :]
+    rows = {r[1]: r for r in _table(mean_part, "ρ | variant")}
+    # DCLR - SimCSE: 4.0, 4.2 -> +4.10; vs start: 9.0, 10.2 -> +9.60
+    assert rows["DCLR (paper form)"][7].startswith("+4.10 [")
+    assert rows["DCLR (paper form)"][10].startswith("+9.60 [")
+    assert rows["SimCSE, no duplicates in a batch"][7] == "+0.00 [+0.00, +0.00]"
+    assert "DCLR (paper form) is above SimCSE, no duplicates in a batch" in mean_part
+    assert (tmp_path / "r" / "dense.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_dup_corpus_report_pairs_by_corpus(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    for corpus, variant, seed, avg in [("scraped", "simcse", 42, 70.0), ("scraped", "simcse", 43, 71.0),
+                                       ("scraped", "simcse_no_dup", 42, 71.5),
+                                       ("scraped", "simcse_no_dup", 43, 72.5)]:  # fmt: skip
+        write_run(root, f"{corpus}-{variant}{seed}", method="simcse", seed=seed, avg=avg,
+                  labels={"dup-corpus": [_cells(method="simcse", variant=variant, corpus=corpus,
+                                                setting="mean")]})  # fmt: skip
+    with _index(root) as registry:
+        md = build_report("dup-corpus", registry, tmp_path / "r").read_text()
+    rows = {r[1]: r for r in _table(md, "corpus | variant")}
+    assert rows["SimCSE, no duplicates in a batch"][7] == "+1.50 [+1.50, +1.50]"
+    assert rows["SimCSE"][10].startswith("+10.50 [")  # 10.0, 11.0 over the start's 60.0
+    assert "scraped: SimCSE, no duplicates in a batch is above SimCSE" in md
+
+
 def test_consert_tables_keep_view_order_and_sort_texts_as_numbers(tmp_path: Path) -> None:
     root = tmp_path / "exp"
     # two seeds per row: avg = 70 + offset + (seed - 42) * 0.5

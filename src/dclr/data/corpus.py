@@ -114,8 +114,15 @@ class ListCorpus(Sequence[str]):
 
 def load_corpus(corpus: str, data_dir: str | Path | None = None) -> Sequence[str]:
     """`sts` -> every distinct STS/SICK sentence (29,511 with the shared data); `sts_all` ->
-    ConSERT's 89,192 texts (every pair, scored or not, duplicates kept); both need the data
-    folder. Anything else -> a text file."""
+    ConSERT's 89,192 texts (every pair, scored or not, duplicates kept); `scraped` / `clusters`
+    -> the duplicate-rich corpora of `dclr.data.realistic`; these need the data folder.
+    Anything else -> a text file."""
+    from dclr.data.realistic import REALISTIC, build_realistic
+
+    if corpus in REALISTIC:
+        from dclr.data.paths import resolve_data_dir
+
+        return ListCorpus(build_realistic(corpus, resolve_data_dir(data_dir)), name=corpus)
     if corpus in (BUILTIN_STS, BUILTIN_STS_ALL):
         from dclr.data.paths import resolve_data_dir
         from dclr.data.sts import all_sentences, all_texts

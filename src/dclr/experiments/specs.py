@@ -277,6 +277,28 @@ def _dense(scale: str, seeds: list[int]) -> list[RunSpec]:
     return specs
 
 
+# Duplicate-rich corpora a user could meet (issue 23; dclr.data.realistic), in the
+# sentence-transformers setting: SimCSE, the duplicate-free sampler and DCLR (paper form and
+# calibrated phi), at the dense experiment's budget.
+DUP_CORPORA = ("scraped", "clusters")
+DUP_CORPUS_VARIANTS = ("simcse", "simcse_no_dup", "dclr", "dclr_calibrated")
+
+
+def _dup_corpus(scale: str, seeds: list[int]) -> list[RunSpec]:
+    backbone = ANALYSIS_BACKBONE[scale]
+    specs = []
+    for seed in seeds:
+        for corpus in DUP_CORPORA:
+            for variant in DUP_CORPUS_VARIANTS:
+                method, overrides = DENSE_VARIANTS[variant]
+                extra = {**DENSE_SCALE_OVERRIDES[scale], **DENSE_SETTINGS["mean"], **overrides,
+                         "corpus": corpus}  # fmt: skip
+                spec = _pair(scale, backbone, seed, method, extra)
+                labels = {**spec.labels, "setting": "mean", "variant": variant, "corpus": corpus}
+                specs.append(dataclasses.replace(spec, labels=labels))
+    return specs
+
+
 # ---- ConSERT (issue 16): its augmentations and few-shot study, with its own settings ----------
 # ConSERT's settings on top of its recipe (consert.txt l.68, l.79; released --no_dropout): mean
 # pooling in training, last-two-layer mean at evaluation, backbone dropout off under the views.
@@ -369,6 +391,11 @@ EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = 
         _dense,
         "paraphrase-dense batches in two settings ([CLS] + MLP head; mean pooling, no head): "
         "SimCSE vs DCLR and its parts at rho = 0, 0.125, 0.25, 0.5",
+    ),
+    "dup-corpus": (
+        _dup_corpus,
+        "duplicate-rich corpora (scraped copies; paraphrase clusters), mean pooling, no head: "
+        "SimCSE vs its duplicate-free sampler vs DCLR",
     ),
     "consert-augmentations": (
         _consert_augmentations,

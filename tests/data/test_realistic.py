@@ -1,0 +1,52 @@
+"""The duplicate-rich corpora (issue 23): deterministic, duplicate-rich, no test split read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import dclr.data.nli as nli
+import dclr.data.sts as sts
+import dclr.dualcse.data as inli
+from dclr.data.paraphrases import normalize_text
+from dclr.data.realistic import cluster_corpus, duplicate_share, scraped_corpus
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Every (reader, split or file) the builders open."""
+    seen: list[tuple[str, str]] = []
+
+    def spy(name, fn, split_of):
+        def wrapped(*args, **kwargs):
+            seen.append((name, split_of(*args, **kwargs)))
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(sts, "read_stsb", spy("stsb", sts.read_stsb, lambda root, split: split))
+    monkeypatch.setattr(sts, "read_sick", spy("sick", sts.read_sick, lambda root, split: split))
+    monkeypatch.setattr(nli, "read_senteval_nli",
+                        spy("snli", nli.read_senteval_nli, lambda folder, split: split))  # fmt: skip
+    monkeypatch.setattr(
+        inli, "read_inli", spy("inli", inli.read_inli, lambda path: Path(path).stem)
+    )
+    return seen
+
+
+def test_scraped_is_deterministic_duplicate_rich_and_test_free(data_dir, reads):
+    a, b = scraped_corpus(data_dir), scraped_corpus(data_dir)
+    assert a == b and len(a) > 20_000
+    assert 0.25 < duplicate_share(a) < 0.3  # 40 % of distinct lines copied once: 0.4 / 1.4
+    # some copies are case / whitespace variants: different strings, the same normalised text
+    assert len({normalize_text(s) for s in a}) < len(set(a)) < len(a)
+    assert {split for _, split in reads} == {"train"}
+
+
+def test_clusters_is_deterministic_and_test_free(data_dir, reads):
+    a = cluster_corpus(data_dir)
+    assert a == cluster_corpus(data_dir) and len(a) > 20_000
+    assert duplicate_share(a) > 0.15  # SNLI premises repeat once per hypothesis
+    assert {split for _, split in reads} == {"dev", "train"}
+    assert ("snli", "dev") in reads and ("inli", "train") in reads
