@@ -36,3 +36,34 @@ def test_st_dclr_example_trains_and_evaluates(tmp_path, data_dir, capfd):
     assert SentenceTransformer(str(out), device="cpu").max_seq_length == 512
     printed = capfd.readouterr()
     assert "STSBenchmark" in printed.out  # the `dclr eval` table
+
+
+@pytest.mark.slow
+def test_st_dense_example_trains_both_losses_on_dclrs_batches(tmp_path, data_dir, capfd):
+    pytest.importorskip("datasets")
+    path = EXAMPLE.with_name("st_dense_false_negatives.py")
+    spec = importlib.util.spec_from_file_location("st_dense_false_negatives", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    from dclr.data.sampler import ParaphraseDenseSampler
+
+    seen: list[list[int]] = []
+    original = ParaphraseDenseSampler.global_batch
+
+    def spy(self, step):
+        batch = original(self, step)
+        seen.append(batch.tolist())
+        return batch
+
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    try:
+        ParaphraseDenseSampler.global_batch = spy
+        code = example.main(["--model", str(model), "--data-dir", str(data_dir), "--steps", "2",
+                             "--batch-size", "8", "--density", "0.5",
+                             "--eval-tasks", "STSBenchmark"])  # fmt: skip
+    finally:
+        ParaphraseDenseSampler.global_batch = original
+    assert code == 0
+    assert len(seen) == 4 and seen[:2] == seen[2:]  # both losses trained on the same 2 batches
+    printed = capfd.readouterr().out
+    assert "| MNRL (SimCSE) |" in printed and "| dclr.st.DCLRLoss |" in printed
