@@ -156,3 +156,31 @@ def test_gpu_throughput_script_runs_on_cpu(model_dir, tmp_path):
     result = json.loads(out.read_text())
     assert set(result["sentences_per_s"]) == {"train_simcse", "train_dclr", "encode"}
     assert all(v > 0 for v in result["sentences_per_s"].values())
+
+
+def test_eval_sts12_in_dev_mode_is_a_named_error_not_a_traceback(model_dir, data_dir):
+    args = ["eval", str(model_dir), "--data-dir", str(data_dir), "--tasks", "STS12",
+            "--mode", "dev"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert (
+        result.exit_code == 2
+        and result.exception is None
+        or isinstance(result.exception, SystemExit)
+    )
+    assert "STS12 have no dev split" in result.output and "--mode test" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_errors_and_titles_keep_their_brackets(capsys):
+    import typer
+
+    from dclr.clitools import fail, scores_table
+
+    with pytest.raises(typer.Exit):
+        fail(ValueError("install it: pip install 'dclr[serve]'"))
+    assert "pip install 'dclr[serve]'" in capsys.readouterr().err.replace("\n", "")
+    from rich.console import Console
+
+    console = Console(width=120, record=True)
+    console.print(scores_table("STS test [cls, fp32]", {"model": {"avg": 70.0}}, []))
+    assert "STS test [cls, fp32]" in console.export_text()

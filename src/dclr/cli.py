@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
@@ -412,7 +413,7 @@ def data_check(data_dir: DataDir = None) -> None:
 
     try:
         root = resolve_data_dir(data_dir)
-        table = Table(title=f"STS data in {root}")
+        table = Table(title=escape(f"STS data in {root}"))
         table.add_column("task")
         table.add_column("scored pairs", justify="right")
         for task in STS_TASKS:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console(stderr=True)  # progress, messages and errors
@@ -23,7 +24,8 @@ def quiet_hf() -> None:
 
 def fail(err: Exception) -> None:
     """Print `err` as a one-line error and exit with status 2."""
-    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    # escaped: an error's own brackets (`pip install 'dclr[serve]'`) are text, not markup
+    console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -35,7 +37,9 @@ def scores_table(title: str, columns: dict[str, dict[str, float]], tasks: list[s
     """Tasks (rows) x models (columns), then avg, alignment and uniformity when present. With a
     `before` and an `after` column a `change` column is added and drops are named in the caption."""
     compare = "before" in columns and "after" in columns and bool(columns["before"])
-    table = Table(title=title, min_width=len(title) + 4)  # +4: borders; the title never wraps
+    table = Table(
+        title=escape(title), min_width=len(title) + 4
+    )  # +4: borders; the title never wraps
     table.add_column("task")
     for name in columns:
         table.add_column(name, justify="right")
@@ -65,7 +69,7 @@ def rte_table(title: str, columns: dict[str, dict[str, float]]) -> Table:
     """Accuracy x100 per hypothesis type (rows) for each model (columns)."""
     from dclr.dualcse.data import HYPOTHESIS_TYPES
 
-    table = Table(title=title)
+    table = Table(title=escape(title))
     table.add_column("hypothesis")
     for name in columns:
         table.add_column(name, justify="right", overflow="fold")  # model paths shown whole

@@ -21,6 +21,7 @@ from scipy.stats import spearmanr
 
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import STS_SUBSETS, STS_TASKS, StsPairs, load_task, read_stsb
+from dclr.errors import ConfigError
 from dclr.evaluation.geometry import alignment, uniformity
 
 Mode = Literal["test", "dev"]
@@ -61,9 +62,13 @@ class StsEvaluator:
             self.tasks = STS_TASKS if self.mode == "test" else DEV_TASKS
         unknown = [t for t in self.tasks if t not in STS_TASKS]
         if unknown:
-            raise ValueError(f"unknown STS tasks {unknown}; choose from {STS_TASKS}")
-        if self.mode == "dev" and any(t in STS_SUBSETS for t in self.tasks):
-            raise ValueError("STS12-16 have no dev split; use mode='test' for them")
+            raise ConfigError(f"unknown STS tasks {unknown}; choose from {', '.join(STS_TASKS)}")
+        no_dev = [t for t in self.tasks if t in STS_SUBSETS]
+        if self.mode == "dev" and no_dev:
+            raise ConfigError(
+                f"{', '.join(no_dev)} have no dev split (SemEval released test sets only); "
+                f"use --mode test, or --tasks {','.join(DEV_TASKS)} for the dev splits"
+            )
         self.pairs = {t: load_task(root, t, self.mode) for t in self.tasks}
         self._stsb_dev = read_stsb(root, "dev") if self.geometry else None
 

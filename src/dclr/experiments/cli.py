@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dclr.clitools import console, fail, out, quiet_hf, scores_table
@@ -76,7 +77,7 @@ def runs_list(
                     "sickr", "config_hash")  # fmt: skip
             typer.echo(json.dumps({**{k: r[k] for k in keys}, "experiments": labels[r["run_id"]]}))
         return
-    table = Table(title=f"{len(rows)} run(s) in {root}")
+    table = Table(title=escape(f"{len(rows)} run(s) in {root}"))
     for col in (
         "run",
         "status",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
@@ -241,7 +242,9 @@ def search(
         rows = [{"rank": r + 1, **hit.__dict__} for r, hit in enumerate(hits)]
         out.print_json(json.dumps({"query": query, "model": name, "results": rows}))
         return
-    table = Table(title=f"{query!r} — {meta['count']} texts, {meta['params']['kind']} index")
+    table = Table(
+        title=escape(f"{query!r} — {meta['count']} texts, {meta['params']['kind']} index")
+    )
     for column, justify in (("#", "right"), ("score", "right"), ("row", "right"), ("text", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r, hit in enumerate(hits, start=1):
