@@ -331,3 +331,16 @@ def test_two_ranks_see_the_global_batch(tmp_path):
         torch.testing.assert_close(got["loss"] / world, loss)
         torch.testing.assert_close(got["a"] / world, ga[rows])
         torch.testing.assert_close(got["b"] / world, gb[rows])
+
+
+def test_dclr_loss_without_a_guide_says_weighting_is_off():
+    import warnings
+
+    from dclr.st import DCLRLoss
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match="weighting is off"):
+        DCLRLoss(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DCLRLoss(model, weighting="none")  # asked for: no warning

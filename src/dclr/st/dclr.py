@@ -8,6 +8,7 @@ negatives (`noise_negatives`), weights in-batch negatives (`false_negative_weigh
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -106,6 +107,14 @@ class DCLRLoss(nn.Module):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        if weighting is None and guide is None:
+            warnings.warn(
+                "DCLRLoss without a guide: instance weighting is off (weighting='none'), so no "
+                "false negative is dropped; pass guide=SentenceTransformer(...) (e.g. the frozen "
+                "starting model) for DCLR's weighting, or weighting='none' to silence this",
+                UserWarning,
+                stacklevel=2,
+            )
         weighting = weighting or ("complementary" if guide is not None else "none")
         for name, value, allowed in (
             ("noise_mode", noise_mode, NoiseMode),
