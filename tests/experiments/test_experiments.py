@@ -254,6 +254,8 @@ def test_only_keeps_the_runs_with_those_labels(tmp_path: Path) -> None:
             parse_only(bad)
     with pytest.raises(ConfigError, match="no run"):
         plan("dense", "cpu", 1, tmp_path, RECIPES, overrides, only={"setting": ["nope"]})
+    one_seed = plan("dense", "cpu", 3, tmp_path, RECIPES, overrides, only={**only, "seed": ["44"]})
+    assert len(one_seed) == 2 * 5 and {p.config.run.seed for p in one_seed} == {44}
 
 
 def test_issue16_experiments_resolve_to_valid_configs() -> None:

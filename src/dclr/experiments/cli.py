@@ -282,8 +282,9 @@ def experiment_run(
     only: Annotated[
         list[str] | None,
         typer.Option(
-            help="LABEL=V1,V2: only the runs whose label LABEL is one of the values (repeat for "
-            "several labels), e.g. --only setting=mean --only density=0.5,0."
+            help="LABEL=V1,V2: only the runs whose label LABEL (or seed) is one of the values "
+            "(repeat for several labels), e.g. --only setting=mean --only density=0.5,0 "
+            "--only seed=44: several processes can then split an experiment by seed."
         ),
     ] = None,
 ) -> None:

@@ -171,7 +171,11 @@ def plan(
     keeps the runs whose labels match (`label_matches`), e.g. one setting's cells first."""
     recipes_dir = recipes_dir or default_recipes_dir()
     planned: dict[Path, Planned] = {}
-    specs = [s for s in experiment_specs(name, scale, n_seeds) if label_matches(s.labels, only)]
+    specs = [
+        s
+        for s in experiment_specs(name, scale, n_seeds)
+        if label_matches({**s.labels, "seed": s.seed}, only)  # `seed` selects too
+    ]
     if only and not specs:
         raise ConfigError(f"--only {only}: no run of experiment {name!r} has these labels")
     for spec in specs:
