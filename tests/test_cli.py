@@ -184,3 +184,22 @@ def test_errors_and_titles_keep_their_brackets(capsys):
     console = Console(width=120, record=True)
     console.print(scores_table("STS test [cls, fp32]", {"model": {"avg": 70.0}}, []))
     assert "STS test [cls, fp32]" in console.export_text()
+
+
+def test_train_says_what_it_trains_on_and_where_the_model_is(model_dir, tmp_path):
+    from helpers import write_pseudo_corpus
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20, blank_every=5)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
+            "--set", "run.test_eval=false", "--max-steps", "1", "-o", str(out)]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "data: " in text and "blank skipped" in text and "cut at 32 tokens" in text
+    assert text.index("data: ") < text.index("1 steps in")
+    assert f"model: {out / 'best'}" in text
+    saved = json.loads((out / "results.json").read_text())
+    assert (saved["data"]["lines"], saved["data"]["blank_skipped"]) == (20, 4)

@@ -262,12 +262,22 @@ def train_cmd(
         quiet_hf()
         from dclr.driver import run_training
 
-        summary = run_training(config, resume=resume is not None, overwrite=overwrite)
+        summary = run_training(
+            config, resume=resume is not None, overwrite=overwrite, notify=print_event
+        )
     except DclrError as err:
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix
         fail(named_os_error(err))
     render_summary(summary)
+
+
+def print_event(event: str, data: dict) -> None:
+    """What a run says before it trains (`run_training`'s notify)."""
+    if event == "data":
+        from dclr.data.report import describe
+
+        console.print(escape(describe(data)), highlight=False)
 
 
 def render_summary(summary: dict) -> None:
@@ -278,8 +288,10 @@ def render_summary(summary: dict) -> None:
     if summary.get("train_seconds") is not None:
         console.print(
             f"{summary['steps']} steps in {summary['train_seconds']:.0f} s; "
-            f"model: {summary['final_dir']}"
-        )
+            f"model: {summary['best_dir']}"
+            + (f" (best of the dev evaluations; last step: {summary['final_dir']})"
+               if summary.get("best_step") is not None else "")
+        )  # fmt: skip
     if summary.get("after"):
         detail = (
             f" ({summary['steps']} steps, best at {summary.get('best_step')})"

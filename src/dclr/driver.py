@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,28 +136,39 @@ def _result_of(summary: dict[str, Any]) -> TrainResult:
     )
 
 
+Notify = Callable[[str, dict[str, Any]], None]  # (event, data): e.g. ("data", data report)
+
+
 def run_training(
-    config: TrainConfig, resume: bool = False, overwrite: bool = False
+    config: TrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    notify: Notify | None = None,
 ) -> dict[str, Any]:
     """Run `config` end to end; returns the summary written to results.json (rank 0).
 
     The run folder is locked for the run, and one holding another run is refused unless `resume`
-    or `overwrite` (see `dclr.training.runfolder`).
+    or `overwrite` (see `dclr.training.runfolder`). `notify(event, data)` hears what the run
+    learns before training ("data": the data report), for a caller that shows it.
     """
     method = get_method(config.method)  # resolved once, here, and handed down
     if len(method.stages(config)) > 1:
         return run_stages(config, resume, overwrite)
     run_dir = Path(config.run.output_dir)
     with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
-        return _run_training(config, method, run_dir, resume)
+        return _run_training(config, method, run_dir, resume, notify)
 
 
 def _run_training(
-    config: TrainConfig, method: MethodPlugin, run_dir: Path, resume: bool
+    config: TrainConfig,
+    method: MethodPlugin,
+    run_dir: Path,
+    resume: bool,
+    notify: Notify | None = None,
 ) -> dict[str, Any]:
     times, start = PhaseTimes(), time.perf_counter()
     with times.active():
-        summary, main = _run_phases(config, method, run_dir, resume)
+        summary, main = _run_phases(config, method, run_dir, resume, notify)
     if main:  # the phase times of this process (a resumed run: since the resume)
         total = time.perf_counter() - start
         summary["phase_seconds"] = breakdown(times, summary["train_seconds"], total)
@@ -165,10 +177,16 @@ def _run_training(
 
 
 def _run_phases(
-    config: TrainConfig, method: MethodPlugin, run_dir: Path, resume: bool
+    config: TrainConfig,
+    method: MethodPlugin,
+    run_dir: Path,
+    resume: bool,
+    notify: Notify | None = None,
 ) -> tuple[dict[str, Any], bool]:
     with phase("setup"):
         trainer = Trainer(config, method)
+    if notify is not None and trainer.data_report is not None and trainer.rank == 0:
+        notify("data", trainer.data_report)
     if trainer.evaluator is not None:
         trainer.evaluator = timed(trainer.evaluator, "dev_eval")
     main = trainer.rank == 0
@@ -196,6 +214,8 @@ def _run_phases(
         "train_seconds": result.train_seconds,
         "cpu_seconds": result.cpu_seconds,
     }
+    if trainer.data_report is not None:
+        summary["data"] = trainer.data_report
     if main:
         with phase("after_eval"):
             final = method.evaluate_final(config, result)

@@ -115,6 +115,8 @@ class Method:
             raise ConfigError(f"method {self.name!r} cannot check a {config.method!r} config")
         if config.data.paraphrase_density > 0 and not self.sentence_batches:
             raise ConfigError("paraphrase_density applies to unsupervised training only")
+        if (config.data.dedup or config.data.no_duplicates) and not self.sentence_batches:
+            raise ConfigError("data.dedup and data.no_duplicates apply to sentence corpora only")
         if config.optimisation.grad_cache_chunk and not self.supports_grad_cache:
             raise ConfigError(
                 f"grad_cache_chunk supports unsupervised training only (not method {self.name!r})"

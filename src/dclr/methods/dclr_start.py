@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 def run_corpus(config: TrainConfig, method: Method) -> list[str]:
     """The corpus `Trainer` trains on (few-shot subset, paraphrase-dense sentences included)."""
     from dclr.data.sampler import training_batches
-    from dclr.training.loop import few_shot
+    from dclr.training.loop import prepared
 
-    data = few_shot(method.load_data(config), config)
+    data, _ = prepared(method.load_data(config), config)
     d = config.data
     corpus, _ = training_batches(
         data,
@@ -45,7 +45,7 @@ def run_corpus(config: TrainConfig, method: Method) -> list[str]:
         d.paraphrase_density,
         d.paraphrase_sources,
         d.data_dir,
-    )
+    )  # the corpus only: data.no_duplicates changes the batches, not the lines
     return corpus  # type: ignore[return-value]
 
 

@@ -115,6 +115,7 @@ class DataSection:
     # no two lines of a batch equal after lower-casing and collapsing whitespace (a later copy's
     # slot goes to another line; sentence-transformers' NO_DUPLICATES batch sampler)
     no_duplicates: bool = False
+    dedup: bool = False  # drop lines equal to an earlier one after normalisation, before training
 
     def validate(self) -> None:
         if self.few_shot_sentences is not None and self.few_shot_fraction is not None:

@@ -62,6 +62,20 @@ def to_device(features: Mapping[str, Any], device: torch.device) -> dict[str, An
     }
 
 
+def prepared(data: Sequence[Any], config: TrainConfig) -> tuple[Sequence[Any], int]:
+    """The examples a run trains on: `data.dedup` (first copy of each normalised line), then the
+    few-shot subset; and the number of duplicates dropped."""
+    dropped = 0
+    if config.data.dedup:
+        from dclr.data.corpus import ListCorpus
+        from dclr.data.report import dedup_lines
+
+        kept = dedup_lines(data)
+        dropped = len(data) - len(kept)
+        data = ListCorpus(kept, name=f"{getattr(data, 'name', 'corpus')}+dedup")
+    return few_shot(data, config), dropped
+
+
 def few_shot(data: Sequence[Any], config: TrainConfig) -> Sequence[Any]:
     """The few-shot subset of `data` the config asks for (the data itself if none)."""
     d = config.data
@@ -147,7 +161,9 @@ class Trainer:
             enable = getattr(self.model, "enable_packing", None)
             if enable is not None:
                 enable()
-        self.data = few_shot(data if data is not None else self.method.load_data(config), config)
+        loaded = data if data is not None else self.method.load_data(config)
+        self.data, dropped = prepared(loaded, config)
+        self.data_report = self._data_report(loaded, dropped) if method.sentence_batches else None
         self.data, batch_size = fit_small_data(self.data, batch_size, config, self.world)
         self.batch_size = batch_size  # the global batch actually used (config's unless shrunk)
         d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
@@ -164,6 +180,21 @@ class Trainer:
         self.total_steps = config.optimisation.max_steps or math.ceil(epochs * self.steps_per_epoch)
 
     # ---- data ---------------------------------------------------------------------------------
+    def _data_report(self, loaded: Sequence[Any], dropped: int) -> dict[str, Any]:
+        """`dclr.data.report.data_report` of the sentences this run trains on."""
+        from dclr.data.report import data_report
+
+        tokenizer = getattr(self.model, "tokenizer", None)
+        counts = None
+        if tokenizer is not None:
+
+            def counts(texts: list[str]) -> list[int]:
+                ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+                return [len(x) for x in ids]
+
+        skipped = int(getattr(loaded, "n_skipped", 0))
+        return data_report(self.data, skipped, counts, self.config.model.max_length, dropped)
+
     def global_batch(self, step: int) -> torch.Tensor:
         """Data indices of the global batch of 0-based `step`, (batch_size,)."""
         return self.sampler.global_batch(step)
