@@ -69,6 +69,9 @@ def test_eval_unknown_pooler_is_a_clear_error(model_dir, data_dir):
     )
     assert result.exit_code == 2
     assert "unknown pooler" in result.output
+    typo = runner.invoke(app, ["eval", str(model_dir), "--data-dir", str(data_dir), "--pooler",
+                               "maen"])  # fmt: skip
+    assert typo.exit_code == 2 and "did you mean 'mean'?" in " ".join(typo.output.split())
 
 
 def test_eval_missing_data_says_how_to_get_it(model_dir, tmp_path):

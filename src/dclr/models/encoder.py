@@ -27,7 +27,7 @@ from dclr.models.packing import (
     segment_mean,
     unpad,
 )
-from dclr.models.pooling import POOLERS, MLPHead, needs_hidden_states, pool
+from dclr.models.pooling import POOLERS, MLPHead, check_pooler, needs_hidden_states, pool
 from dclr.progress import progress_bar
 
 DCLR_CONFIG = "dclr.json"
@@ -40,12 +40,6 @@ PACKING_PROBE = [
 PACKING_TOLERANCE = 1e-4  # float32 reassociation across layouts stays ~1e-6; a wrong layout is O(1)
 # sentence-transformers pooling mode -> dclr pooler, for folders saved by other tools.
 _ST_POOLING = {"mean": "mean", "cls": "cls_before_pooler"}
-
-
-def check_pooler(pooler: str) -> str:
-    if pooler not in POOLERS:
-        raise ConfigError(f"unknown pooler {pooler!r}; choose from {', '.join(POOLERS)}")
-    return pooler
 
 
 def _is_local(name_or_path: str) -> bool:

@@ -20,6 +20,19 @@ PoolerName = Literal["cls", "cls_before_pooler", "mean", "avg_first_last", "avg_
 POOLERS: tuple[str, ...] = get_args(PoolerName)
 
 
+def check_pooler(pooler: str, option: str = "pooler") -> str:
+    """`pooler` if it is one of POOLERS, else a ConfigError with the closest name."""
+    if pooler not in POOLERS:
+        import difflib
+
+        from dclr.errors import ConfigError
+
+        close = difflib.get_close_matches(pooler, POOLERS, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown {option} {pooler!r}{hint}; choose from {', '.join(POOLERS)}")
+    return pooler
+
+
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """hidden: (b, L, d); attention_mask: (b, L) of 0/1 -> (b, d)."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (b, L, 1)

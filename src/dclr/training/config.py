@@ -36,7 +36,7 @@ import yaml
 from dclr.configfile import check_choices, check_known, field_types, from_dict, unknown_option_error
 from dclr.data.sampling import FewShotSampling
 from dclr.errors import ConfigError
-from dclr.models.pooling import POOLERS, PoolerName
+from dclr.models.pooling import POOLERS, PoolerName, check_pooler
 
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -75,8 +75,7 @@ class ModelSection:
     def validate(self) -> None:
         if not self.name:
             raise ConfigError("`model` is required: a local model folder or a hub id")
-        if self.pooler not in POOLERS:
-            raise ConfigError(f"unknown pooler {self.pooler!r}; choose from {', '.join(POOLERS)}")
+        check_pooler(self.pooler)
         if self.mlp_head and self.pooler != "cls":
             raise ConfigError("mlp_head applies to pooler 'cls' only; set mlp_head: false")
         if self.eval_pooler is not None and self.eval_pooler not in POOLERS:
