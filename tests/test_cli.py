@@ -206,3 +206,12 @@ def test_train_says_what_it_trains_on_and_where_the_model_is(model_dir, tmp_path
     assert f"model: {out / 'best'}" in text
     saved = json.loads((out / "results.json").read_text())
     assert (saved["data"]["lines"], saved["data"]["blank_skipped"]) == (20, 4)
+
+
+def test_the_summary_names_the_better_of_the_two_models():
+    from dclr.cli import better_of_two
+
+    assert "beats the starting model" in better_of_two({"avg": 78.87}, {"avg": 79.38})
+    worse = better_of_two({"avg": 78.87}, {"avg": 77.07})
+    assert "not better" in worse and "-1.80" in worse and "keep the starting model" in worse
+    assert better_of_two({}, {"avg": 70.0}) == ""

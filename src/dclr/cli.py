@@ -280,6 +280,19 @@ def print_event(event: str, data: dict) -> None:
         console.print(escape(describe(data)), highlight=False)
 
 
+def better_of_two(before: dict, after: dict) -> str:
+    """Which model to use, on the 7-task average (the starting model evaluated the same way)."""
+    if "avg" not in before or "avg" not in after:
+        return ""
+    delta = after["avg"] - before["avg"]
+    if delta > 0:
+        return (f"The trained model beats the starting model on the 7-task average "
+                f"({after['avg']:.2f} vs {before['avg']:.2f}, {delta:+.2f}): use it.")  # fmt: skip
+    return (f"The trained model is not better than the starting model on the 7-task average "
+            f"({after['avg']:.2f} vs {before['avg']:.2f}, {delta:+.2f}): keep the starting model "
+            "for STS-style similarity.")  # fmt: skip
+
+
 def render_summary(summary: dict) -> None:
     """Print a run's results.json: the STS before/after table, or the RTE table."""
     from dclr.data.sts import STS_TASKS
@@ -302,6 +315,9 @@ def render_summary(summary: dict) -> None:
         out.print(
             scores_table(f"STS test, Spearman x100 — {method}{detail}", columns, list(STS_TASKS))
         )
+        verdict = better_of_two(summary.get("before") or {}, summary["after"])
+        if verdict:
+            console.print(verdict, highlight=False)
     if summary.get("phase_seconds"):
         table = Table(title="Where the time went (s)")
         for name in ("phase", "seconds"):
