@@ -212,7 +212,10 @@ def test_experiment_commands(tmp_path: Path) -> None:
             "--recipes-dir", str(RECIPES), "--seeds", "2"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("start") == 12 and not (tmp_path / "runs").exists()
+    assert result.stdout.count("start ") == 12 and not (tmp_path / "runs").exists()
+    summary = " ".join(result.stdout.split())
+    assert "12 runs: 12 to start, 0 to resume, 0 done; seeds 42, 43; steps per run 60" in summary
+    assert "no finished run here to estimate the time from" in summary
     args = ["experiment", "run", "augmentations", "--root", str(tmp_path), "--dry-run",
             "--recipes-dir", str(RECIPES)]  # fmt: skip
     result = runner.invoke(app, args)
@@ -222,7 +225,7 @@ def test_experiment_commands(tmp_path: Path) -> None:
         assert result.exit_code == 2 and "not available yet" in result.output
     else:
         # 7 views x 2 methods x 3 seeds (the default, the least for a paired 95 % interval)
-        assert result.exit_code == 0 and result.stdout.count("start") == 42, result.output
+        assert result.exit_code == 0 and result.stdout.count("start ") == 42, result.output
     result = runner.invoke(app, ["experiment", "run", "nope", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "unknown experiment" in result.output
 

@@ -296,10 +296,12 @@ def experiment_run(
         overrides = parse_overrides(set_ or [])
         wanted = parse_only(only)
         if dry_run:
-            for item in plan(name, scale, seeds, root, recipes_dir, overrides, only=wanted):
+            planned = plan(name, scale, seeds, root, recipes_dir, overrides, only=wanted)
+            for item in planned:
                 out.print(
                     f"{item.action:6} {item.run_dir.name}  {json.dumps(item.labels) if item.labels else '(dependency)'}"
                 )
+            out.print(escape(plan_summary(planned)), highlight=False)
             return
         quiet_hf()
         train = launcher_train(launcher) if launcher else None
@@ -317,6 +319,34 @@ def experiment_run(
         )
     except DclrError as err:
         fail(err)
+
+
+def plan_summary(planned: list) -> str:
+    """Runs by action, seeds, steps per run and a time estimate from the finished runs' own
+    wall times (results.json phase_seconds.total), when there are any."""
+    from collections import Counter
+
+    actions = Counter(item.action for item in planned)
+    seeds = sorted({item.config.run.seed for item in planned})
+    steps = sorted({item.config.optimisation.max_steps or 0 for item in planned})
+    times = []
+    for item in planned:
+        results = item.run_dir / "results.json"
+        if item.action == "skip" and results.is_file():
+            total = (json.loads(results.read_text()).get("phase_seconds") or {}).get("total")
+            if total:
+                times.append(float(total))
+    todo = actions.get("start", 0) + actions.get("resume", 0)
+    text = (f"{len(planned)} runs: {actions.get('start', 0)} to start, {actions.get('resume', 0)} "
+            f"to resume, {actions.get('skip', 0)} done; seeds {', '.join(map(str, seeds))}; "
+            f"steps per run {', '.join(str(s) if s else 'epochs' for s in steps)}")  # fmt: skip
+    if todo and times:
+        mean = sum(times) / len(times)
+        text += (f"; estimate {todo * mean / 60:.0f} min in one process ({mean / 60:.1f} min a "
+                 f"run, the mean of {len(times)} finished here)")  # fmt: skip
+    elif todo:
+        text += "; no finished run here to estimate the time from (CPU scale: minutes a run)"
+    return text
 
 
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
