@@ -16,7 +16,10 @@ The same code also gives other last bits on another CPU (vendor / kernel set: an
 AVX512 differs from the machine of the first recordings at 1e-7), so a CPU kind can have its own
 recordings, `<case>[-short]@<hardware_key>.json`, made the same way from the pre-refactor commit
 (`git archive 7e02519`, this script copied in, `--record`; DualCSE then trained through
-`dclr dualcse train`); `recording_path` picks this machine's when there is one.
+`dclr dualcse train`); `recording_path` picks this machine's when there is one. AMD EPYC AVX512
+has them for the short cases and for simcse, dclr, consert and dualcse_cross (issue 24). Note that
+`--record` overwrites the file `recording_path` picks: on a new CPU kind it writes `<case>.json`,
+to be renamed `<case>@<hardware_key>.json` (printed by `hardware_key`).
 """
 
 from __future__ import annotations
