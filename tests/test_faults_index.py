@@ -103,3 +103,28 @@ def test_search_query_with_invalid_unicode_is_a_named_error(flat_and_hnsw):
     assert result.exit_code == 2
     assert "query is not valid text" in result.output and "U+DCE9" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_index_folder_never_chooses_code_to_import(tmp_path):
+    """Issue 25 item 3: index.json naming python-package:dclr_model beside a dclr_model.py that
+    would run on import; `python -m dclr search` from inside the folder refuses, and runs nothing."""
+    import json
+    import os
+    import subprocess
+
+    from dclr.serving.index import FORMAT_VERSION
+
+    folder = tmp_path / "shared-index"
+    folder.mkdir()
+    marker = tmp_path / "ran"
+    (folder / "dclr_model.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    meta = {"format": FORMAT_VERSION, "model": "python-package:dclr_model", "pooler": "mean",
+            "count": 1, "params": {"kind": "flat"}}  # fmt: skip
+    (folder / "index.json").write_text(json.dumps(meta))
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    done = subprocess.run([sys.executable, "-m", "dclr", "search", "a query", "--index", "."],
+                          cwd=folder, capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "never chooses code to import" in said and "--model python-package:dclr_model" in said
+    assert not marker.exists()

@@ -213,7 +213,7 @@ def search(
     try:
         from dclr.models.precision import load_inference_encoder
         from dclr.serving.fingerprint import model_fingerprint
-        from dclr.serving.index import SearchIndex, read_meta
+        from dclr.serving.index import SearchIndex, query_model, read_meta
         from dclr.serving.readers import unencodable
 
         if k < 1:
@@ -226,7 +226,7 @@ def search(
                 fix="pass the query as UTF-8 text (check the terminal's or the script's encoding)",
             )
         meta = read_meta(index)
-        name = model or meta["model"]
+        name = query_model(meta, model, index)
         encoder = load_inference_encoder(
             name, pooler or meta["pooler"], precision or meta.get("precision", "fp32")
         )

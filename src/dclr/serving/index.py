@@ -283,6 +283,24 @@ def _build_locked(
     return meta
 
 
+def query_model(meta: dict[str, Any], given: str | None, folder: str | Path) -> str:
+    """The query encoder of an index: `given` (the command line's --model), else the model the
+    index records, which must be data, never code: a folder path or a hub id. An index folder is
+    a shared artefact, so a recorded `python-package:NAME` (which would import NAME, possibly a
+    module shipped inside the folder) is refused unless the command line names it."""
+    if given:
+        return given
+    recorded = str(meta.get("model", ""))
+    if recorded.startswith("python-package:"):
+        raise InputError(
+            f"the index records its model as {recorded!r}; an index folder never chooses code to "
+            "import",
+            path=folder,
+            fix=f"pass --model {recorded} yourself if you trust that package",
+        )
+    return recorded
+
+
 def read_meta(folder: str | Path) -> dict[str, Any]:
     """index.json of an index folder, with a clear error when it is not one."""
     path = Path(folder) / INDEX_META
