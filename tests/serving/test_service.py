@@ -173,6 +173,7 @@ def test_search_finds_the_indexed_sentence(client, encoder):
         ("/v1/embeddings", {"texts": ["wrong field"]}, 422, "missing", "input: Field required"),
         ("/v1/embeddings", {"input": "x", "dimensions": 8}, 400, "unsupported_dimensions",
          "32-dimensional"),
+        ("/v1/embeddings", {"input": "x", "dimensions": "32"}, 422, "int_type", "dimensions"),
         ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, 422, "literal_error",
          "encoding_format"),
         ("/similarity", {"pairs": [["a", "b"]], "sentences": ["a", "b"]}, 422, "value_error",

@@ -23,7 +23,9 @@ class EmbeddingsRequest(BaseModel):
         default="float", description="`base64`: each vector as little-endian float32 bytes."
     )
     dimensions: int | None = Field(
-        default=None, description="Must equal the model's dimension if given (no truncation)."
+        default=None,
+        strict=True,  # "384" (a string) or 384.0 is refused, not coerced
+        description="Must equal the model's dimension if given (no truncation).",
     )
 
 
