@@ -126,3 +126,18 @@ def test_full_or_read_only_disk_is_a_named_error(
     message = " ".join(result.output.split())
     assert words in message and "fix:" in message and "shard-00000" in message
     assert "Traceback" not in result.output
+
+
+def test_an_unterminated_quote_is_refused_with_its_line(tmp_path):
+    """Issue 25 item 4: `"unterminated,1` used to swallow every following row into one text."""
+    from dclr.errors import InputError
+    from dclr.serving.readers import open_source
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text('text,id\nfine,0\n"unterminated,1\nok,2\nalso ok,3\n')
+    with pytest.raises(InputError, match="never closed") as err:
+        list(open_source(bad, column="text").rows())
+    assert err.value.line == 3 and "bad.csv" in str(err.value)
+    good = tmp_path / "good.csv"
+    good.write_text('text,id\n"two\nlines, quoted",1\nok,2\n')  # a quoted newline is fine
+    assert list(open_source(good, column="text").rows()) == ["two\nlines, quoted", "ok"]

@@ -186,13 +186,18 @@ def _txt_rows(path: Path) -> Iterator[str]:
 def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
     csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
     with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh, delimiter=delimiter)
+        # strict: a quote opened and never closed is an error, not a field that swallows every
+        # following line to the end of the file
+        reader = csv.reader(fh, delimiter=delimiter, strict=True)
+        start = 1  # physical line where the record being read starts
         try:
             header = next(reader, [])
             position = header.index(column) if column in header else None
             if position is None:
                 raise InputError(f"no column {column!r}", path=path, line=1)
+            start = reader.line_num + 1
             for record in reader:
+                start = reader.line_num + 1  # where the next record starts
                 if not record:  # an empty line: a blank row
                     yield ""
                 elif position < len(record):
@@ -214,6 +219,15 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
                 fix="re-encode the file as UTF-8 or fix that line",
             ) from None
         except csv.Error as err:
+            if "end of data" in str(err):
+                raise InputError(
+                    "a quoted field is never closed: from here to the end of the file would be "
+                    "one text",
+                    path=path,
+                    line=start,
+                    fix='close the quote on that line (a literal quote inside a quoted field is '
+                    'written twice: "a ""b"" c") or remove it',
+                ) from None
             raise InputError(f"malformed CSV: {err}", path=path, line=reader.line_num) from None
 
 
