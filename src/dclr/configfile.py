@@ -89,14 +89,75 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+# Bounds on what a recipe file may be: a recipe is a few KB of options, so these are generous for
+# any real one and stop a hostile or broken file before it costs minutes and gigabytes.
+MAX_RECIPE_BYTES = 1 << 20  # 1 MiB
+MAX_RECIPE_DEPTH = 20  # nested mappings / lists
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """yaml's safe loader without aliases: `*ref` (the "billion laughs" anchor bomb) is refused,
+    as are tags that construct Python objects (the safe loader never builds them)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.MarkedYAMLError(
+                None, None, "aliases (*name) are not allowed in a recipe", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def read_recipe(recipe: str | Path) -> dict[str, Any]:
-    """The mapping a YAML recipe holds (ConfigError if the file is missing or not a mapping)."""
+    """The mapping a YAML recipe holds. Every failure is a ConfigError naming the file (and the
+    line for YAML errors) and the fix: missing, over `MAX_RECIPE_BYTES`, not UTF-8, not YAML,
+    aliases or Python tags, nested deeper than `MAX_RECIPE_DEPTH`, or not a mapping."""
     path = Path(recipe)
     if not path.is_file():
         raise ConfigError(f"recipe {path} not found")
-    loaded = yaml.safe_load(path.read_text()) or {}
+    size = path.stat().st_size
+    if size > MAX_RECIPE_BYTES:
+        raise ConfigError(
+            f"{path}: {size:,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes (a few KB "
+            "of options); put data in data.corpus files, not in the recipe"
+        )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}, line {line}: not UTF-8 text; save the recipe as UTF-8"
+        ) from None
+    try:
+        loaded = yaml.load(text, Loader=_RecipeLoader) or {}  # noqa: S506 (a safe loader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(
+            f"{path}{where}: not a valid recipe ({problem}); write plain option: value YAML "
+            "(no aliases, no !!python tags)"
+        ) from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: a recipe is a mapping of option: value")
+    if _depth(loaded, MAX_RECIPE_DEPTH) > MAX_RECIPE_DEPTH:
+        raise ConfigError(
+            f"{path}: nested deeper than {MAX_RECIPE_DEPTH} levels; a recipe is sections of options"
+        )
     return loaded
 
 

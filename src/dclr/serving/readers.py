@@ -225,7 +225,7 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
                     "one text",
                     path=path,
                     line=start,
-                    fix='close the quote on that line (a literal quote inside a quoted field is '
+                    fix="close the quote on that line (a literal quote inside a quoted field is "
                     'written twice: "a ""b"" c") or remove it',
                 ) from None
             raise InputError(f"malformed CSV: {err}", path=path, line=reader.line_num) from None

@@ -1,0 +1,50 @@
+"""Issue 25 item 5: recipes are bounded, and every YAML failure is a named error, not a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from dclr.configfile import MAX_RECIPE_BYTES, MAX_RECIPE_DEPTH, read_recipe
+from dclr.errors import ConfigError
+
+BOMB = "\n".join(
+    ["run:", "  extra:", '    a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"    {chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+       f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+       f"*{chr(97 + i)}]" for i in range(8)]
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (BOMB.encode(), "aliases (*name) are not allowed"),
+        (b"method: simcse\nrun: !!python/object/apply:os.system ['true']\n", "line 2"),
+        (b"method: simcse\nmodel: {name: \xff\xfe}\n", "line 2: not UTF-8"),
+        (b"method: simcse\nmodel: [unclosed\n", "not a valid recipe"),
+        (("x: " + "[" * (MAX_RECIPE_DEPTH + 5) + "]" * (MAX_RECIPE_DEPTH + 5)).encode(),
+         f"deeper than {MAX_RECIPE_DEPTH}"),
+        (b"- just\n- a list\n", "a mapping of option: value"),
+    ],
+)  # fmt: skip
+def test_a_bad_recipe_is_a_named_error(tmp_path, content, words):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match="bad.yaml") as err:
+        read_recipe(path)
+    assert words in str(err.value)
+
+
+def test_an_oversized_recipe_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("run:\n  extra:\n" + "    k: v\n" * (MAX_RECIPE_BYTES // 8))
+    with pytest.raises(ConfigError, match="a recipe is at most"):
+        read_recipe(path)
+
+
+def test_a_normal_recipe_still_loads(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(
+        "method: simcse\nmodel: {name: m, pooler: mean}\nrun: {extra: {note: [1, 2]}}\n"
+    )
+    assert read_recipe(path)["run"]["extra"]["note"] == [1, 2]
