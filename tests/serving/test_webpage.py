@@ -139,3 +139,22 @@ def test_page_compares_searches_and_is_captured(chromium, server, artifacts):
     assert "at least two" in page.inner_text("#error")
     assert problems == []
     page.close()
+
+
+def test_page_works_with_an_api_key(chromium, minilm_path):
+    """Issue 25 item 8: with a key set, the page asks for it, keeps it in sessionStorage and
+    sends it on its own calls (they used to get 401)."""
+    key = "page-test-key-1234"
+    with serve_process([MODEL, "--api-key", key]) as proc:
+        page = chromium.new_page()
+        page.goto(proc.url + "/")
+        page.wait_for_selector("#api-key-form:not([hidden])", timeout=WAIT_MS)
+        assert "needs an API key" in page.inner_text("#api-key-form")
+        page.fill("#api-key", key)
+        page.click("#api-key-button")
+        page.wait_for_selector("body[data-ready=true]", timeout=WAIT_MS)
+        assert "384-d" in page.inner_text("#model-info")
+        assert page.evaluate("sessionStorage.getItem('dclr-api-key')") == key
+        assert page.evaluate("localStorage.length") == 0
+        assert _compare(page, PARAPHRASE) > 0.3
+        page.close()

@@ -10,8 +10,28 @@ function showError(message) {
   box.hidden = !message;
 }
 
-async function postJSON(path, body) {
+// The API key (when the server has one) lives in this tab's sessionStorage only: never in the
+// page's URL, never in localStorage, gone when the tab closes.
+const KEY_STORE = "dclr-api-key";
+
+function authHeaders() {
+  const key = sessionStorage.getItem(KEY_STORE);
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+async function api(path, options = {}) {
   const response = await fetch(path, {
+    ...options,
+    headers: { ...(options.headers || {}), ...authHeaders() },
+  });
+  if (response.status === 401) {
+    $("api-key-form").hidden = false;
+  }
+  return response;
+}
+
+async function postJSON(path, body) {
+  const response = await api(path, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body),
@@ -142,9 +162,25 @@ async function search(event) {
 async function init() {
   $("compare-button").addEventListener("click", compare);
   $("search-form").addEventListener("submit", search);
+  $("api-key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = $("api-key").value.trim();
+    if (key) {
+      sessionStorage.setItem(KEY_STORE, key);
+    } else {
+      sessionStorage.removeItem(KEY_STORE);
+    }
+    $("api-key").value = "";
+    $("api-key-form").hidden = true;
+    showError("");
+    init();
+  });
   try {
-    const response = await fetch("/health");
+    const response = await api("/health");
     const health = await response.json();
+    if (!response.ok) {
+      throw new Error((health.error && health.error.message) || `HTTP ${response.status}`);
+    }
     $("model-info").textContent =
       `model ${health.model} · ${health.dim}-d · fingerprint ${health.fingerprint}`;
     if (!health.index) {
