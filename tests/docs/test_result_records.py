@@ -37,3 +37,22 @@ def test_a_new_archive_would_not_be_ignored(in_git_checkout):
     """Any future `dclr runs archive NAME -o docs/results/SCALE/NAME/records` is kept too."""
     probe = RESULTS / "cpu-scale" / "new-experiment" / "records" / "runs" / "r-1" / "results.json"
     assert _git("check-ignore", "--no-index", str(probe)).returncode == 1  # 1: not ignored
+
+
+ARCHIVED = sorted(
+    p.parent for p in RESULTS.glob("*/*/records") if (p.parent / "report.md").is_file()
+)
+
+
+@pytest.mark.parametrize("folder", ARCHIVED, ids=[p.name for p in ARCHIVED])
+def test_a_committed_report_rebuilds_byte_identically_from_its_records(folder, tmp_path):
+    """`dclr report NAME --root .../records` gives back the committed report.md, to the byte."""
+    from dclr.experiments.registry import Registry
+    from dclr.experiments.report import build_report
+
+    root = tmp_path / "records"
+    shutil.copytree(folder / "records", root)
+    with Registry(root) as registry:
+        registry.rebuild()
+        built = build_report(folder.name, registry, tmp_path / "report", "cpu")
+    assert built.read_text() == (folder / "report.md").read_text()
