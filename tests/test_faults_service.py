@@ -194,6 +194,16 @@ def test_foreign_host_header_is_refused_on_loopback(client, server):
     assert client.get("/health", headers={"Host": f"localhost:{port}"}).status_code == 200
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1:80@evil.com", "[::1]evil.com", "localhost evil.com",
+                                  "127.0.0.1:80:81"])  # fmt: skip
+def test_host_headers_that_only_start_like_loopback_are_refused(host):
+    """Issue 25 item 10: strict host[:port] parsing; a trailing '@evil.com' is not localhost."""
+    from dclr.serving.guard import host_name
+
+    assert host_name(host.encode()) == ""
+    assert host_name(b"[::1]:8000") == "::1" and host_name(b"LocalHost:80") == "localhost"
+
+
 def test_public_host_without_api_key_is_refused(model_dir, monkeypatch):
     monkeypatch.delenv("DCLR_API_KEY", raising=False)
     result = CliRunner().invoke(cli_app, ["serve", str(model_dir), "--host", "0.0.0.0"])

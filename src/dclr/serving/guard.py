@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -50,12 +52,22 @@ class Security:
             raise ValueError("max_in_flight must be >= 1")
 
 
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?")
+
+
 def host_name(header: bytes) -> str:
-    """The host part of a Host header: 'a.example:8000' -> 'a.example', '[::1]:80' -> '::1'."""
+    """The host part of a Host header: 'a.example:8000' -> 'a.example', '[::1]:80' -> '::1'.
+
+    Parsed strictly (RFC 9110 host[:port]): anything else, such as '127.0.0.1:80@evil.com' or
+    '[::1]evil.com', gives '' and is not on any allow-list."""
     text = header.decode("latin-1").strip().lower()
-    if text.startswith("["):
-        return text[1 : text.find("]")] if "]" in text else text
-    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    match = _HOST.fullmatch(text)
+    if match is None:
+        try:  # a bare IPv6 address without brackets, as some clients send it
+            return str(ipaddress.IPv6Address(text))
+        except ValueError:
+            return ""
+    return match.group("v6") or match.group("name")
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
