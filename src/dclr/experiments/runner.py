@@ -257,6 +257,8 @@ def run_experiment(
         runs = mine
     with Registry(root) as registry:
         for i, item in enumerate(runs, 1):
+            # decided now, not at planning: another process sharing ROOT may have run it since
+            item.action = action_for(item.run_dir)
             log(f"[{i}/{len(runs)}] {item.action} {item.run_dir.name} {item.labels}")
             if item.action != "skip":
                 train(item.config, item.action == "resume")
