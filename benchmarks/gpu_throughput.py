@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dclr.contract import Batch
 from dclr.losses.complementary import CachedComplementary
 from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
-from dclr.contract import Batch
 
 WORDS = [
     "the",

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from dclr.contract import Batch
 from dclr.data.corpus import load_corpus
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder
-from dclr.contract import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_FLOP_FACTOR = 3  # backward costs about twice the forward

@@ -24,10 +24,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from encode import MODEL, sample  # noqa: E402
 
+from dclr.contract import Batch
 from dclr.data.corpus import load_corpus  # noqa: E402
 from dclr.losses.simcse import SimCSELoss  # noqa: E402
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
-from dclr.contract import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS: list[int | None] = [None, 64, 128, 256]

