@@ -306,8 +306,10 @@ def render_summary(summary: dict) -> None:
                if summary.get("best_step") is not None else "")
         )  # fmt: skip
     if summary.get("after"):
+        best = summary.get("best_step")
         detail = (
-            f" ({summary['steps']} steps, best at {summary.get('best_step')})"
+            f" ({summary['steps']} steps, "
+            + (f"best at {best})" if best is not None else "the model after the last step)")
             if "steps" in summary
             else ""
         )
