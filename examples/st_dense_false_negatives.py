@@ -105,11 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [t for t in args.eval_tasks.split(",") if t]
     start = dclr.load_encoder(args.model, pooler="mean")
 
-    def sts(encode: object) -> dict[str, float]:
-        from dclr.evaluation.sts import StsEvaluator
+    from dclr.evaluation.sts import StsEvaluator
 
-        evaluator = StsEvaluator(args.data_dir, mode="test", tasks=tasks or None, geometry=False)
-        return evaluator(encode)  # type: ignore[arg-type]
+    sts = StsEvaluator(args.data_dir, mode="test", tasks=tasks or None, geometry=False)  # read once
 
     table = {"starting model": sts(lambda s: start.encode(s, batch_size=128))}
     for name in ("simcse", "dclr"):

@@ -20,8 +20,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from dclr.data.paraphrases import normalize_text
-
 SCRAPED = "scraped"
 CLUSTERS = "clusters"
 REALISTIC = (SCRAPED, CLUSTERS)
@@ -82,5 +80,6 @@ def build_realistic(name: str, root: Path) -> list[str]:
 
 def duplicate_share(lines: list[str]) -> float:
     """Share of lines equal (after normalisation) to an earlier line."""
-    keys = [normalize_text(s) for s in lines]
-    return 1 - len(set(keys)) / len(keys) if keys else 0.0
+    from dclr.data.report import duplicate_count
+
+    return duplicate_count(lines) / len(lines) if lines else 0.0

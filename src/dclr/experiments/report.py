@@ -789,6 +789,20 @@ def _verdict(d: Paired) -> str:
     return "not distinguishable from"
 
 
+def _variant_row(
+    first: str, variant: str, base: list[RunData], members: list[RunData]
+) -> list[str]:
+    """One row of the dense / dup-corpus tables: scores, dropped %, paired Δ against `base`
+    (SimCSE in the same cell) and against the starting model."""
+    drop = Stat.of(x for r in members if (x := mean_logged(r, "dropped_fraction")) is not None)
+    deltas = [paired(base, members, k) if variant != "simcse" else None for k in DENSE_TASKS]
+    return [first, DENSE_LABELS[variant], str(len(members)),
+            *(fmt(stat(members, k)) for k in DENSE_TASKS),
+            "—" if drop is None else f"{100 * drop.mean:.3f}",
+            *(fmt_paired(d) for d in deltas),
+            fmt_paired(versus_start(members, "avg"))]  # fmt: skip
+
+
 def _dense_rows(
     groups: dict, setting: str, densities: list, variants: list[str]
 ) -> list[list[str]]:
@@ -797,17 +811,8 @@ def _dense_rows(
         base = groups.get((setting, rho, "simcse"), [])
         for v in variants:
             members = groups.get((setting, rho, v), [])
-            if not members:
-                continue
-            drop = Stat.of(
-                x for r in members if (x := mean_logged(r, "dropped_fraction")) is not None
-            )
-            deltas = [paired(base, members, k) if v != "simcse" else None for k in DENSE_TASKS]
-            rows.append([f"{rho:g}", DENSE_LABELS[v], str(len(members)),
-                         *(fmt(stat(members, k)) for k in DENSE_TASKS),
-                         "—" if drop is None else f"{100 * drop.mean:.3f}",
-                         *(fmt_paired(d) for d in deltas),
-                         fmt_paired(versus_start(members, "avg"))])  # fmt: skip
+            if members:
+                rows.append(_variant_row(f"{rho:g}", v, base, members))
     return rows
 
 
@@ -931,16 +936,7 @@ def section_dup_corpus(rep: Report, runs: list[RunData], out: Path) -> None:
     for corpus in corpora:
         base = groups.get((corpus, "simcse"), [])
         for v in [v for v in DENSE_LABELS if (corpus, v) in groups]:
-            members = groups[(corpus, v)]
-            drop = Stat.of(
-                x for r in members if (x := mean_logged(r, "dropped_fraction")) is not None
-            )
-            deltas = [paired(base, members, k) if v != "simcse" else None for k in DENSE_TASKS]
-            rows.append([corpus, DENSE_LABELS[v], str(len(members)),
-                         *(fmt(stat(members, k)) for k in DENSE_TASKS),
-                         "—" if drop is None else f"{100 * drop.mean:.3f}",
-                         *(fmt_paired(d) for d in deltas),
-                         fmt_paired(versus_start(members, "avg"))])  # fmt: skip
+            rows.append(_variant_row(corpus, v, base, groups[(corpus, v)]))
         for a, b in (("simcse", "simcse_no_dup"), ("simcse", "dclr"), ("simcse_no_dup", "dclr"),
                      ("dclr", "dclr_calibrated")):  # fmt: skip
             d = paired(groups.get((corpus, a), []), groups.get((corpus, b), []), "avg")

@@ -36,7 +36,7 @@ import yaml
 from dclr.configfile import check_choices, check_known, field_types, from_dict, unknown_option_error
 from dclr.data.sampling import FewShotSampling
 from dclr.errors import ConfigError
-from dclr.models.pooling import POOLERS, PoolerName, check_pooler
+from dclr.models.pooling import PoolerName, check_pooler
 
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -78,10 +78,8 @@ class ModelSection:
         check_pooler(self.pooler)
         if self.mlp_head and self.pooler != "cls":
             raise ConfigError("mlp_head applies to pooler 'cls' only; set mlp_head: false")
-        if self.eval_pooler is not None and self.eval_pooler not in POOLERS:
-            raise ConfigError(
-                f"unknown eval_pooler {self.eval_pooler!r}; choose from {', '.join(POOLERS)}"
-            )
+        if self.eval_pooler is not None:
+            check_pooler(self.eval_pooler, "eval_pooler")
         if self.eval_pooler is not None and self.mlp_head:
             raise ConfigError(
                 "eval_pooler with mlp_head: the MLP head's model is evaluated and exported with "

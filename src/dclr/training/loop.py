@@ -163,7 +163,8 @@ class Trainer:
                 enable()
         loaded = data if data is not None else self.method.load_data(config)
         self.data, dropped = prepared(loaded, config)
-        self.data_report = self._data_report(loaded, dropped) if method.sentence_batches else None
+        reports = method.sentence_batches and self.rank == 0  # one rank tokenizes the sample
+        self.data_report = self._data_report(loaded, dropped) if reports else None
         self.data, batch_size = fit_small_data(self.data, batch_size, config, self.world)
         self.batch_size = batch_size  # the global batch actually used (config's unless shrunk)
         d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
