@@ -283,6 +283,25 @@ def test_dup_corpus_report_pairs_by_corpus(tmp_path: Path) -> None:
     assert "scraped: SimCSE, no duplicates in a batch is above SimCSE" in md
 
 
+def test_noise_mode_report_pairs_against_no_noise(tmp_path: Path) -> None:
+    root = tmp_path / "exp"
+    for mode, seed, avg in [("none", 42, 70.0), ("none", 43, 71.0), ("random", 42, 70.5),
+                            ("random", 43, 71.5), ("optimized", 42, 69.0),
+                            ("optimized", 43, 69.5)]:  # fmt: skip
+        write_run(root, f"noise-{mode}{seed}", method="dclr", seed=seed, avg=avg,
+                  labels={"noise-mode": [_cells(method="dclr", setting="mean",
+                                                noise_mode=mode)]})  # fmt: skip
+    with _index(root) as registry:
+        md = build_report("noise-mode", registry, tmp_path / "r").read_text()
+    rows = {r[0]: r for r in _table(md, "noise | seeds")}
+    assert list(rows) == ["optimized noise (t = 4 ascent steps)", "random noise (t = 0)",
+                          "no noise negatives"]  # fmt: skip
+    assert rows["random noise (t = 0)"][5] == "+0.50 [+0.50, +0.50]"
+    assert rows["optimized noise (t = 4 ascent steps)"][5].startswith("-1.25 [")  # -1.0, -1.5
+    assert rows["no noise negatives"][5] == "—"
+    assert "Random noise (t = 0) is above no noise negatives" in md
+
+
 def test_consert_tables_keep_view_order_and_sort_texts_as_numbers(tmp_path: Path) -> None:
     root = tmp_path / "exp"
     # two seeds per row: avg = 70 + offset + (seed - 42) * 0.5

@@ -27,7 +27,7 @@ ROOT_ENV = "DCLR_EXPERIMENTS_DIR"
 # (tests/experiments/test_experiments.py checks they agree).
 EXPERIMENT_NAMES = (
     "main", "ablation", "uniformity", "few-shot", "sensitivity", "augmentations", "dense",
-    "dup-corpus",
+    "dup-corpus", "noise-mode",
     "consert-augmentations", "consert-few-shot", "dualcse-inli",
 )  # fmt: skip
 
