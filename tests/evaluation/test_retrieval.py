@@ -226,6 +226,7 @@ def test_ndcg_equals_sentence_transformers_information_retrieval_evaluator(
     )
     theirs = st_eval(SentenceTransformer(str(path), device="cpu"))
     ours = RetrievalEvaluator(binary_folder)(SentenceEncoder.from_pretrained(path).encode)
+    assert 0 < ours["ndcg@10"] < 1  # a real ranking, neither empty nor perfect
     assert abs(ours["ndcg@10"] - theirs["cosine_ndcg@10"]) < ST_TOLERANCE
     assert abs(ours["mrr@10"] - theirs["cosine_mrr@10"]) < ST_TOLERANCE
 
@@ -263,3 +264,72 @@ def test_index_of_another_corpus_is_refused(beir_folder, tiny_encoder, tmp_path)
     encode = SentenceEncoder.from_pretrained(model).encode
     with pytest.raises(InputError, match="built from another corpus"):
         evaluate_index(tmp_path / "index", beir_folder, encode)
+
+
+# ---- the command line and the Python API -------------------------------------------------------
+def test_dclr_eval_retrieval_and_index_write_the_json(beir_folder, tiny_encoder, tmp_path):
+    pytest.importorskip("faiss")
+    from typer.testing import CliRunner
+
+    import dclr
+    from dclr.cli import app
+    from dclr.models.export import save_encoder
+
+    runner = CliRunner()
+    model = str(save_encoder(tiny_encoder("mean"), tmp_path / "model"))
+    exact = runner.invoke(
+        app, ["eval", model, "--retrieval", str(beir_folder), "--json", str(tmp_path / "e.json")]
+    )
+    assert exact.exit_code == 0, exact.output
+    assert "ndcg@10" in exact.output and "Spearman" not in exact.output  # retrieval only
+    results = json.loads((tmp_path / "e.json").read_text())
+    assert (
+        results["retrieval/beir/ndcg@10"] == dclr.evaluate_retrieval(model, beir_folder)["ndcg@10"]
+    )
+    built = runner.invoke(
+        app,
+        ["index", "build", model, str(beir_folder / "corpus.jsonl"), "--column", "text",
+         "--out", str(tmp_path / "index"), "--kind", "flat"],
+    )  # fmt: skip
+    assert built.exit_code == 0, built.output
+    served = runner.invoke(
+        app,
+        ["eval", model, "--retrieval", str(beir_folder), "--index", str(tmp_path / "index"),
+         "--json", str(tmp_path / "i.json")],
+    )  # fmt: skip
+    assert served.exit_code == 0, served.output
+    assert json.loads((tmp_path / "i.json").read_text())["retrieval/beir/ndcg@10"] == (
+        pytest.approx(results["retrieval/beir/ndcg@10"], abs=1e-12)
+    )
+    int8 = runner.invoke(
+        app,
+        ["index", "build", model, str(beir_folder / "corpus.jsonl"), "--column", "text",
+         "--out", str(tmp_path / "int8"), "--kind", "flat", "--precision", "int8"],
+    )  # fmt: skip
+    assert int8.exit_code == 0, int8.output
+    served8 = runner.invoke(  # the index's precision is the default: no --precision needed
+        app, ["eval", model, "--retrieval", str(beir_folder), "--index", str(tmp_path / "int8")]
+    )
+    assert served8.exit_code == 0, served8.output
+    other = save_encoder(tiny_encoder("cls_before_pooler"), tmp_path / "other")
+    refused = runner.invoke(
+        app,
+        ["eval", str(other), "--retrieval", str(beir_folder), "--index", str(tmp_path / "index")],
+    )
+    assert refused.exit_code != 0 and "not comparable" in refused.output
+
+
+def test_dclr_data_build_retrieval_writes_a_folder_eval_reads(data_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from dclr.cli import app
+    from dclr.data.beir import load_beir
+
+    done = CliRunner().invoke(
+        app, ["data", "build-retrieval", str(tmp_path / "inli"), "--task", "inli", "--split", "dev",
+              "--data-dir", str(data_dir)],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert len(load_beir(tmp_path / "inli", "dev").query_ids) == 1000
+    bad = CliRunner().invoke(app, ["eval", "m", "--index", str(tmp_path)])
+    assert bad.exit_code != 0 and "--index needs --retrieval" in bad.output

@@ -93,15 +93,22 @@ def indexed_texts(folder: Path, meta: dict) -> list[str]:
 
 
 def index_run(
-    index_dir: str | Path, data_folder: str | Path, data: RetrievalData, encode: EncodeFn
+    index_dir: str | Path,
+    data_folder: str | Path,
+    data: RetrievalData,
+    encode: EncodeFn,
+    fingerprint: str | None = None,
 ) -> Run:
     """The run of `data`'s queries searched in a built index (`dclr index build` of the folder's
-    corpus.jsonl); refuses an index whose rows or texts do not match that corpus."""
+    corpus.jsonl); refuses an index whose rows or texts do not match that corpus and, given the
+    query encoder's `fingerprint` (`dclr.serving.fingerprint`), an index another model built."""
     from dclr.serving.index import SearchIndex
     from dclr.serving.readers import is_blank
 
     searcher = SearchIndex(index_dir)
     try:
+        if fingerprint is not None:
+            searcher.check_model(fingerprint, "the query encoder")
         ids, texts = data.corpus_ids, indexed_texts(Path(data_folder), searcher.meta)
         expected = sum(1 for t in texts if not is_blank(t))
         if expected != searcher.meta["count"]:
@@ -133,12 +140,18 @@ def index_run(
 
 
 def evaluate_index(
-    index_dir: str | Path, folder: str | Path, encode: EncodeFn, split: str = "test"
+    index_dir: str | Path,
+    folder: str | Path,
+    encode: EncodeFn,
+    split: str = "test",
+    fingerprint: str | None = None,
 ) -> dict[str, float]:
-    """`RetrievalEvaluator`'s table for the queries of `folder` searched in `index_dir`."""
+    """`RetrievalEvaluator`'s table for the queries of `folder` searched in `index_dir` (see
+    `index_run` for `fingerprint`)."""
     start = time.perf_counter()
     data = load_beir(folder, split)
-    scores = retrieval_scores(index_run(index_dir, folder, data, encode), data.qrels)
+    run = index_run(index_dir, folder, data, encode, fingerprint)
+    scores = retrieval_scores(run, data.qrels)
     scores["n_passages"] = float(len(data.passages))
     scores["seconds"] = time.perf_counter() - start
     return scores
