@@ -44,8 +44,9 @@ def test_readme_python_example_runs(tmp_path, data_dir, monkeypatch, capsys):
 def test_the_public_api_is_importable_from_dclr():
     import dclr
 
-    for name in ("SentenceEncoder", "load_encoder", "encode", "evaluate_sts", "TrainConfig",
-                 "load_config", "train", "Trainer", "Method", "Batch", "register"):  # fmt: skip
+    for name in ("SentenceEncoder", "load_encoder", "encode", "evaluate_sts", "evaluate_retrieval",
+                 "TrainConfig", "load_config", "train", "Trainer", "Method", "Batch",
+                 "register"):  # fmt: skip
         assert getattr(dclr, name) is not None
     with pytest.raises(AttributeError):
         dclr.no_such_thing  # noqa: B018

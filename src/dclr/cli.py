@@ -114,7 +114,27 @@ def eval_cmd(
         str | None,
         typer.Option(
             "--task-set",
-            help="sts | transfer | full (SimCSE's --task_set; wins over --tasks). Default: sts.",
+            help="sts | transfer | full (SimCSE's --task_set; wins over --tasks) | retrieval (the "
+            "built-in paraphrase and INLI retrieval tasks, see `dclr data build-retrieval`; "
+            "--mode picks test or dev). Default: sts.",
+        ),
+    ] = None,
+    retrieval: Annotated[
+        Path | None,
+        typer.Option(
+            "--retrieval",
+            help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv): nDCG@10, MRR@10, "
+            "MAP@100, Recall@1/10/100 with trec_eval's definitions (docs/retrieval.md). Alone, "
+            "only retrieval is evaluated.",
+        ),
+    ] = None,
+    split: Annotated[str, typer.Option(help="The qrels split of --retrieval.")] = "test",
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            help="Search --retrieval's queries in this `dclr index build` of its corpus.jsonl "
+            "(int8, HNSW, IVF: measured as served) instead of exact search.",
         ),
     ] = None,
     transfer_mode: Annotated[
@@ -132,10 +152,18 @@ def eval_cmd(
             help="Padding-free packed forwards (checked against padded ones on a probe first)."
         ),
     ] = True,
-    precision: Precision = "fp32",
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, "
+            "vectors differ slightly, see docs/performance.md; CPU only). Default: fp32, or the "
+            "precision --index was built with."
+        ),
+    ] = None,
 ) -> None:
     """STS (Spearman x100 of cosine similarity) and SentEval transfer tasks (accuracy), computed
-    as SentEval does."""
+    as SentEval does; retrieval on a BEIR folder (--retrieval) or the built-in tasks (--task-set
+    retrieval)."""
     quiet_hf()
     from dclr.evaluation.sts import StsEvaluator
     from dclr.evaluation.transfer import SETTINGS, TransferEvaluator
@@ -147,9 +175,15 @@ def eval_cmd(
         fail(ValueError(f"--transfer-mode must be fasttest or test, got {transfer_mode!r}"))
     results: dict[str, object] = {"model": model, "mode": mode}
     try:
-        sts_tasks, transfer_tasks = split_tasks(tasks, task_set)
-        if mode == "dev" and tasks is None and task_set is None:
+        if index is not None and retrieval is None:
+            raise ConfigError("--index needs --retrieval DIR: the BEIR folder its corpus came from")
+        builtin_retrieval = task_set == "retrieval"
+        only_retrieval = builtin_retrieval or (retrieval is not None and not (tasks or task_set))
+        sts_tasks, transfer_tasks = ([], []) if only_retrieval else split_tasks(tasks, task_set)
+        if mode == "dev" and tasks is None and task_set is None and not only_retrieval:
             sts_tasks = None  # STS-B and SICK dev
+        if precision is None:
+            precision = _index_precision(index) if index is not None else "fp32"
         sts_eval = (
             StsEvaluator(data_dir, mode=mode, tasks=sts_tasks)  # type: ignore[arg-type]
             if sts_tasks is None or sts_tasks
@@ -188,11 +222,75 @@ def eval_cmd(
                 f"transfer: {int(transfer['n_sentences'])} distinct sentences, encoded in "
                 f"{transfer['encode_seconds']:.1f} s; {transfer['seconds']:.1f} s in all"
             )
+        if builtin_retrieval or retrieval is not None:
+            folders = (
+                [(retrieval.name or str(retrieval), retrieval, split)]
+                if retrieval is not None
+                else None
+            )
+            found = run_retrieval(encoder, folders, index, mode, data_dir, encoding("encode"))
+            results.update(
+                {f"retrieval/{t}/{k}": v for t, s in found.items() for k, v in s.items()}
+            )
+            render_retrieval(found, model, index)
     except DclrError as err:
         fail(err)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _index_precision(index: Path) -> str:
+    from dclr.serving.index import read_meta
+
+    return str(read_meta(index).get("precision", "fp32"))
+
+
+def run_retrieval(
+    encoder: object,
+    folders: list[tuple[str, Path, str]] | None,
+    index: Path | None,
+    mode: str,
+    data_dir: Path | None,
+    encode: object,
+) -> dict[str, dict[str, float]]:
+    """{task: scores} of `folders` ((label, BEIR folder, split)), else of the built-in tasks on
+    the `mode` split, written to a temporary BEIR folder and read back like any other."""
+    import tempfile
+
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.retrieval_tasks import BUILTIN, write_task
+    from dclr.evaluation.retrieval_eval import RetrievalEvaluator, evaluate_index
+    from dclr.serving.fingerprint import model_fingerprint
+
+    found: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
+        if folders is None:
+            root = resolve_data_dir(data_dir)
+            folders = [
+                (name, write_task(name, root, Path(tmp) / name, mode)[0], mode) for name in BUILTIN
+            ]
+        for label, folder, split in folders:
+            if index is not None:
+                fingerprint = model_fingerprint(encoder)  # type: ignore[arg-type]
+                found[label] = evaluate_index(index, folder, encode, split, fingerprint)  # type: ignore[arg-type]
+            else:
+                found[label] = RetrievalEvaluator(folder, split)(encode)  # type: ignore[arg-type]
+    return found
+
+
+def render_retrieval(found: dict[str, dict[str, float]], model: str, index: Path | None) -> None:
+    """The retrieval table (x100) and one line of counts per task."""
+    from dclr.evaluation.retrieval import METRICS
+
+    columns = {task: {m: 100 * s[m] for m in METRICS} for task, s in found.items()}
+    how = f"index {index}" if index is not None else "exact search"
+    out.print(scores_table(f"Retrieval x100 ({how}) — {model}", columns, list(METRICS)))
+    for task, s in found.items():
+        console.print(
+            f"{task}: {int(s['n_queries'])} queries, {int(s['n_passages'])} passages in "
+            f"{s['seconds']:.1f} s"
+        )
 
 
 @app.command("train")
@@ -478,6 +576,38 @@ def data_build_corpus(
     out.print(
         f"{output}: {len(lines)} lines, {100 * duplicate_share(lines):.1f} % equal to an earlier "
         "line after lower-casing and collapsing whitespace"
+    )
+
+
+@data_app.command("build-retrieval")
+def data_build_retrieval(
+    output: Annotated[Path, typer.Argument(help="Folder to write (BEIR layout).")],
+    task: Annotated[
+        str,
+        typer.Option(
+            help="paraphrase (STS-B, SICK, MRPC gold paraphrase pairs) | inli (premise -> its "
+            "entailments among all hypotheses)."
+        ),
+    ] = "paraphrase",
+    split: Annotated[
+        str, typer.Option(help="test | dev (the splits it is built from; never train).")
+    ] = "test",
+    data_dir: DataDir = None,
+) -> None:
+    """Write a built-in retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl,
+    qrels/SPLIT.tsv), deterministically; `dclr eval MODEL --retrieval OUTPUT --split SPLIT`
+    evaluates it. See docs/retrieval.md for how each task is made."""
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.retrieval_tasks import write_task
+
+    try:
+        folder, built = write_task(task, resolve_data_dir(data_dir), output, split)
+    except DclrError as err:
+        fail(err)
+    judged = sum(len(d) for d in built.qrels.values())
+    out.print(
+        f"{folder}: {len(built.corpus)} passages, {len(built.queries)} queries, {judged} "
+        f"judgements in qrels/{split}.tsv"
     )
 
 
