@@ -81,7 +81,8 @@ def evaluate_retrieval(
 
     from dclr.data.paths import resolve_data_dir
     from dclr.data.retrieval_tasks import write_task
-    from dclr.evaluation.retrieval_eval import RetrievalEvaluator, evaluate_index
+    from dclr.evaluation.retrieval_eval import evaluate
+    from dclr.serving.fingerprint import model_fingerprint
 
     if (folder is None) == (task is None):
         raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")
@@ -94,11 +95,8 @@ def evaluate_retrieval(
         if task is not None:
             folder, _ = write_task(task, resolve_data_dir(data_dir), Path(tmp) / task, split)
         assert folder is not None
-        if index is not None:
-            from dclr.serving.fingerprint import model_fingerprint
-
-            return evaluate_index(index, folder, encode, split, model_fingerprint(encoder))
-        return RetrievalEvaluator(folder, split)(encode)
+        fingerprint = model_fingerprint(encoder) if index is not None else None
+        return evaluate(folder, encode, split, index, fingerprint)
 
 
 def train(

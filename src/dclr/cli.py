@@ -260,9 +260,11 @@ def run_retrieval(
 
     from dclr.data.paths import resolve_data_dir
     from dclr.data.retrieval_tasks import BUILTIN, write_task
-    from dclr.evaluation.retrieval_eval import RetrievalEvaluator, evaluate_index
+    from dclr.evaluation.retrieval_eval import evaluate
     from dclr.serving.fingerprint import model_fingerprint
 
+    # one fingerprint (a probe encoding) for every folder searched in the index
+    fingerprint = model_fingerprint(encoder) if index is not None else None  # type: ignore[arg-type]
     found: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
         if folders is None:
@@ -271,11 +273,7 @@ def run_retrieval(
                 (name, write_task(name, root, Path(tmp) / name, mode)[0], mode) for name in BUILTIN
             ]
         for label, folder, split in folders:
-            if index is not None:
-                fingerprint = model_fingerprint(encoder)  # type: ignore[arg-type]
-                found[label] = evaluate_index(index, folder, encode, split, fingerprint)  # type: ignore[arg-type]
-            else:
-                found[label] = RetrievalEvaluator(folder, split)(encode)  # type: ignore[arg-type]
+            found[label] = evaluate(folder, encode, split, index, fingerprint)  # type: ignore[arg-type]
     return found
 
 

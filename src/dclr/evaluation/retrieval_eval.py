@@ -155,3 +155,16 @@ def evaluate_index(
     scores["n_passages"] = float(len(data.passages))
     scores["seconds"] = time.perf_counter() - start
     return scores
+
+
+def evaluate(
+    folder: str | Path,
+    encode: EncodeFn,
+    split: str = "test",
+    index: str | Path | None = None,
+    fingerprint: str | None = None,
+) -> dict[str, float]:
+    """The retrieval table of `folder`'s `split`: exact search, or `index` searched as served."""
+    if index is not None:
+        return evaluate_index(index, folder, encode, split, fingerprint)
+    return RetrievalEvaluator(folder, split)(encode)
