@@ -238,8 +238,8 @@ def test_shards_split_the_plan(tmp_path: Path) -> None:
                        log=lambda _: None, shard=(k, 2))  # fmt: skip
     trained = [name for name, _ in calls]
     everything = [p.run_dir.name for p in plan("dense", "cpu", 3, tmp_path, RECIPES, overrides)]
-    # per seed: [CLS] 3 x 4 rho + 2 x 3 + 2 (calibrated); mean pooling 5 variants x 4 rho
-    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 120
+    # per seed: [CLS] 3 variants x 4 rho + 2 (calibrated); mean pooling 5 variants x 4 rho
+    assert sorted(trained) == sorted(everything) and len(set(trained)) == len(trained) == 102
 
 
 def test_only_keeps_the_runs_with_those_labels(tmp_path: Path) -> None:

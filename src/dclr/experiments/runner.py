@@ -52,7 +52,12 @@ def _slug(text: str) -> str:
 # Options added after experiments had run, at the default that reproduces the older runs: left
 # out of the hash while they hold it, so those run folders keep their names (and are found,
 # not retrained). Any other value is hashed as usual.
-HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"no_duplicates": False, "dedup": False}
+HASH_NEUTRAL_DEFAULTS: dict[str, object] = {
+    "no_duplicates": False,
+    "dedup": False,
+    "eval_retrieval": None,
+    "eval_retrieval_split": "dev",
+}
 
 
 def portable_hash(config: TrainConfig, root: Path) -> str:

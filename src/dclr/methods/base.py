@@ -70,20 +70,47 @@ def build_encoder(config: TrainConfig, mlp_head: bool | None = None) -> nn.Modul
 
 
 def sts_dev_evaluator(config: TrainConfig) -> Evaluator:
-    """STS dev scores of a SentenceEncoder, with "metric" = the run's `eval_metric`."""
+    """Dev scores of a SentenceEncoder, with "metric" = the run's `eval_metric`: STS dev (with
+    alignment and uniformity), and `run.eval_retrieval`'s dev queries when set (`retrieval_*`
+    keys, x 100). `eval_metric: retrieval` scores the retrieval folder alone."""
+    from dclr.evaluation.retrieval_eval import RetrievalEvaluator
     from dclr.evaluation.sts import StsEvaluator
 
-    evaluator = StsEvaluator(config.data.data_dir, mode="dev", geometry=True)
+    run = config.run
+    sts = None
+    if run.eval_metric != "retrieval":
+        sts = StsEvaluator(config.data.data_dir, mode="dev", geometry=True)
+    search = None
+    if run.eval_retrieval:
+        search = RetrievalEvaluator(run.eval_retrieval, split=run.eval_retrieval_split)
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        results = evaluator(lambda s: model.encode(s, batch_size=128))  # type: ignore[operator]
-        if config.run.eval_metric == "stsb":
-            results["metric"] = results["STSBenchmark"]
-        else:
-            results["metric"] = (results["STSBenchmark"] + results["SICKRelatedness"]) / 2
+        def encode(sentences: list[str]) -> Any:
+            return model.encode(sentences, batch_size=128)  # type: ignore[operator]
+
+        results = sts(encode) if sts is not None else {}
+        if search is not None:
+            results.update(retrieval_dev_scores(search(encode)))
+        results["metric"] = dev_metric(results, run.eval_metric)
         return results
 
     return evaluate
+
+
+def retrieval_dev_scores(scores: dict[str, float]) -> dict[str, float]:
+    """A RetrievalEvaluator's metrics as dev keys, x 100 like the STS scores they sit beside."""
+    from dclr.evaluation.retrieval import METRICS
+
+    return {f"retrieval_{name}": 100 * scores[name] for name in METRICS}
+
+
+def dev_metric(results: dict[str, float], eval_metric: str) -> float:
+    """The number that picks best/, from a dev evaluation's results."""
+    if eval_metric == "stsb":
+        return results["STSBenchmark"]
+    if eval_metric == "stsb_sick":
+        return (results["STSBenchmark"] + results["SICKRelatedness"]) / 2
+    return results["retrieval_ndcg@10"]
 
 
 class Method:

@@ -44,7 +44,7 @@ Precision = Literal["fp32", "fp16", "bf16"]
 # shrinks to the data, as a DataLoader's last partial batch does in ConSERT's released code), or
 # repeat the examples until they fill a batch (ConSERT's `--do_upsampling`).
 SmallData = Literal["refuse", "shrink_batch", "repeat"]
-EvalMetric = Literal["stsb", "stsb_sick"]
+EvalMetric = Literal["stsb", "stsb_sick", "retrieval"]
 
 
 def check_literals(section: Any) -> None:
@@ -172,7 +172,11 @@ class RunSection:
 
     seed: int = 42  # batches, dropout, initialisation, noise and views
     eval_steps: int = 125  # evaluate on the dev sets every N steps (0: never)
-    eval_metric: EvalMetric = "stsb"  # stsb: STS-B dev; stsb_sick: mean of STS-B and SICK dev
+    # what picks best/: stsb (STS-B dev), stsb_sick (mean of STS-B and SICK dev), or retrieval
+    # (nDCG@10 x 100 of run.eval_retrieval's dev queries: your own search, in BEIR's layout)
+    eval_metric: EvalMetric = "stsb"
+    eval_retrieval: str | None = None  # a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)
+    eval_retrieval_split: str = "dev"  # its qrels/<split>.tsv judges the dev queries
     save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     # False: a run that finished deletes checkpoints/ (model + optimizer state, 3x the model)
@@ -191,6 +195,12 @@ class RunSection:
         if self.log_steps < 1:
             raise ConfigError("log_steps must be >= 1")
         check_literals(self)
+        if self.eval_metric == "retrieval" and not self.eval_retrieval:
+            raise ConfigError(
+                "run.eval_metric: retrieval needs run.eval_retrieval, a BEIR folder whose "
+                f"qrels/{self.eval_retrieval_split}.tsv judges your dev queries (`dclr data "
+                "build-retrieval OUT --task paraphrase --split dev` writes a built-in one)"
+            )
 
     @property
     def checkpoint_every(self) -> int:
