@@ -128,3 +128,37 @@ def test_an_index_folder_never_chooses_code_to_import(tmp_path):
     said = " ".join((done.stdout + done.stderr).split())
     assert "never chooses code to import" in said and "--model python-package:dclr_model" in said
     assert not marker.exists()
+
+
+def test_a_same_size_file_from_another_build_is_refused_by_its_checksum(
+    model_dir, corpus_file, tmp_path
+):
+    """Issue 25 item 3: an int8 build's vectors.faiss (same size, other vectors) copied into an
+    fp32 folder was searched without complaint; the recorded sha256 now refuses it."""
+    fp32, int8 = tmp_path / "fp32", tmp_path / "int8"
+    build(model_dir, corpus_file, fp32, "flat")
+    build_index(str(model_dir), open_source(corpus_file), int8, IndexParams("flat"), "mean",
+                precision="int8")  # fmt: skip
+    assert (int8 / INDEX_FILE).stat().st_size == (fp32 / INDEX_FILE).stat().st_size
+    assert (int8 / INDEX_FILE).read_bytes() != (fp32 / INDEX_FILE).read_bytes()
+    shutil.copy(int8 / INDEX_FILE, fp32 / INDEX_FILE)
+    with pytest.raises(InputError, match="vectors.faiss: its sha256 differs"):
+        SearchIndex(fp32)
+
+
+def test_python_m_dclr_does_not_import_from_the_current_folder(tmp_path):
+    """Issue 25 item 3: even a model named on the command line is not imported from the folder
+    `python -m dclr` runs in (python -m puts it first on sys.path; dclr removes it)."""
+    import os
+    import subprocess
+
+    marker = tmp_path / "ran"
+    (tmp_path / "dclr_model.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    (tmp_path / "in.txt").write_text("hello\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "dclr", "encode", "python-package:dclr_model", "in.txt", "o.npy"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(index_module.__file__).parents[2])},
+    )  # fmt: skip
+    assert result.returncode != 0 and "not installed" in result.stderr + result.stdout
+    assert not marker.exists()

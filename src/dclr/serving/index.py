@@ -18,7 +18,9 @@ model that will encode queries: an index built with another model is refused.
 Writing is atomic as a whole: the new files are built in a staging folder, `index.json` is removed,
 the files are renamed into place, and a new `index.json` listing each file's size and sha256 is
 written last, so a crash leaves either the old index, or no `index.json` (an error that says to
-build again), never a mix. Loading checks the files' sizes against that list and that
+build again), never a mix. Loading checks the files' sizes and sha256 against that list (a
+same-size file from another build, such as an int8 build's `vectors.faiss`, is refused; hashing
+costs about a second per GB) and that
 `vectors.faiss` holds the kind `index.json` names (an HNSW file under a flat `index.json` is an
 error, not a silent search at default settings). The folder is locked while an index is built
 (`dclr.runlock`): a second writer is refused, naming the first.
@@ -343,7 +345,7 @@ class SearchIndex:
         self.params = IndexParams(**self.meta["params"])
         fix = "rebuild the index: `dclr index build MODEL INPUT --out DIR` (shards are reused)"
         for name, record in self.meta.get("files", {}).items():  # absent in older index folders
-            problem = atomic.check_file(self.folder / name, record, hash_=False)
+            problem = atomic.check_file(self.folder / name, record, hash_=True)
             if problem:
                 raise InputError(f"{name}: {problem}", path=self.folder, fix=fix)
         try:
