@@ -15,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -142,11 +143,85 @@ _STORAGE_FIXES = {
 }
 
 
-def named_os_error(err: OSError, path: str | Path | None = None) -> OSError:
+def named_os_error(
+    err: OSError, path: str | Path | None = None, needed: int | None = None
+) -> OSError:
     """`err` as a StorageError naming the file and the fix, when it is a storage problem."""
     known = _STORAGE_FIXES.get(err.errno or -1)
     if known is None:
         return err
-    what, fix = known
-    where = err.filename or path
+    return _storage_error(err.errno or 0, err.filename or path, needed)
+
+
+# How writers that are not Python's own report a full disk: safetensors ("No space left on device
+# (os error 28)"), numpy's tofile ("190080 requested and 13280 written"); torch.save only says
+# "unexpected pos ..." and is recognised by the free space left.
+_FULL_DISK_TEXT = re.compile(r"No space left on device|os error 28|requested and \d+ written")
+# Below this much free space a failed write is taken to be a full disk.
+_NEARLY_FULL = 1 << 20
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def free_bytes(path: str | Path) -> int | None:
+    """Free bytes on the disk holding `path` (or its nearest existing parent), or None."""
+    try:
+        return shutil.disk_usage(_existing(Path(path).absolute())).free
+    except OSError:
+        return None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def _storage_error(code: int, where: str | Path | None, needed: int | None) -> StorageError:
+    what, fix = _STORAGE_FIXES[code]
+    if code in (errno.ENOSPC, errno.EDQUOT) and where is not None:
+        free = free_bytes(where)
+        sizes = []
+        if needed:
+            sizes.append(f"this write needs about {human_bytes(needed)}")
+        if free is not None:
+            sizes.append(f"{human_bytes(free)} free")
+        if sizes:
+            what = f"{what} ({', '.join(sizes)})"
     return StorageError(f"{where}: cannot write: {what}\n  fix: {fix}")
+
+
+def storage_problem(
+    err: BaseException, path: str | Path, needed: int | None = None
+) -> StorageError | None:
+    """The StorageError `err` means when writing `path` failed on a full or read-only disk, or
+    None when it is some other failure."""
+    if isinstance(err, StorageError):
+        return err
+    if isinstance(err, OSError) and (err.errno or -1) in _STORAGE_FIXES:
+        return _storage_error(err.errno or 0, err.filename or path, needed)
+    if _FULL_DISK_TEXT.search(str(err)):
+        return _storage_error(errno.ENOSPC, path, needed)
+    free = free_bytes(path)
+    if free is not None and (free < _NEARLY_FULL or (needed is not None and free < needed)):
+        return _storage_error(errno.ENOSPC, path, needed)
+    return None
+
+
+@contextlib.contextmanager
+def storage_guard(path: str | Path, needed: int | None = None) -> Iterator[None]:
+    """Turn a full or read-only disk while writing `path` into a StorageError that names the
+    path, the bytes needed and the fix; any other error passes through unchanged."""
+    try:
+        yield
+    except Exception as err:
+        named = storage_problem(err, path, needed)
+        if named is None or named is err:
+            raise
+        raise named from err

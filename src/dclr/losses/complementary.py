@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from dclr import atomic
 from dclr.data.corpus import TextFileCorpus
 from dclr.errors import InputError
 from dclr.losses.simcse import cosine_matrix
@@ -142,8 +143,12 @@ class CachedComplementary:
         """Write the (N, d) unit vectors as fp16 (atomically), then the metadata."""
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(cache.stem + ".tmp.npy")
-        np.save(tmp, vectors.astype(np.float16))
-        tmp.replace(cache)
+        try:
+            with atomic.storage_guard(cache, needed=vectors.size * 2):  # fp16
+                np.save(tmp, vectors.astype(np.float16))
+            tmp.replace(cache)
+        finally:
+            tmp.unlink(missing_ok=True)
         cache.with_suffix(".json").write_text(json.dumps(expected, indent=2) + "\n")
 
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dclr.atomic import staged_folder
+from dclr.atomic import staged_folder, storage_guard
 from dclr.models.card import CardFacts, write_card
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, model_limit
 
@@ -34,7 +34,8 @@ LAYER_AVERAGING = ("avg_first_last", "avg_top2")
 def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None = None) -> Path:
     """Write `encoder` to `path` (replacing it atomically) and return the path."""
     path = Path(path)
-    with staged_folder(path) as tmp:
+    weights = sum(t.numel() * t.element_size() for t in encoder.state_dict().values())
+    with storage_guard(path, needed=weights), staged_folder(path) as tmp:
         _write_encoder(encoder, tmp, shown_as=path, extra=extra)
     return path
 

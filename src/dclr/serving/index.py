@@ -256,8 +256,9 @@ def _build_locked(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        faiss.write_index(index, str(staging / INDEX_FILE))
-        _write_texts(staging, source, rows)
+        with atomic.storage_guard(staging, needed=vectors.nbytes):
+            faiss.write_index(index, str(staging / INDEX_FILE))
+            _write_texts(staging, source, rows)
         files = {name: atomic.file_record(staging / name) for name in INDEX_FILES}
         meta = {
             "format": FORMAT_VERSION,

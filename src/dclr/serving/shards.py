@@ -105,6 +105,20 @@ def write_shard(
     if vectors.ndim != 2 or len(rows) != len(vectors):
         raise ValueError(f"rows {rows.shape} and vectors {vectors.shape} do not match")
     target = folder / shard_name(index, fmt)
+    with atomic.storage_guard(target, needed=rows.nbytes + vectors.nbytes):
+        _write_shard_files(folder, index, rows, vectors, fmt)
+    record = {
+        "rows": len(rows),
+        "files": {name: atomic.file_record(folder / name) for name in shard_files(index, fmt)},
+    }
+    atomic.write_text(folder / record_name(index), json.dumps(record) + "\n")
+    return target
+
+
+def _write_shard_files(
+    folder: Path, index: int, rows: np.ndarray, vectors: np.ndarray, fmt: ShardFormat
+) -> None:
+    target = folder / shard_name(index, fmt)
     if fmt == "npy":
         # rows first: the vectors file is the done-marker, so it must land last.
         _atomic(folder / _rows_name(index), lambda p: _save_npy(p, rows))
@@ -121,12 +135,6 @@ def write_shard(
             }
         )
         _atomic(target, lambda p: pq.write_table(table, p))
-    record = {
-        "rows": len(rows),
-        "files": {name: atomic.file_record(folder / name) for name in shard_files(index, fmt)},
-    }
-    atomic.write_text(folder / record_name(index), json.dumps(record) + "\n")
-    return target
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:

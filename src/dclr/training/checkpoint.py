@@ -78,6 +78,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def checkpoint_bytes(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, torch.nn.Module] | None = None,
+) -> int:
+    """About the bytes a checkpoint takes: the weights and the optimizer's state tensors."""
+    modules = [model, *(extra or {}).values()]
+    total = sum(t.numel() * t.element_size() for m in modules for t in m.state_dict().values())
+    for state in optimizer.state.values():
+        total += sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t))
+    return total
+
+
 def save_checkpoint(
     root: Path,
     step: int,
@@ -98,28 +111,33 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_model(model, str(tmp / MODEL_FILE))
-    for name, module in (extra or {}).items():
-        save_model(module, str(tmp / f"{name}.safetensors"))
-    torch.save(
-        {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": rng_state(),
-        },
-        tmp / TRAINER_FILE,
-    )
-    (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
-    files = sorted(f.name for f in tmp.iterdir())
-    manifest = {name: atomic.file_record(tmp / name) for name in files}
-    (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=2))
-    for f in tmp.iterdir():
-        with f.open("rb") as fh:
-            os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(root)
+    try:
+        with atomic.storage_guard(tmp, needed=checkpoint_bytes(model, optimizer, extra)):
+            save_model(model, str(tmp / MODEL_FILE))
+            for name, module in (extra or {}).items():
+                save_model(module, str(tmp / f"{name}.safetensors"))
+            torch.save(
+                {
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "rng": rng_state(),
+                },
+                tmp / TRAINER_FILE,
+            )
+            (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
+            files = sorted(f.name for f in tmp.iterdir())
+            manifest = {name: atomic.file_record(tmp / name) for name in files}
+            (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=2))
+            for f in tmp.iterdir():
+                with f.open("rb") as fh:
+                    os.fsync(fh.fileno())
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # never leave a half-written step-*.tmp/
+        raise
     write_atomic(root / LATEST, final.name)
     # Keep the new checkpoint and the newest keep-1 older ones; a checkpoint of a higher step is
     # from a trajectory this run abandoned (it resumed from an older one) and goes too.
