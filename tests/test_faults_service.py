@@ -156,6 +156,91 @@ def test_slow_header_connections_do_not_block_the_service(server, client):
             sock.close()
 
 
+def _open(server, n, first_bytes=b""):
+    host, port = server.url.removeprefix("http://").split(":")
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection((host, int(port)))
+        if first_bytes:
+            sock.sendall(first_bytes)
+        socks.append(sock)
+    return socks
+
+
+def _answer(sock, timeout=10.0):
+    """What the server sent before closing the connection (or within `timeout`)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return data
+
+
+SLOW_BODY_HEAD = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: 2000\r\n\r\n{")  # fmt: skip
+
+
+def test_slow_bodies_hold_no_in_flight_slot_and_are_cut_at_the_rate_floor(model_dir):
+    """Issue 25 item 1: 135 connections with complete headers trickling their bodies held every
+    in-flight slot (good requests got 503 for 60 s). Now a slot is taken once a body has arrived,
+    and a body slower than the floor (1 KB/s after 5 s) gets 408 long before the 60 s deadline."""
+    args = [str(model_dir), "--pooler", "mean", "--max-in-flight", "4"]
+    with serve_process(args) as proc, httpx.Client(base_url=proc.url, timeout=30) as good:
+        held = _open(proc, 12, SLOW_BODY_HEAD)  # three times max_in_flight
+        try:
+            time.sleep(0.5)
+            for i in range(8):
+                response = good.post("/v1/embeddings", json={"input": f"served {i}"})
+                assert response.status_code == 200, response.text[:300]
+            tic = time.monotonic()
+            answer = _answer(held[0], timeout=15)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert b"body_too_slow" in answer and time.monotonic() - tic < 10
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_silent_sockets_past_the_cap_make_room_for_real_requests(model_dir):
+    """Issue 25 item 2: sockets that send nothing, past --max-connections, got every good
+    request uvicorn's plain-text 503 until the header deadline. Now the oldest silent socket is
+    closed (JSON 503, Retry-After) to make room, and good requests are served at once."""
+    args = [str(model_dir), "--pooler", "mean", "--max-connections", "16",
+            "--header-timeout", "30"]  # fmt: skip
+    with serve_process(args) as proc:
+        held = _open(proc, 40)  # 2.5 times the cap, all from this address, none sends a byte
+        try:
+            time.sleep(0.5)
+            with httpx.Client(base_url=proc.url, timeout=10) as good:
+                for i in range(5):
+                    tic = time.monotonic()
+                    response = good.post("/v1/embeddings", json={"input": f"served {i}"})
+                    assert response.status_code == 200, response.text[:300]
+                    assert time.monotonic() - tic < 5
+            answer = _answer(held[0])
+            assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+            assert b"application/json" in answer and b"retry-after: 1" in answer.lower()
+            assert b"too_many_connections" in answer
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_unparsable_request_gets_a_json_400(server):
+    """Issue 25 item 10: h11-level 400s were plain text."""
+    (sock,) = _open(server, 1, b"NOT HTTP AT ALL\r\n\r\n")
+    try:
+        answer = _answer(sock)
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+    assert json.loads(body)["error"]["code"] == "bad_http_request"
+
+
 def test_body_that_never_arrives_gets_408():
     sent = []
 

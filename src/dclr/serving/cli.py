@@ -299,8 +299,15 @@ def serve(
         int, typer.Option(help="Requests handled at once before new ones get 503.")
     ] = 128,
     max_connections: Annotated[
-        int, typer.Option(help="Open sockets (idle and half-sent included) before 503.")
+        int,
+        typer.Option(
+            help="Open sockets at most (idle and half-sent included); at the cap a socket that "
+            "sent nothing makes room, else 503."
+        ),
     ] = 1024,
+    max_connections_per_client: Annotated[
+        int, typer.Option(help="Open sockets one client address may hold (same rule).")
+    ] = 256,
     header_timeout: Annotated[
         float, typer.Option(help="Seconds a client has to send a request's headers (then 408).")
     ] = 10.0,
@@ -385,7 +392,7 @@ def serve(
             "this machine"
         )
     try:
-        run(app, host, port, max_connections, header_timeout)
+        run(app, host, port, max_connections, header_timeout, max_connections_per_client)
     except OSError as err:
         fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
 

@@ -1,6 +1,7 @@
 """Who may talk to the service: the Host allow-list, the optional API key, requests in flight.
 
-`GuardMiddleware` wraps the ASGI app and checks, in this order, before the request body is read:
+`GuardMiddleware` wraps the ASGI app and checks 1 and 2 before the request body is read; 3 is
+counted once the body has arrived:
 
 1. Host: with an allow-list (the default for a loopback bind: localhost, 127.0.0.1, ::1), a request
    whose `Host` header names another host is refused with 421. This defeats DNS rebinding, where a
@@ -9,9 +10,10 @@
 2. API key: when one is set, every route except the static page needs `Authorization: Bearer KEY`
    (what the OpenAI client sends) or `X-API-Key: KEY`; a missing or wrong key gets 401. Keys are
    compared in constant time (`hmac.compare_digest`).
-3. Requests in flight: past `max_in_flight` requests being handled at once, new ones get 503 with
-   Retry-After. Connections that have not finished sending their headers do not count (the server's
-   header timeout closes them), so slow clients cannot take the slots of real requests.
+3. Requests in flight (`InFlightMiddleware`, after the body has been read): past `max_in_flight`
+   requests being handled at once, new ones get 503 with Retry-After. Connections still sending
+   their headers or their body do not count (the server's header deadline and the body-rate floor
+   close them), so slow clients cannot take the slots of real requests.
 """
 
 from __future__ import annotations
@@ -89,7 +91,6 @@ class GuardMiddleware:
         if security.allowed_hosts is not None:
             self.allowed = {h.strip("[]").lower() for h in security.allowed_hosts}
         self.key = security.api_key.encode() if security.api_key else None
-        self.in_flight = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -120,7 +121,26 @@ class GuardMiddleware:
                     [(b"www-authenticate", b"Bearer")],
                 )
                 return
-        if self.in_flight >= self.security.max_in_flight:
+        await self.app(scope, receive, send)
+
+
+class InFlightMiddleware:
+    """Past `max_in_flight` requests being handled at once, new ones get 503 with Retry-After.
+
+    It sits inside `BodyLimitMiddleware`, which reads (and bounds) the whole body first, so a
+    request takes a slot only once it has fully arrived: clients trickling their bodies hold
+    sockets (bounded by the body-rate floor), never the slots of complete requests."""
+
+    def __init__(self, app: Any, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_in_flight:
             await _reject(
                 send,
                 503,

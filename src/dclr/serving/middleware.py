@@ -3,8 +3,9 @@
 A declared `Content-Length` over the limit is answered 413 without reading a byte; a body sent
 without one (chunked) is counted as it arrives and cut off at the limit, so no more than
 `max_bytes` of a body is ever held. The answer is a JSON
-error in OpenAI's shape naming the limit. A body that does not arrive in full within `timeout_s`
-(a client trickling bytes to hold a connection) is answered 408.
+error in OpenAI's shape naming the limit. A body that does not arrive in full within `timeout_s`,
+or that after `grace_s` arrives slower than `min_rate` bytes/s on average (a client trickling
+bytes to hold a connection), is answered 408.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from typing import Any
 
 # Seconds a client gets to send its whole body: 4 MiB at a slow 1 Mbit/s link takes ~35 s.
 BODY_TIMEOUT_S = 60.0
+# The body-rate floor: after BODY_GRACE_S, a body must keep arriving at MIN_BODY_RATE bytes/s on
+# average (a 1 Mbit/s link sends 128 KB/s), so one byte every few seconds cannot hold a socket
+# for the whole BODY_TIMEOUT_S.
+MIN_BODY_RATE = 1024
+BODY_GRACE_S = 5.0
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -30,10 +36,19 @@ def error_json(message: str, type_: str, param: str | None, code: str | None) ->
 class BodyLimitMiddleware:
     """Wrap an ASGI app; bodies over `max_bytes` get HTTP 413."""
 
-    def __init__(self, app: Any, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        app: Any,
+        max_bytes: int,
+        timeout_s: float = BODY_TIMEOUT_S,
+        min_rate: float = MIN_BODY_RATE,
+        grace_s: float = BODY_GRACE_S,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
+        self.min_rate = min_rate
+        self.grace_s = grace_s
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -53,13 +68,22 @@ class BodyLimitMiddleware:
         # parsing error by the framework; the app then reads the buffered copy.
         chunks: list[bytes] = []
         received = 0
-        deadline = time.monotonic() + self.timeout_s
+        start = time.monotonic()
+        deadline = start + self.timeout_s
         while True:
+            # the next byte is due when the average since the grace period would fall below
+            # the floor, and in any case by the total deadline
+            due = start + self.grace_s + (received + 1) / self.min_rate
             try:
-                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+                message = await asyncio.wait_for(receive(), min(deadline, due) - time.monotonic())
             except TimeoutError:
-                text = f"the request body did not arrive within {self.timeout_s:g} s"
-                await self._reject(send, 408, text, "body_timeout")
+                if due < deadline:
+                    text = (f"the request body arrives slower than {self.min_rate:g} bytes/s "
+                            f"({received} bytes in {time.monotonic() - start:.1f} s)")  # fmt: skip
+                    await self._reject(send, 408, text, "body_too_slow")
+                else:
+                    text = f"the request body did not arrive within {self.timeout_s:g} s"
+                    await self._reject(send, 408, text, "body_timeout")
                 return
             if message["type"] == "http.disconnect":
                 return

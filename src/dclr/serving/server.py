@@ -7,9 +7,10 @@ Slow clients: uvicorn bounds the idle time between keep-alive requests but not t
 takes to send a request's headers, so connections that send a partial header and stall (slowloris)
 stay open for ever, and uvicorn's concurrency limit counts them. `GuardedH11Protocol` adds that
 bound: a connection that has not sent a complete request head within `header_timeout_s` of its
-first byte (or of opening) gets 408 and is closed. The limit on requests handled at once lives in
-`dclr.serving.guard` and counts requests, not connections; uvicorn's own limit is only a cap on
-open sockets. Facing the internet, run behind a reverse proxy all the same (docs/serving.md).
+first byte (or of opening) gets 408 and is closed. Open sockets are capped in all and per client
+address, and at the cap sockets that sent nothing make room for new ones (`GuardedH11Protocol`).
+The limit on requests handled at once lives in `dclr.serving.guard` and counts requests whose
+body has fully arrived, not connections. Facing the internet, run behind a reverse proxy all the same (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import ipaddress
 import resource
 import socket
 import sys
+import time
 from typing import Any
 
 import h11
@@ -36,6 +38,16 @@ _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
 )
+_BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+# Open sockets one client address may hold (loopback included): a client holding more gives up
+# its own silent ones first (see GuardedH11Protocol).
+MAX_CONNECTIONS_PER_CLIENT = 256
+# A connection that has received nothing for this long counts as idle (keep-alive between
+# requests) and may be closed to make room when the connection cap is reached.
+IDLE_S = 1.0
 # Seconds an idle keep-alive connection is kept (uvicorn's default): frees slots of idle clients.
 KEEP_ALIVE_S = 5
 LISTEN_LINE = "dclr serve: listening on"
@@ -62,19 +74,76 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on receiving each request's head."""
+    """uvicorn's h11 protocol with a deadline on receiving each request's head, a cap on open
+    connections in all and per client address, and JSON for every error it answers itself.
+
+    At the cap a new connection does not get refused while sockets that have sent nothing hold
+    the room: the oldest connection that never sent a byte is closed (503, Retry-After), then the
+    oldest idle keep-alive one; only when every open connection is busy is the new one refused
+    (JSON 503 with Retry-After). A client that opens sockets and sends nothing therefore only
+    displaces its own, and a real request, which sends its head at once, keeps being served."""
 
     header_timeout_s = HEADER_TIMEOUT_S
+    max_connections = MAX_CONNECTIONS
+    max_per_client = MAX_CONNECTIONS_PER_CLIENT
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: asyncio.TimerHandle | None = None
+        self._received = 0  # bytes received on this connection
+        self._last_data = self._opened = time.monotonic()
         super().connection_made(transport)
+        self._peer = self.client[0] if self.client else None
+        if not self._make_room():
+            return
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return  # refused or displaced: nothing more is read
+        self._received += len(data)
+        self._last_data = time.monotonic()
         if self._header_timer is None and self.conn.their_state is h11.IDLE:
             self._arm_header_timer()  # the first bytes of the next request on this connection
         super().data_received(data)
+
+    # ---- the connection cap -------------------------------------------------------------------
+    def _make_room(self) -> bool:
+        """Keep the open connections within both caps; False when this one was refused."""
+        others = [c for c in self.connections if c is not self and not c.transport.is_closing()]
+        same = [c for c in others if getattr(c, "_peer", None) == self._peer]
+        for group, cap in ((same, self.max_per_client), (others, self.max_connections)):
+            if len(group) + 1 > cap:
+                victim = _displaceable(group)
+                if victim is None:
+                    self._answer_busy("the server holds as many connections as it may")
+                    return False
+                victim._answer_busy("closed to make room: this connection sent no request")
+        return True
+
+    def _answer_busy(self, why: str) -> None:
+        from dclr.serving.middleware import error_json
+
+        self._disarm_header_timer()
+        body = error_json(
+            f"{why}; retry shortly", "server_overloaded", None, "too_many_connections"
+        )
+        self.transport.write(_BUSY_RESPONSE % (len(body), body))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse: JSON in the service's error shape, not plain text."""
+        from dclr.serving.middleware import error_json
+
+        body = error_json(f"malformed HTTP request: {msg}", "invalid_request_error", None,
+                          "bad_http_request")  # fmt: skip
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        event = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
+        for part in (event, h11.Data(data=body), h11.EndOfMessage()):
+            try:
+                self.transport.write(self.conn.send(part))  # type: ignore[arg-type]
+            except h11.LocalProtocolError:  # the connection is past sending a response
+                break
+        self.transport.close()
 
     def handle_events(self) -> None:
         cycle = self.cycle
@@ -111,9 +180,33 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def protocol_with(header_timeout_s: float) -> type[GuardedH11Protocol]:
-    """GuardedH11Protocol with another header deadline (uvicorn takes a class)."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"header_timeout_s": header_timeout_s})
+def _displaceable(group: list[Any]) -> Any:
+    """The connection to close for a new one: the oldest that never sent a byte, else the one
+    idle longest between requests, else None (all are busy)."""
+    now = time.monotonic()
+    silent = [c for c in group if isinstance(c, GuardedH11Protocol) and c._received == 0]
+    if silent:
+        return min(silent, key=lambda c: c._opened)
+    idle = [
+        c
+        for c in group
+        if isinstance(c, GuardedH11Protocol)
+        and c.conn.their_state is h11.IDLE
+        and c.conn.our_state is h11.IDLE
+        and now - c._last_data >= IDLE_S
+    ]
+    return min(idle, key=lambda c: c._last_data) if idle else None
+
+
+def protocol_with(
+    header_timeout_s: float,
+    max_connections: int = MAX_CONNECTIONS,
+    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
+) -> type[GuardedH11Protocol]:
+    """GuardedH11Protocol with other limits (uvicorn takes a class)."""
+    limits = {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
+              "max_per_client": min(max_per_client, max_connections)}  # fmt: skip
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), limits)
 
 
 def socket_cap(wanted: int) -> int:
@@ -138,6 +231,7 @@ def run(
     port: int,
     max_connections: int = MAX_CONNECTIONS,
     header_timeout_s: float = HEADER_TIMEOUT_S,
+    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
 ) -> None:
     """Serve `app` until interrupted."""
     import uvicorn
@@ -145,11 +239,12 @@ def run(
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    cap = socket_cap(max_connections)
     config = uvicorn.Config(
         app,
-        http=protocol_with(header_timeout_s),
+        http=protocol_with(header_timeout_s, cap, max_per_client),
         log_level="warning",
-        limit_concurrency=socket_cap(max_connections),
+        limit_concurrency=cap + 1,  # never reached: the protocol keeps connections within cap
         timeout_keep_alive=KEEP_ALIVE_S,
         access_log=False,
     )

@@ -39,7 +39,7 @@ from dclr.serving.batcher import (
     Overloaded,
 )
 from dclr.serving.fingerprint import SHORT
-from dclr.serving.guard import GuardMiddleware, Security
+from dclr.serving.guard import GuardMiddleware, InFlightMiddleware, Security
 from dclr.serving.index import SearchIndex
 from dclr.serving.limits import LimitError, Limits
 from dclr.serving.memory import trim_heap
@@ -205,6 +205,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.batcher = batcher
+    # Innermost first: a request takes an in-flight slot only after its whole body arrived.
+    app.add_middleware(InFlightMiddleware, max_in_flight=security.max_in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     app.add_middleware(GuardMiddleware, security=security)  # outermost: runs first
 
