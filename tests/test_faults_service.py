@@ -357,6 +357,63 @@ def test_queue_refuses_before_clients_would_time_out():
     assert stats.chars_per_s > 0
 
 
+def test_queue_admits_against_the_live_throughput():
+    """Issue 25 item 9: under an outside load the queue admitted work at the rate it measured
+    before the load, and clients timed out unanswered. A batch that overruns the measured rate
+    lowers the estimate while it runs, so the next request is refused at once."""
+    delays = iter([0.01] + [1.0] * 10)  # the machine gets 100x slower after the first batch
+
+    def encode(texts):
+        time.sleep(next(delays))
+        return (np.zeros((len(texts), 2), dtype=np.float32),)
+
+    async def scenario():
+        batcher = EmbeddingBatcher(encode, max_batch_texts=1, max_queue_wait_s=0.3)
+        await batcher.start()
+        try:
+            await batcher.submit(["x" * 100])  # measured: ~10,000 characters/s
+            fast = batcher.stats.chars_per_s
+            slow = asyncio.ensure_future(batcher.submit(["x" * 100]))
+            await asyncio.sleep(0.3)  # that batch has overrun the measured rate 30x
+            assert batcher.live_rate() < fast / 10
+            with pytest.raises(Overloaded, match="current throughput"):
+                await batcher.submit(["y" * 100])  # ~0.03 s at the old rate, ~0.6 s now
+            await slow
+        finally:
+            await batcher.close()
+
+    asyncio.run(scenario())
+
+
+def test_client_timeout_header_bounds_the_wait():
+    """A client that says it waits 1 s (OpenAI's client: x-stainless-timeout) is refused at
+    once when the queue would take longer, though max_queue_wait_s would admit it."""
+    from dclr.serving.service import client_timeout_s
+
+    assert client_timeout_s({"x-stainless-timeout": "600"}) == pytest.approx(480)
+    assert client_timeout_s({"x-request-timeout": "nan"}) is None
+    assert client_timeout_s({"x-request-timeout": "-1"}) is None
+    assert client_timeout_s({}) is None
+    encode, _ = _slow_encode(0.2)
+
+    async def scenario():
+        batcher = EmbeddingBatcher(encode, max_batch_texts=1, max_queue_wait_s=10)
+        await batcher.start()
+        try:
+            await batcher.submit(["x" * 100])  # ~500 characters/s
+            queued = [asyncio.ensure_future(batcher.submit(["z" * 100])) for _ in range(4)]
+            await asyncio.sleep(0)
+            with pytest.raises(Overloaded, match="your timeout"):
+                await batcher.submit(["y" * 100], deadline_s=0.5)
+            admitted = await batcher.submit(["y" * 100])  # no deadline: 10 s allowed
+            await asyncio.gather(*queued)
+            return admitted
+        finally:
+            await batcher.close()
+
+    assert len(asyncio.run(scenario())[0]) == 1
+
+
 def test_work_of_departed_clients_is_dropped():
     encode, seen = _slow_encode(0.3)
 

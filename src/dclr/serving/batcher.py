@@ -10,7 +10,9 @@ The queue is bounded by work, not by request count: each text costs its characte
 its tokens, capped where the model truncates) plus a fixed overhead, and a request is refused at
 once with `Overloaded` (HTTP 503 with Retry-After) when the queued cost is over `max_pending_chars`,
 the queued texts over `max_pending_texts`, or when the queue would take longer than
-`max_queue_wait_s` to drain at the throughput measured on recent batches. So a client either gets
+`max_queue_wait_s` (or the client's own timeout, when it sends one) to drain at the live
+throughput: the moving average of recent batches, lowered as soon as the running batch overruns
+it (another job took the cores). So a client either gets
 its vectors or a 503 well before a typical 30 s client timeout, never silence. A request whose
 client went away (its awaiting task is cancelled) leaves the queue at once and is never encoded.
 
@@ -126,6 +128,7 @@ class EmbeddingBatcher:
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dclr-encode")
+        self._running: tuple[int, float] | None = None  # (cost, start) of the batch encoding
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -147,9 +150,21 @@ class EmbeddingBatcher:
         self._queue.clear()
         self._executor.shutdown(wait=True)
 
-    def estimated_wait_s(self, extra_cost: int = 0) -> float | None:
-        """Seconds to drain the queue (plus `extra_cost`) at the measured rate; None: unknown."""
+    def live_rate(self) -> float:
+        """Throughput now: the moving average of finished batches, or lower when the batch
+        running has already taken longer than that rate allows (the machine got slower, e.g.
+        another job took its cores); 0: not measured yet."""
         rate = self.stats.chars_per_s
+        if self._running is not None and rate > 0:
+            cost, tic = self._running
+            elapsed = time.perf_counter() - tic
+            if elapsed * rate > cost:  # slower than the estimate: at most cost/elapsed
+                rate = cost / elapsed
+        return rate
+
+    def estimated_wait_s(self, extra_cost: int = 0) -> float | None:
+        """Seconds to drain the queue (plus `extra_cost`) at the live rate; None: unknown."""
+        rate = self.live_rate()
         return (self.stats.pending_chars + extra_cost) / rate if rate > 0 else None
 
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
@@ -159,12 +174,13 @@ class EmbeddingBatcher:
         retry = max(MIN_RETRY_AFTER_S, min(math.ceil(wait), ceiling))
         return Overloaded(f"{reason}; retry in {retry} s", retry)
 
-    async def submit(self, texts: list[str]) -> list[np.ndarray]:
+    async def submit(self, texts: list[str], deadline_s: float | None = None) -> list[np.ndarray]:
         """Encode `texts` with whatever else is queued; returns this request's rows.
 
-        Raises Overloaded when the queue cannot take the request, and the encoder's error when
-        these texts (alone) cannot be encoded. Cancelling the awaiting task removes the request
-        from the queue.
+        Raises Overloaded when the queue cannot take the request (including when it would not
+        be done within `deadline_s`, the client's own timeout, when it says one), and the
+        encoder's error when these texts (alone) cannot be encoded. Cancelling the awaiting task
+        removes the request from the queue.
         """
         if self._wakeup is None:
             raise RuntimeError("EmbeddingBatcher.start() was not awaited")
@@ -182,10 +198,13 @@ class EmbeddingBatcher:
                 None,
             )
         wait = self.estimated_wait_s(cost)
-        if stats.pending_texts and wait is not None and wait > self.max_queue_wait_s:
+        bound, whose = self.max_queue_wait_s, "max_queue_wait_s"
+        if deadline_s is not None and deadline_s < bound:
+            bound, whose = deadline_s, "your timeout"
+        if stats.pending_texts and wait is not None and wait > bound:
             raise self._refuse(
-                f"the queue would take ~{wait:.0f} s to reach this request (limit "
-                f"{self.max_queue_wait_s:g} s)",
+                f"the queue would take ~{wait:.1f} s to finish this request at the current "
+                f"throughput (limit {bound:g} s, {whose})",
                 self.estimated_wait_s(),
             )
         future: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -250,6 +269,7 @@ class EmbeddingBatcher:
             if not texts:
                 continue
             tic = time.perf_counter()
+            self._running = (sum(item.cost for item in batch), tic)
             try:
                 outputs = await self._encode(texts)
             except Exception as err:  # noqa: BLE001 - some request's texts broke the encoder
@@ -267,6 +287,7 @@ class EmbeddingBatcher:
                         item.future.set_result([array[start:stop] for array in outputs])
                     start = stop
             finally:
+                self._running = None
                 for item in batch:
                     self._release(item)
             self.stats.batches += 1

@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -153,6 +155,28 @@ def _is_type_tag(part: object) -> bool:
     return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
 
 
+# Headers in which a client says how long it will wait, in seconds: OpenAI's Python client sends
+# x-stainless-timeout; X-Request-Timeout is for everyone else. A request the queue could not
+# finish within TIMEOUT_SHARE of it is refused at once (503, Retry-After) instead of timing out.
+TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-timeout")
+TIMEOUT_SHARE = 0.8
+
+
+def client_timeout_s(headers: Any) -> float | None:
+    """The queue-wait bound a client's timeout header asks for, or None (absent or unusable)."""
+    for name in TIMEOUT_HEADERS:
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds > 0:
+            return seconds * TIMEOUT_SHARE
+    return None
+
+
 def _error(status: int, message: str, type_: str, param: str | None, code: str | None) -> Response:
     return Response(
         error_json(message, type_, param, code), status_code=status, media_type="application/json"
@@ -244,7 +268,7 @@ def create_app(
 
     async def embed(texts: list[str], raw: Request) -> tuple[np.ndarray, np.ndarray]:
         """This request's (vectors, token counts); dropped from the queue if its client leaves."""
-        job = asyncio.ensure_future(batcher.submit(texts))
+        job = asyncio.ensure_future(batcher.submit(texts, client_timeout_s(raw.headers)))
         gone = asyncio.ensure_future(_disconnected(raw))
         try:
             await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
