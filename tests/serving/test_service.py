@@ -8,6 +8,7 @@ and that repeated load does not grow the server's memory.
 import asyncio
 import base64
 import json
+import re
 import sys
 
 import numpy as np
@@ -292,6 +293,26 @@ def test_search_without_index(encoder):
     with TestClient(create_app(encoder, "tiny", "f" * 64)) as local:  # in-process: no port
         assert _error(local.post("/search", json={"query": "guitar"}), 404)["code"] == "no_index"
         assert local.get("/health").json()["index"] is None
+
+
+def test_docs_are_off_by_default_and_fenced_by_a_csp_when_on(encoder):
+    """Issue 25 item 10: /docs loaded scripts from a CDN with no Content-Security-Policy."""
+    from fastapi.testclient import TestClient
+
+    from dclr.serving.service import DOCS_CDN, create_app
+
+    with TestClient(create_app(encoder, "tiny", "f" * 64)) as local:
+        assert local.get("/docs").status_code == 404 and local.get("/redoc").status_code == 404
+        assert local.get("/openapi.json").status_code == 200
+    with TestClient(create_app(encoder, "tiny", "f" * 64, docs=True)) as local:
+        page = local.get("/docs")
+        assert page.status_code == 200 and "swagger" in page.text.lower()
+        policy = page.headers["content-security-policy"]
+        assert f"script-src {DOCS_CDN} 'unsafe-inline'" in policy
+        assert "frame-ancestors 'none'" in policy and "connect-src 'self'" in policy
+        sources = re.findall(r'(?:src|href)="(https?://[^"]+)"', page.text)
+        assert sources and all(u.startswith(DOCS_CDN) or "fastapi.tiangolo.com" in u
+                               for u in sources)  # fmt: skip
 
 
 async def _load(url, texts_per_request, requests_per_client, clients=CLIENTS, padding=0):

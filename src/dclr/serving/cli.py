@@ -334,6 +334,13 @@ def serve(
             "authenticates)."
         ),
     ] = False,
+    docs: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the interactive /docs page (Swagger UI; the browser loads its files "
+            "from cdn.jsdelivr.net). Off: the server loads nothing from elsewhere."
+        ),
+    ] = False,
     served_model_name: Annotated[
         str | None,
         typer.Option(
@@ -381,7 +388,7 @@ def serve(
         if searcher is not None:
             searcher.check_model(fingerprint, model)
         name = served_model_name or served_name(model)
-        app = create_app(encoder, name, fingerprint, searcher, limits, batching, security)
+        app = create_app(encoder, name, fingerprint, searcher, limits, batching, security, docs)
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:

@@ -2,7 +2,8 @@
 
 Routes: `POST /v1/embeddings` (OpenAI-compatible), `POST /similarity` (pairs -> cosines, or
 sentences -> cosine matrix), `POST /search` (when an index is loaded), `GET /health`, the web page
-at `/` (with `/static/app.js`, `/static/app.css`), and FastAPI's `/openapi.json` and `/docs`.
+at `/` (with `/static/app.js`, `/static/app.css`), FastAPI's `/openapi.json`, and `/docs` only
+with `--docs`.
 Vectors are L2-normalised, so a dot product is a cosine. Every error is JSON in OpenAI's shape
 (`{"error": {"message", "type", "param", "code"}}`): 400 for a broken limit or invalid text (the
 message names the field), 401 without the API key (when one is set), 408 for a body that does not
@@ -177,6 +178,29 @@ def client_timeout_s(headers: Any) -> float | None:
     return None
 
 
+# /docs (with `dclr serve --docs`): Swagger UI's files come from this CDN, its page has one inline
+# script; nothing else may load, and the page may not be framed.
+DOCS_CDN = "https://cdn.jsdelivr.net"
+DOCS_HEADERS = {
+    "Content-Security-Policy": (
+        f"default-src 'self'; script-src {DOCS_CDN} 'unsafe-inline'; style-src {DOCS_CDN}; "
+        "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def _add_docs(app: FastAPI) -> None:
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    @app.get("/docs", include_in_schema=False)
+    async def _docs() -> Response:
+        page = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs")
+        page.headers.update(DOCS_HEADERS)
+        return page
+
+
 def _error(status: int, message: str, type_: str, param: str | None, code: str | None) -> Response:
     return Response(
         error_json(message, type_, param, code), status_code=status, media_type="application/json"
@@ -191,8 +215,14 @@ def create_app(
     limits: Limits | None = None,
     batching: BatchOptions | None = None,
     security: Security | None = None,
+    docs: bool = False,
 ) -> FastAPI:
     """The ASGI app. `index`, if given, must have been checked against `fingerprint`.
+
+    `docs`: serve FastAPI's interactive `/docs` (Swagger UI, whose script and style come from a
+    CDN, so it needs internet in the browser) under a Content-Security-Policy that allows that CDN
+    only; off by default, so the server loads nothing from elsewhere. `/openapi.json` is always
+    served.
 
     `security` (see `dclr.serving.guard`): API key, Host allow-list, requests in flight; by
     default no key and any Host (`dclr serve` passes the loopback allow-list itself).
@@ -227,8 +257,12 @@ def create_app(
         description=f"Sentence embeddings from {model_name}.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.batcher = batcher
+    if docs:
+        _add_docs(app)
     # Innermost first: a request takes an in-flight slot only after its whole body arrived.
     app.add_middleware(InFlightMiddleware, max_in_flight=security.max_in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
