@@ -1,7 +1,7 @@
 """Fault/load test of `dclr serve` on 127.0.0.1: poison requests, slow headers, a long-text flood.
 
 Starts `dclr serve MODEL --port 0` (loopback only) as a child process with its default limits and
-runs three phases, each bounded in time:
+runs six phases, each bounded in time:
 
   1. poison: 32 concurrent clients, 4 requests each; every 4th request holds a lone surrogate
      (`"\\ud800"`, which the tokenizer cannot take). Expected: every good request 200, every poison
@@ -10,8 +10,17 @@ runs three phases, each bounded in time:
      2 s (slowloris), reconnecting when the server closes them, for `--hold` seconds (40; 10 with
      --quick), while 4 clients send ordinary requests. Expected: the ordinary requests are served
      (statuses, p50/p95 latency quoted); the slow connections get 408 at the header deadline.
-  3. flood: 96 clients each send one request of 16 texts x ~1500 characters at once, with a 30 s
+  3. slow bodies: 135 connections send complete headers with `Content-Length: 2000`, then one
+     body byte every 4 s, reconnecting when closed, while 4 clients send ordinary requests.
+     Expected: no good request fails (a slot is taken only once a body has arrived); the slow
+     bodies get 408 `body_too_slow` at the rate floor (~5 s).
+  4. idle sockets: 1,100 sockets that send nothing (past the 1,024 cap), each reopened every 10 s
+     or when closed, while 4 clients send ordinary requests. Expected: no good request fails
+     (silent sockets make room for new connections).
+  5. flood: 96 clients each send one request of 16 texts x ~1500 characters at once, with a 30 s
      client timeout. Expected: each gets 200 or 503 with Retry-After, none times out.
+  6. flood under load: the same while a busy loop runs on every core (an outside job taking the
+     machine). Expected: the same, answered within the client's timeout.
 
 Server memory (RSS after start-up, peak VmHWM over the run, RSS at the end) is read from /proc.
 Latencies depend on the machine's load, recorded with the results (the load average at the start
@@ -47,6 +56,10 @@ FLOOD_CLIENTS = 96
 FLOOD_TEXTS = 16
 FLOOD_CHARS = 1500
 CLIENT_TIMEOUT_S = 30.0  # what a typical HTTP client waits
+SLOW_BODIES = 135
+BODY_BYTE_EVERY_S = 4.0
+IDLE_SOCKETS = 1100  # past dclr serve's default --max-connections (1024)
+IDLE_REOPEN_S = 10.0
 # Every phase is cut off after this many seconds whatever the server does.
 PHASE_LIMIT_S = 180.0
 # Model load and bind on a loaded 2-core machine can take minutes.
@@ -204,6 +217,152 @@ async def slow_phase(url: str, hold_s: float) -> dict:
     }
 
 
+async def good_traffic(url: str, until: float) -> dict:
+    """GOOD_CLIENTS clients sending one short request every 0.2 s until `until`."""
+    latencies: list[float] = []
+    statuses: list[object] = []
+
+    async def good(c: httpx.AsyncClient, k: int) -> None:
+        i = 0
+        while time.monotonic() < until:
+            tic = time.monotonic()
+            try:
+                response = await c.post("/v1/embeddings", json={"input": sentence(k * 1000 + i)})
+                statuses.append(response.status_code)
+                if response.status_code == 200:
+                    latencies.append(time.monotonic() - tic)
+            except httpx.HTTPError as err:
+                statuses.append(type(err).__name__)
+            i += 1
+            await asyncio.sleep(0.2)
+
+    async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S) as c:
+        await asyncio.gather(*(good(c, k) for k in range(GOOD_CLIENTS)))
+    return {
+        "good_clients": GOOD_CLIENTS,
+        "good_statuses": count(statuses),
+        "good_failed": sum(s != 200 for s in statuses),
+        "good_total": len(statuses),
+        "good_latency": percentiles(latencies),
+        "every_good_request_200": bool(statuses) and all(s == 200 for s in statuses),
+    }
+
+
+async def slow_body(host: str, port: int, until: float, stats: dict) -> None:
+    head = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            b"\r\nContent-Length: 2000\r\n\r\n{")  # fmt: skip
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            stats["connect_errors"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        stats["opened"] += 1
+        opened = time.monotonic()
+        try:
+            writer.write(head)
+            await writer.drain()
+            while time.monotonic() < until:
+                try:
+                    data = await asyncio.wait_for(reader.read(4096), BODY_BYTE_EVERY_S)
+                except TimeoutError:
+                    writer.write(b" ")
+                    await writer.drain()
+                    continue
+                if b"body_too_slow" in data:
+                    stats["408_body_too_slow"] += 1
+                    stats["held_s"].append(time.monotonic() - opened)
+                elif data:
+                    stats["other_answer"] += 1
+                break
+        except (ConnectionError, OSError):
+            stats["reset"] += 1
+        finally:
+            writer.close()
+
+
+async def idle_socket(host: str, port: int, until: float, stats: dict) -> None:
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            stats["connect_errors"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        stats["opened"] += 1
+        try:
+            data = await asyncio.wait_for(reader.read(4096), IDLE_REOPEN_S)
+            if b"too_many_connections" in data:
+                stats["503_displaced"] += 1
+            elif data.startswith(b"HTTP/1.1 408"):
+                stats["408"] += 1
+        except TimeoutError:
+            stats["reopened"] += 1
+        except (ConnectionError, OSError):
+            stats["reset"] += 1
+        finally:
+            writer.close()
+
+
+async def attack_phase(url: str, attacker: object, n: int, hold_s: float, stats: dict) -> dict:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    until = time.monotonic() + hold_s
+    attackers = [asyncio.ensure_future(attacker(host, int(port), until, stats))  # type: ignore[operator]
+                 for _ in range(n)]  # fmt: skip
+    await asyncio.sleep(2.0)  # every attacker connection is open before the first good request
+    good = await asyncio.wait_for(good_traffic(url, until), hold_s + PHASE_LIMIT_S)
+    await asyncio.wait_for(asyncio.gather(*attackers), PHASE_LIMIT_S)
+    held = stats.pop("held_s", None)
+    if held:
+        stats["slow_body_held_s"] = percentiles(held)
+    return {"attackers": n, "held_s": hold_s, "attacker_events": stats, **good}
+
+
+async def slow_bodies_phase(url: str, hold_s: float) -> dict:
+    stats = {"opened": 0, "408_body_too_slow": 0, "other_answer": 0, "reset": 0,
+             "connect_errors": 0, "held_s": []}  # fmt: skip
+    return await attack_phase(url, slow_body, SLOW_BODIES, hold_s, stats)
+
+
+async def idle_sockets_phase(url: str, hold_s: float) -> dict:
+    stats = {"opened": 0, "503_displaced": 0, "408": 0, "reopened": 0, "reset": 0,
+             "connect_errors": 0}  # fmt: skip
+    return await attack_phase(url, idle_socket, IDLE_SOCKETS, hold_s, stats)
+
+
+def _spin(stop: object) -> None:
+    while not stop.is_set():  # type: ignore[attr-defined]
+        sum(range(10_000))
+
+
+def flood_under_load(url: str) -> dict:
+    """The flood while a busy loop runs on every core (the outside load)."""
+    import multiprocessing
+
+    stop = multiprocessing.Event()
+    spinners = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True)
+                for _ in range(os.cpu_count() or 1)]  # fmt: skip
+    for p in spinners:
+        p.start()
+    try:
+        time.sleep(2.0)
+        return {"busy_loops": len(spinners), **asyncio.run(flood_phase(url))}
+    finally:
+        stop.set()
+        for p in spinners:
+            p.join(5)
+
+
+def raise_file_limit(wanted: int) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 async def flood_phase(url: str) -> dict:
     texts = [sentence(i, FLOOD_CHARS) for i in range(FLOOD_TEXTS)]
     outcomes: list[dict] = []
@@ -241,6 +400,7 @@ async def flood_phase(url: str) -> dict:
         "retry_after_values": sorted({o["retry_after"] for o in refused}),
         "503_answered_within_s": round(max((o["s"] for o in refused), default=0.0), 2),
         "200_latency": percentiles([o["s"] for o in served]),
+        "all_answered_within_timeout": all(o["status"] != "timeout" for o in outcomes),
     }
 
 
@@ -255,6 +415,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_faults.json")
     args = parser.parse_args()
     hold = args.hold or (10.0 if args.quick else 40.0)
+    raise_file_limit(IDLE_SOCKETS + 256)
     load_start = os.getloadavg()
     started = time.monotonic()
     with serve_process([args.model], timeout=START_TIMEOUT_S) as server:
@@ -264,7 +425,10 @@ def main() -> None:
         results = {
             "poison": asyncio.run(poison_phase(server.url)),
             "slow_headers": asyncio.run(slow_phase(server.url, hold)),
+            "slow_bodies": asyncio.run(slow_bodies_phase(server.url, hold)),
+            "idle_sockets": asyncio.run(idle_sockets_phase(server.url, hold)),
             "flood": asyncio.run(flood_phase(server.url)),
+            "flood_under_load": flood_under_load(server.url),
         }
         end = process_memory(server.pid)
         memory.update(peak_mib=round(end["peak"], 1), after_mib=round(end["rss"], 1))

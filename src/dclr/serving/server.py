@@ -8,7 +8,8 @@ takes to send a request's headers, so connections that send a partial header and
 stay open for ever, and uvicorn's concurrency limit counts them. `GuardedH11Protocol` adds that
 bound: a connection that has not sent a complete request head within `header_timeout_s` of its
 first byte (or of opening) gets 408 and is closed. Open sockets are capped in all and per client
-address, and at the cap sockets that sent nothing make room for new ones (`GuardedH11Protocol`).
+address, and past a cap sockets that send nothing are shed, not real requests
+(`GuardedH11Protocol`).
 The limit on requests handled at once lives in `dclr.serving.guard` and counts requests whose
 body has fully arrived, not connections. Facing the internet, run behind a reverse proxy all the same (docs/serving.md).
 """
@@ -42,12 +43,22 @@ _BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
 )
-# Open sockets one client address may hold (loopback included): a client holding more gives up
-# its own silent ones first (see GuardedH11Protocol).
+# Open sockets one client address may hold (loopback included) before its new silent ones are
+# shed (see GuardedH11Protocol).
 MAX_CONNECTIONS_PER_CLIENT = 256
+# Seconds a connection opened past a cap has to send its first byte before it is closed: a real
+# client sends its request head at once.
+GRACE_S = 1.0
 # A connection that has received nothing for this long counts as idle (keep-alive between
-# requests) and may be closed to make room when the connection cap is reached.
+# requests) and may be closed to make room at the hard cap.
 IDLE_S = 1.0
+
+
+def hard_cap(soft: int) -> int:
+    """Sockets open at most: the soft cap plus room for new connections to show they are real."""
+    return soft + max(16, soft // 8)
+
+
 # Seconds an idle keep-alive connection is kept (uvicorn's default): frees slots of idle clients.
 KEEP_ALIVE_S = 5
 LISTEN_LINE = "dclr serve: listening on"
@@ -74,14 +85,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on receiving each request's head, a cap on open
+    """uvicorn's h11 protocol with a deadline on receiving each request's head, caps on open
     connections in all and per client address, and JSON for every error it answers itself.
 
-    At the cap a new connection does not get refused while sockets that have sent nothing hold
-    the room: the oldest connection that never sent a byte is closed (503, Retry-After), then the
-    oldest idle keep-alive one; only when every open connection is busy is the new one refused
-    (JSON 503 with Retry-After). A client that opens sockets and sends nothing therefore only
-    displaces its own, and a real request, which sends its head at once, keeps being served."""
+    A connection opened past a cap (`max_connections` in all, `max_per_client` from one address)
+    is kept only if it sends a byte within GRACE_S; a silent one is then closed with a JSON 503
+    and Retry-After. Past the hard cap (`hard_cap(max_connections)`, which bounds file
+    descriptors) a new connection makes room by closing the oldest connection that never sent a
+    byte, or else the one idle longest between keep-alive requests; only when every
+    open connection is busy is the new one refused. A client that opens sockets and sends nothing
+    therefore sheds its own sockets, and a real request, which sends its head at once, is served."""
 
     header_timeout_s = HEADER_TIMEOUT_S
     max_connections = MAX_CONNECTIONS
@@ -89,12 +102,15 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: asyncio.TimerHandle | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
         self._received = 0  # bytes received on this connection
         self._last_data = self._opened = time.monotonic()
         super().connection_made(transport)
         self._peer = self.client[0] if self.client else None
         if not self._make_room():
             return
+        if self._over_a_cap():
+            self._grace_timer = self.loop.call_later(GRACE_S, self._grace_over)
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -106,24 +122,43 @@ class GuardedH11Protocol(H11Protocol):
             self._arm_header_timer()  # the first bytes of the next request on this connection
         super().data_received(data)
 
-    # ---- the connection cap -------------------------------------------------------------------
+    # ---- the connection caps ------------------------------------------------------------------
+    def _open(self) -> list[Any]:
+        return [c for c in self.connections if not c.transport.is_closing()]
+
+    def _over_a_cap(self) -> bool:
+        open_ = self._open()
+        same = sum(1 for c in open_ if getattr(c, "_peer", None) == self._peer)
+        return len(open_) > self.max_connections or same > self.max_per_client
+
     def _make_room(self) -> bool:
-        """Keep the open connections within both caps; False when this one was refused."""
-        others = [c for c in self.connections if c is not self and not c.transport.is_closing()]
-        same = [c for c in others if getattr(c, "_peer", None) == self._peer]
-        for group, cap in ((same, self.max_per_client), (others, self.max_connections)):
-            if len(group) + 1 > cap:
-                victim = _displaceable(group)
-                if victim is None:
-                    self._answer_busy("the server holds as many connections as it may")
-                    return False
-                victim._answer_busy("closed to make room: this connection sent no request")
+        """Keep the open connections within the hard cap; False when this one was refused."""
+        open_ = self._open()
+        if len(open_) <= hard_cap(self.max_connections):
+            return True
+        victim = _displaceable([c for c in open_ if c is not self])
+        if victim is None:
+            self._answer_busy("the server holds as many connections as it may")
+            return False
+        victim._answer_busy("closed to make room: this connection sent no request")
         return True
+
+    def _grace_over(self) -> None:
+        self._grace_timer = None
+        if self.transport.is_closing() or self._received or not self._over_a_cap():
+            return
+        self._answer_busy(
+            f"the server is at its connection cap and this connection sent nothing within "
+            f"{GRACE_S:g} s"
+        )
 
     def _answer_busy(self, why: str) -> None:
         from dclr.serving.middleware import error_json
 
         self._disarm_header_timer()
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
         body = error_json(
             f"{why}; retry shortly", "server_overloaded", None, "too_many_connections"
         )
@@ -239,12 +274,14 @@ def run(
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    cap = socket_cap(max_connections)
+    cap = max_connections
+    while cap > 1 and socket_cap(hard_cap(cap)) < hard_cap(cap):  # fit the open-file limit
+        cap = max(1, cap * 3 // 4)
     config = uvicorn.Config(
         app,
         http=protocol_with(header_timeout_s, cap, max_per_client),
         log_level="warning",
-        limit_concurrency=cap + 1,  # never reached: the protocol keeps connections within cap
+        limit_concurrency=hard_cap(cap) + 1,  # never reached: the protocol keeps to hard_cap
         timeout_keep_alive=KEEP_ALIVE_S,
         access_log=False,
     )
