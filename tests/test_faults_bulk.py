@@ -141,3 +141,18 @@ def test_an_unterminated_quote_is_refused_with_its_line(tmp_path):
     good = tmp_path / "good.csv"
     good.write_text('text,id\n"two\nlines, quoted",1\nok,2\n')  # a quoted newline is fine
     assert list(open_source(good, column="text").rows()) == ["two\nlines, quoted", "ok"]
+
+
+def test_the_summary_sets_rows_read_beside_lines(model_dir, tmp_path):
+    """Issue 25 item 4: encode-bulk prints the records it read beside the file's lines, so a
+    merge of rows (or a header, or a quoted newline) is visible: 4 rows from 6 lines here."""
+    from dclr.serving.readers import physical_lines
+
+    data = tmp_path / "in.csv"
+    data.write_text('text,id\nhello,1\nworld,2\n\n"multi\nline",3')  # no final newline
+    assert physical_lines(data) == 6
+    result = CliRunner().invoke(app, ["encode-bulk", str(model_dir), str(data),
+                                      str(tmp_path / "out"), "--column", "text",
+                                      "--pooler", "mean"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "from 4 rows (6 lines in in.csv)" in " ".join(result.output.split())

@@ -128,9 +128,15 @@ def encode_bulk(
     except OSError as err:  # disk full, read-only folder: the file and the fix, no traceback
         fail(named_os_error(err, out_dir))
     if distributed.rank() == 0:
+        read = f"{manifest['rows']} rows"
+        if source.format != "parquet":
+            from dclr.serving.readers import physical_lines
+
+            read += f" ({physical_lines(source.path)} lines in {source.path.name})"
         console.print(
-            f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {manifest['rows']} "
-            f"rows in {manifest['n_shards']} shard(s) in {out_dir}"
+            f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {read} in "
+            f"{manifest['n_shards']} shard(s) in {out_dir}",
+            highlight=False,
         )
 
 

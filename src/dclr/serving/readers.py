@@ -177,6 +177,17 @@ def _decode(raw: bytes, path: Path, line: int) -> str:
         ) from None
 
 
+def physical_lines(path: str | Path) -> int:
+    """Lines in a text file (a last line without a newline counts), for reports that set the
+    records read beside them: a CSV record may span lines, a header is one."""
+    lines, last = 0, b"\n"
+    with Path(path).open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")
+
+
 def _txt_rows(path: Path) -> Iterator[str]:
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
