@@ -108,3 +108,21 @@ def test_runs_cli(root: Path) -> None:
     assert "noise_ratio" in result.stdout
     result = runner.invoke(app, ["runs", "show", "nope", "--root", str(root)])
     assert result.exit_code == 2
+
+
+def test_runs_list_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: `dclr runs list` created ./experiments/index.sqlite and missed `dclr train -o`
+    runs. Now a missing root is said so and left absent, and any folder of run folders (here
+    runs/, as `dclr train -o runs/NAME` writes them) is listed from an in-memory index."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DCLR_EXPERIMENTS_DIR", raising=False)
+    write_run(tmp_path, "my-run", method="dclr", avg=73.5)  # tmp_path/runs/my-run
+    runner = CliRunner()
+    result = runner.invoke(app, ["runs", "list"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "experiments does not exist" in said
+    assert "--root runs" in said and not (tmp_path / "experiments").exists()
+    result = runner.invoke(app, ["runs", "list", "--root", "runs", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["sts_avg"] for line in result.output.splitlines()] == [73.5]
+    assert not (tmp_path / "runs" / "index.sqlite").exists()

@@ -65,10 +65,16 @@ def runs_list(
         bool, typer.Option("--json", help="JSON lines instead of a table.")
     ] = False,
 ) -> None:
-    """One row per indexed run: status, method, seed, steps, STS test scores, experiments."""
+    """One row per run folder under ROOT: status, method, seed, steps, STS test scores,
+    experiments. Any folder works as ROOT, e.g. `--root runs` for `dclr train -o runs/NAME`
+    runs; listing creates nothing."""
     from dclr.experiments.registry import Registry
 
-    with Registry(root) as registry:
+    if not root.is_dir():
+        hint = " (`dclr train -o runs/NAME` runs: --root runs)" if Path("runs").is_dir() else ""
+        out.print(escape(f"no runs: {root} does not exist{hint}"), highlight=False)
+        return
+    with Registry(root, read_only=True) as registry:
         rows = registry.list(experiment, method, status, limit)
         labels = {r["run_id"]: sorted(registry.labels(r["run_id"])) for r in rows}
     if json_out:

@@ -159,12 +159,18 @@ def set_labels(run_dir: Path, experiment: str, labels: list[dict[str, Any]]) -> 
 class Registry:
     """The SQLite index of the run folders under `root` (default file: root/index.sqlite)."""
 
-    def __init__(self, root: str | Path, db_path: str | Path | None = None) -> None:
+    def __init__(
+        self, root: str | Path, db_path: str | Path | None = None, read_only: bool = False
+    ) -> None:
+        """`read_only`: create nothing; a root without an index is indexed in memory (what
+        `dclr runs list` does, so listing never writes a file)."""
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
         self.db_path = Path(db_path) if db_path is not None else self.root / INDEX_FILE
         fresh = not self.db_path.exists()
-        self.db = sqlite3.connect(self.db_path, timeout=30)  # several writers: wait, not fail
+        where = ":memory:" if read_only and fresh else self.db_path
+        self.db = sqlite3.connect(where, timeout=30)  # several writers: wait, not fail
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA foreign_keys = ON")
         self.db.executescript(SCHEMA)
