@@ -159,3 +159,28 @@ def test_cli_build_and_search(model_dir, corpus_file, tmp_path):
     assert len(body["results"]) == 2
     info = runner.invoke(app, ["index", "info", str(out)])
     assert info.exit_code == 0 and '"kind": "hnsw"' in info.output
+
+
+def test_dedup_leaves_copies_out_of_the_results(model_dir, tmp_path):
+    """Issue 27 item 7: duplicates filled the search results. `--dedup` keeps the first of
+    rows equal after lower-casing and collapsing whitespace; hits keep their input rows."""
+    lines = ["A man plays a guitar.", "a  man plays a GUITAR.", "", "A dog runs.",
+             "A man plays a guitar.", "The sky is blue."]  # fmt: skip
+    corpus = tmp_path / "dups.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "idx"
+    built = runner.invoke(app, ["index", "build", str(model_dir), str(corpus), "--out", str(out),
+                                "--pooler", "mean", "--dedup"])  # fmt: skip
+    assert built.exit_code == 0, built.output
+    assert "of 3 vectors" in built.output and "2 duplicate rows left out" in built.output
+    searcher = SearchIndex(out)
+    assert [searcher.record(i)["row"] for i in range(3)] == [0, 3, 5]
+    assert searcher.meta["duplicates_left_out"] == 2
+    found = runner.invoke(app, ["search", lines[0], "--index", str(out), "-k", "5", "--json"])
+    rows = [hit["row"] for hit in json.loads(found.output)["results"]]
+    assert sorted(rows) == [0, 3, 5]  # one hit per distinct text
+    again = tmp_path / "all"  # without --dedup (reusing the encoded shards) every row is indexed
+    shutil.copytree(out / "embeddings", again / "embeddings")
+    built = runner.invoke(app, ["index", "build", str(model_dir), str(corpus), "--out",
+                                str(again), "--pooler", "mean"])  # fmt: skip
+    assert built.exit_code == 0 and "of 5 vectors" in built.output, built.output

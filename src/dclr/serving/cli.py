@@ -164,6 +164,13 @@ def index_build(
     ef_search: Annotated[int, typer.Option(help="HNSW query candidate list.")] = 128,
     nlist: Annotated[int | None, typer.Option(help="IVF cells (default 4*sqrt(n)).")] = None,
     nprobe: Annotated[int, typer.Option(help="IVF cells searched per query.")] = 16,
+    dedup: Annotated[
+        bool,
+        typer.Option(
+            help="Leave out rows equal to an earlier row (lower-cased, whitespace collapsed), "
+            "so copies do not fill the results."
+        ),
+    ] = False,
     overwrite: Overwrite = False,
     precision: PrecisionOpt = "fp32",
 ) -> None:
@@ -186,6 +193,7 @@ def index_build(
             overwrite=overwrite,
             show_progress=True,
             precision=precision,
+            dedup=dedup,
         )
     except ModuleNotFoundError as err:
         _need_extra(err)
@@ -193,8 +201,12 @@ def index_build(
         fail(err)
     except OSError as err:
         fail(named_os_error(err, out))
+    left_out = f"; {meta['duplicates_left_out']} duplicate rows left out" if dedup else ""
     console.print(
-        f"{meta['params']['kind']} index of {meta['count']} vectors ({meta['dim']}-d) in {out}"
+        f"{meta['params']['kind']} index of {meta['count']} vectors ({meta['dim']}-d) in "
+        f"{out}{left_out}",
+        highlight=False,
+        soft_wrap=True,  # a long path is not folded into the count
     )
 
 

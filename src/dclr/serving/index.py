@@ -149,15 +149,35 @@ def faiss_kind(index: Any) -> str:
     return type(index).__name__
 
 
-def _write_texts(folder: Path, source: TextSource, rows: np.ndarray) -> None:
-    """Write texts.jsonl (id order = row order) and its byte offsets; checks the rows match."""
+def duplicate_rows(source: TextSource) -> frozenset[int]:
+    """Rows whose text equals an earlier row's after lower-casing and collapsing whitespace
+    (`dclr.data.paraphrases.normalize_text`, the key `data.dedup` uses in training)."""
+    from dclr.data.paraphrases import normalize_text
+
+    seen: set[str] = set()
+    duplicates = set()
+    for row, text in enumerate(source.rows()):
+        if is_blank(text):
+            continue
+        key = normalize_text(text)
+        if key in seen:
+            duplicates.add(row)
+        seen.add(key)
+    return frozenset(duplicates)
+
+
+def _write_texts(
+    folder: Path, source: TextSource, rows: np.ndarray, skip: frozenset[int] = frozenset()
+) -> None:
+    """Write texts.jsonl (id order = row order) and its byte offsets; checks the rows match.
+    Rows in `skip` (duplicates left out of the index) are passed over."""
     offsets = np.empty(len(rows) + 1, dtype=np.int64)
     position = 0
     next_id = 0
     tmp = folder / f".{TEXTS}.tmp"
     with tmp.open("wb") as fh:
         for row, text in enumerate(source.rows()):
-            if is_blank(text):
+            if is_blank(text) or row in skip:
                 continue
             if next_id >= len(rows) or rows[next_id] != row:
                 raise InputError(
@@ -190,8 +210,13 @@ def build_index(
     overwrite: bool = False,
     show_progress: bool = False,
     precision: str = "fp32",
+    dedup: bool = False,
 ) -> dict[str, Any]:
     """Encode `source` (resumably, into out_dir/embeddings), build the index, write the folder.
+
+    `dedup`: rows equal to an earlier row after lower-casing and collapsing whitespace are left
+    out of the index (they are still encoded, so the shards serve either choice), so copies do
+    not fill the search results; hits keep their input row numbers.
 
     `precision` is the encoder's (`dclr.models.precision`); queries must use the same one (the
     fingerprint check refuses another).
@@ -212,6 +237,7 @@ def build_index(
             overwrite,
             show_progress,
             precision,
+            dedup,
         )
 
 
@@ -226,6 +252,7 @@ def _build_locked(
     overwrite: bool,
     show_progress: bool,
     precision: str = "fp32",
+    dedup: bool = False,
 ) -> dict[str, Any]:
     import faiss
 
@@ -250,6 +277,10 @@ def _build_locked(
     rows = np.concatenate([r for r, _ in parts])  # (n,)
     vectors = np.concatenate([v for _, v in parts]).astype(np.float32)  # (n, d)
     del parts
+    skip = duplicate_rows(source) if dedup else frozenset()
+    if skip:
+        keep = ~np.isin(rows, np.fromiter(skip, dtype=np.int64, count=len(skip)))
+        rows, vectors = rows[keep], vectors[keep]
     resolved = params.resolve(len(vectors))
     index = build_faiss(vectors, resolved)
     staging = out_dir / f".staging-{os.getpid()}"
@@ -258,7 +289,7 @@ def _build_locked(
     try:
         with atomic.storage_guard(staging, needed=vectors.nbytes):
             faiss.write_index(index, str(staging / INDEX_FILE))
-            _write_texts(staging, source, rows)
+            _write_texts(staging, source, rows, skip)
         files = {name: atomic.file_record(staging / name) for name in INDEX_FILES}
         meta = {
             "format": FORMAT_VERSION,
@@ -271,6 +302,8 @@ def _build_locked(
             "metric": "cosine",
             "params": asdict(resolved),
             "input": manifest["input"],
+            "dedup": dedup,
+            "duplicates_left_out": len(skip),
             "files": files,
         }
         for name in INDEX_FILES:
