@@ -344,3 +344,41 @@ def test_dclr_loss_without_a_guide_says_weighting_is_off():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         DCLRLoss(model, weighting="none")  # asked for: no warning
+
+
+def test_dclr_parts_reach_the_trainer_logs_and_the_card_names_the_guide(models, tmp_path):
+    """Issue 27 item 6: dropped_fraction and noise_count never reached the trainer's logs, and
+    the card recorded a local guide as "SentenceTransformer"."""
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from transformers import TrainerCallback
+
+    from dclr.st import log_dclr_parts
+
+    student, guide = models
+    loss = DCLRLoss(student, guide=guide)
+    assert loss.get_config_dict()["guide"] == "guide"  # the folder's name, not its path
+    seen: list[dict] = []
+
+    class Recorder(TrainerCallback):  # stands for TensorBoard: a reporting callback
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            seen.append(dict(logs or {}))
+
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=4,
+        save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, logging_steps=2,
+    )  # fmt: skip
+    data = datasets.Dataset.from_dict({"text": SENTENCES})
+    trainer = SentenceTransformerTrainer(model=student, args=args, train_dataset=data, loss=loss,
+                                         callbacks=[Recorder()])  # fmt: skip
+    log_dclr_parts(trainer, loss)
+    trainer.train()
+    steps = [entry for entry in seen if "loss" in entry]
+    assert len(steps) == 2
+    for entry in steps:
+        assert 0.0 <= entry["dclr/dropped_fraction"] <= 1.0
+        assert entry["dclr/noise_count"] == 4.0  # k = 1 x batch of 4
+        assert "dclr/contrastive" in entry

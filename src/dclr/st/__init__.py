@@ -9,5 +9,6 @@ and each delegates its maths to dclr's own pure loss functions (`dclr.losses.dcl
 
 from dclr.st.consert import ConSERTLoss
 from dclr.st.dclr import DCLRLoss
+from dclr.st.logging import DCLRPartsCallback, log_dclr_parts
 
-__all__ = ["ConSERTLoss", "DCLRLoss"]
+__all__ = ["ConSERTLoss", "DCLRLoss", "DCLRPartsCallback", "log_dclr_parts"]

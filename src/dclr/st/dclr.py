@@ -87,7 +87,8 @@ class DCLRLoss(nn.Module):
     rank sees the global batch as negatives, as `dclr train` does.
     With noise_mode 'none' and weighting 'none' it is SimCSE's InfoNCE (MultipleNegativesRankingLoss
     at scale 1 / tau with dropout views). `last_parts` holds the parts of the latest call
-    (contrastive, dropped_fraction, noise_count) for logging.
+    (contrastive, dropped_fraction, noise_count); `dclr.st.log_dclr_parts(trainer, loss)` puts
+    their means in the trainer's logs (TensorBoard included) as `dclr/<part>`.
     """
 
     def __init__(
@@ -162,6 +163,8 @@ class DCLRLoss(nn.Module):
         self.noise_temperature = noise_temperature
         self.step = 0  # calls so far: the noise of call s is drawn from (seed, s)
         self.last_parts: dict[str, torch.Tensor] = {}
+        self._part_sums: dict[str, torch.Tensor] = {}
+        self._part_calls = 0
 
     # ---- the guide ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -225,18 +228,23 @@ class DCLRLoss(nn.Module):
             self._teacher.cos = None
         self.step += 1
         self.last_parts = {k: v for k, v in out.items() if k != "loss"}
+        for name, value in self.last_parts.items():  # detached sums: no device sync per step
+            total = self._part_sums.get(name)
+            part = value.detach().float()
+            self._part_sums[name] = part if total is None else total + part
+        self._part_calls += 1
         return out["loss"]
+
+    def pop_part_means(self) -> dict[str, float]:
+        """Each part's mean over the calls since the previous pop (`dclr.st.log_dclr_parts`)."""
+        means = {k: float(v) / self._part_calls for k, v in self._part_sums.items()}
+        self._part_sums, self._part_calls = {}, 0
+        return means
 
     def get_config_dict(self) -> dict[str, Any]:
         o = self.objective
-        guide = None
-        if self.guide is not None:
-            guide = (
-                getattr(self.guide, "model_card_data", None)
-                and getattr(self.guide.model_card_data, "base_model", None)
-            ) or type(self.guide).__name__
         return {
-            "guide": guide,
+            "guide": guide_name(self.guide),
             "temperature": o.temperature,
             "noise_ratio": o.noise_ratio,
             "noise_std": o.noise_std,
@@ -253,6 +261,26 @@ class DCLRLoss(nn.Module):
     @property
     def citation(self) -> str:
         return DCLR_CITATION
+
+
+def guide_name(guide: Any) -> str | None:
+    """What the model card calls the guide: its base model or hub id, a local folder by its base
+    name (never its path, as `dclr serve` names models), else its class."""
+    if guide is None:
+        return None
+    card = getattr(guide, "model_card_data", None)
+    base = getattr(card, "base_model", None)
+    if base:
+        return str(base)
+    try:
+        source = str(guide[0].auto_model.config._name_or_path or "")
+    except (TypeError, IndexError, KeyError, AttributeError):
+        source = ""
+    if source:
+        from dclr.serving.cli import served_name
+
+        return served_name(source)
+    return type(guide).__name__
 
 
 def _must_retokenize(model: Any, guide: Any) -> bool:
