@@ -75,3 +75,20 @@ def tiny_encoder(tokenizer: object) -> TinyEncoderFactory:
         return encoder.eval()
 
     return make
+
+
+# ---- tiny model folders, built once per session (read-only for the tests that use them) -------
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT folder (helpers.make_tiny_model_dir, seed 0) without dropout."""
+    from helpers import make_tiny_model_dir
+
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-nodrop") / "model", dropout=0.0)
+
+
+@pytest.fixture(scope="session")
+def tiny_dropout_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same tiny BERT with dropout 0.1 (training tests: dropout makes the two views)."""
+    from helpers import make_tiny_model_dir
+
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-drop") / "model", dropout=0.1)

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import REPO_ROOT, make_tiny_model_dir
+from helpers import REPO_ROOT
 from typer.testing import CliRunner
 
 from dclr.cli import app
@@ -15,8 +15,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 def test_eval_writes_the_contract_json(model_dir, data_dir, tmp_path):

@@ -9,7 +9,7 @@ import socket
 import huggingface_hub.constants
 import numpy as np
 import pytest
-from helpers import make_tiny_model_dir, write_pseudo_corpus
+from helpers import write_pseudo_corpus
 from typer.testing import CliRunner
 
 from dclr.cli import app, split_tasks
@@ -156,8 +156,8 @@ def test_export_falls_back_to_the_old_sentence_transformers_import_path(monkeypa
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 def test_encode_skip_blank_records_the_line_of_each_row(model_dir, tmp_path):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from helpers import interrupt_on_call, make_tiny_model_dir, write_pseudo_corpus
+from helpers import interrupt_on_call, write_pseudo_corpus
 
 from dclr.data.sampling import few_shot_indices as sample_indices
 from dclr.driver import trainer_for
@@ -143,8 +143,8 @@ def test_few_shot_fraction_and_too_many():
 
 # ---- training ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import make_tiny_model_dir, train_one_and_two_ranks
+from helpers import train_one_and_two_ranks
 
 from dclr.data.corpus import ListCorpus, TextFileCorpus
 from dclr.driver import trainer_for
@@ -43,8 +43,8 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO_ROOT, make_tiny_model_dir
+from helpers import REPO_ROOT
 from inli_data import write_inli_dir
 
 import dclr.losses.dualcse as dualcse_module
@@ -43,8 +43,8 @@ RECIPES = sorted((REPO_ROOT / "recipes" / "dualcse").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 @pytest.fixture(scope="module")

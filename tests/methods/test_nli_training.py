@@ -6,7 +6,6 @@ import pytest
 import torch
 from helpers import (
     interrupt_on_call,
-    make_tiny_model_dir,
     pseudo_sentence,
     write_pseudo_corpus,
 )
@@ -28,8 +27,8 @@ LABELS = ["entailment", "neutral", "contradiction"]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 @pytest.fixture(scope="module")

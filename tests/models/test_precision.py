@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import make_tiny_model_dir
 from typer.testing import CliRunner
 
 from dclr.cli import app
@@ -29,8 +28,8 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -18,7 +18,6 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("faiss")
 
-from helpers import make_tiny_model_dir  # noqa: E402
 
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
 from dclr.serving.index import IndexParams, build_index  # noqa: E402
@@ -49,8 +48,8 @@ LEAK_TOLERANCE_MIB = 40.0
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

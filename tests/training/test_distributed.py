@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 from ddp_check import HANG_S, SENTENCES, build, grads
-from helpers import REPO_ROOT, make_tiny_model_dir, train_one_and_two_ranks
+from helpers import REPO_ROOT, train_one_and_two_ranks
 from safetensors.torch import load_file
 
 from dclr.contract import Batch
@@ -15,8 +15,8 @@ from dclr.training.tracking import read_metrics
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
 
 
 def test_gather_is_identity_without_a_process_group():

@@ -20,8 +20,8 @@ from dclr.training.tracking import read_metrics
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 @pytest.fixture(scope="module")

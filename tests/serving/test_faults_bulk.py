@@ -8,11 +8,10 @@ raw tracebacks; a CSV row missing the text column was silently blank.
 
 import errno
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import write_pseudo_corpus
 from typer.testing import CliRunner
 
 from dclr.cli import app
@@ -23,15 +22,12 @@ from dclr.serving.bulk import BulkSettings, DamagedShardWarning, bulk_encode
 from dclr.serving.readers import open_source
 from dclr.serving.shards import iter_shards
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
-
 SHARD = 5
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ Host header and any caller were accepted.
 import asyncio
 import json
 import socket
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,9 +26,6 @@ from dclr.serving.launch import serve_process  # noqa: E402
 from dclr.serving.middleware import BodyLimitMiddleware  # noqa: E402
 from dclr.serving.service import create_app  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir  # noqa: E402
-
 API_KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 HEADER_TIMEOUT_S = 2.0
@@ -39,8 +34,8 @@ SLOW_CONNECTIONS = 130
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

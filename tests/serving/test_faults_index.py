@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 faiss = pytest.importorskip("faiss")
 
+from helpers import write_pseudo_corpus  # noqa: E402
+
 from dclr.cli import app  # noqa: E402
 from dclr.errors import InputError  # noqa: E402
 from dclr.runlock import FolderLock, LockHeld  # noqa: E402
@@ -21,13 +23,10 @@ from dclr.serving import index as index_module  # noqa: E402
 from dclr.serving.index import INDEX_FILE, IndexParams, SearchIndex, build_index  # noqa: E402
 from dclr.serving.readers import open_source  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import make_tiny_model_dir, write_pseudo_corpus  # noqa: E402
-
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.0)
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

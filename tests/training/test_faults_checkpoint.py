@@ -10,7 +10,7 @@ import os
 import signal
 
 import pytest
-from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
+from helpers import interrupt_on_call, tiny_run_overrides, write_pseudo_corpus
 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
@@ -28,8 +28,8 @@ STEPS, SAVE = 12, 4
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", dropout=0.1)
+def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
+    return tiny_dropout_model_dir
 
 
 @pytest.fixture(scope="module")
