@@ -84,7 +84,8 @@ def split_tasks(tasks: str | None, task_set: str | None) -> tuple[list[str], lis
         return list(STS_TASKS), []
     known = {t.lower(): t for t in (*STS_TASKS, *TRANSFER_TASKS)}
     known.update({a.lower(): t for a, t in TASK_ALIASES.items()})
-    sts, transfer = [], []
+    sts: list[str] = []
+    transfer: list[str] = []
     for name in (t.strip() for t in tasks.replace(" ", ",").split(",") if t.strip()):
         task = known.get(name.lower())
         if task is None:
@@ -179,6 +180,7 @@ def eval_cmd(
             raise ConfigError("--index needs --retrieval DIR: the BEIR folder its corpus came from")
         builtin_retrieval = task_set == "retrieval"
         only_retrieval = builtin_retrieval or (retrieval is not None and not (tasks or task_set))
+        sts_tasks: list[str] | None  # None: the mode's default tasks
         sts_tasks, transfer_tasks = ([], []) if only_retrieval else split_tasks(tasks, task_set)
         if mode == "dev" and tasks is None and task_set is None and not only_retrieval:
             sts_tasks = None  # STS-B and SICK dev

@@ -4,6 +4,7 @@ and the STS scores table. Presentation only: the core (training, evaluation) nev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -22,7 +23,7 @@ def quiet_hf() -> None:
     hf_logging.set_verbosity_error()
 
 
-def fail(err: Exception) -> None:
+def fail(err: Exception) -> NoReturn:
     """Print `err` as a one-line error and exit with status 2."""
     # escaped: an error's own brackets (`pip install 'dclr[serve]'`) are text, not markup
     console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)

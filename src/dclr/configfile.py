@@ -8,7 +8,7 @@ import functools
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, cast, get_args, get_origin
 
 import yaml
 
@@ -66,7 +66,7 @@ def unknown_option_error(unknown: list[str], known: list[str], source: str) -> C
 
 def check_known(cls: type, keys: Any, source: str) -> None:
     """Raise `unknown_option_error` for keys that are not fields of dataclass `cls`."""
-    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(keys) - set(known))
     if unknown:
         raise unknown_option_error(unknown, known, source)
@@ -99,7 +99,7 @@ class _RecipeLoader(yaml.SafeLoader):
     """yaml's safe loader without aliases: `*ref` (the "billion laughs" anchor bomb) is refused,
     as are tags that construct Python objects (the safe loader never builds them)."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.MarkedYAMLError(
@@ -164,6 +164,7 @@ def read_recipe(recipe: str | Path) -> dict[str, Any]:
 def check_choices(config: Any, names: tuple[str, ...]) -> None:
     """Raise ConfigError unless each named `Literal[...]` field holds one of its choices."""
     for name in names:
-        allowed = get_args(field_types(type(config))[name])
+        # cast: mypy does not take type[Any] as Hashable (the cache's key)
+        allowed = get_args(field_types(cast(type, type(config)))[name])
         if getattr(config, name) not in allowed:
             raise ConfigError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")

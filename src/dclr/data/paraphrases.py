@@ -106,7 +106,7 @@ def evaluation_pair_keys(root: Path) -> set[frozenset[str]]:
     """Keys of every dev/test pair of STS-B, SICK and MRPC (pairs that must never be placed)."""
     keys: set[frozenset[str]] = set()
     for split in ("dev", "test"):
-        for p in (read_stsb(root, split), read_sick(root, split)):  # type: ignore[arg-type]
+        for p in (read_stsb(root, split), read_sick(root, split)):
             keys.update(pair_key(a, b) for a, b in zip(p.sentences1, p.sentences2, strict=True))
     keys.update(pair_key(a, b) for a, b, _ in read_mrpc(root, "test"))
     return keys

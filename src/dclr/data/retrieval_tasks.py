@@ -97,9 +97,9 @@ def paraphrase_task(root: Path, split: str = "test") -> BuiltTask:
         if score >= SICK_MIN_SCORE and label == "ENTAILMENT" and normalize_text(a) != normalize_text(b):  # fmt: skip
             judged.append((a, b, 1))
     if split == "test":
-        for a, b, label in read_mrpc(root, "test"):
+        for a, b, paraphrase in read_mrpc(root, "test"):
             sentences += [a, b]
-            if label == 1 and normalize_text(a) != normalize_text(b):
+            if paraphrase == 1 and normalize_text(a) != normalize_text(b):
                 judged.append((a, b, 1))
     return assemble(sentences, judged)
 

@@ -75,7 +75,7 @@ def with_paraphrases(
     A pair sentence already in the corpus (same normalised text) reuses that line, so the corpus
     holds each sentence once; pairs whose two sentences share an index are skipped."""
     lines = list(corpus)
-    index = {}
+    index: dict[str, int] = {}
     for i, s in enumerate(lines):
         index.setdefault(normalize_text(s), i)
     out_pairs = []

@@ -202,7 +202,7 @@ def read_impscore_csv(path: str | Path) -> list[EisRow]:
     except StopIteration:
         raise InputError("the file is empty", path=path, fix=_impscore_fix()) from None
     if all(c in header for c in IMPSCORE_ROW_COLUMNS):
-        columns = IMPSCORE_ROW_COLUMNS
+        columns: tuple[str, ...] = IMPSCORE_ROW_COLUMNS
     elif all(c in header for c in IMPSCORE_PAIR_COLUMNS):
         columns = IMPSCORE_PAIR_COLUMNS
     else:
@@ -226,7 +226,7 @@ def read_impscore_csv(path: str | Path) -> list[EisRow]:
                 fix="every pair needs both sentences: fill the field or drop the row",
             )
         if columns == IMPSCORE_ROW_COLUMNS:
-            pairs = (
+            pairs: tuple[tuple[str, str], ...] = (
                 (values["pos_implicit"], values["pos_explicit"]),
                 (values["neg_implicit"], values["neg_explicit"]),
             )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,10 +37,11 @@ PERCENT = 100.0  # accuracies are reported x100, as in the paper's tables
 
 
 class DualEmbedder(Protocol):
-    def encode(
+    def encode(  # keyword-only options: DualEncoder.encode has max_length before normalize
         self,
         sentences: Sequence[str],
         semantics: str = "explicit",
+        *,
         batch_size: int = 128,
         normalize: bool = False,
         show_progress: bool = False,
@@ -92,7 +93,11 @@ def rte_scores(
     n = len(examples)
     premises = [e.premise for e in examples]
     hypotheses = [e.hypothesis(t) for t in HYPOTHESIS_TYPES for e in examples]  # type-major
-    options = {"batch_size": batch_size, "normalize": True, "show_progress": show_progress}
+    options: dict[str, Any] = {
+        "batch_size": batch_size,
+        "normalize": True,
+        "show_progress": show_progress,
+    }
     r = model.encode(premises + hypotheses, "explicit", **options)  # (5n, d), unit rows
     u_premise = model.encode(premises, "implicit", **options)  # (n, d)
     r_premise = r[:n]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import torch
@@ -99,7 +99,7 @@ class DualEncoder(nn.Module):
         kind: str = "cross",
         pooler: str = "mean",
         max_length: int | None = None,
-        **config_overrides: object,
+        **config_overrides: Any,
     ) -> DualEncoder:
         """A fresh training model from a backbone; a bi model loads it twice (same start)."""
         check_kind(kind)
@@ -133,7 +133,7 @@ class DualEncoder(nn.Module):
         path = Path(path)
         with staged_folder(path) as tmp:
             for name, encoder in self.encoders.items():
-                save_encoder(encoder, tmp / _folder(name))
+                save_encoder(cast(SentenceEncoder, encoder), tmp / _folder(name))
             info = {"format": FORMAT, "kind": self.kind, "prompts": self.prompts, **(extra or {})}
             (tmp / DUALCSE_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
         return path

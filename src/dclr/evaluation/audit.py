@@ -45,7 +45,9 @@ class Scorer:
         return cls(label or spec, model, pooler or None)
 
 
-def pr_rows(cos: np.ndarray, gold: np.ndarray, phis: Sequence[float]) -> list[dict[str, float]]:
+def pr_rows(
+    cos: np.ndarray, gold: np.ndarray, phis: Sequence[float] | np.ndarray
+) -> list[dict[str, float]]:
     """Per phi: dropped count, its share of all negatives, true positives, precision, recall.
 
     cos, gold: flat arrays over the audited negatives (float, bool). Precision is NaN when

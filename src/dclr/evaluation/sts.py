@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -105,7 +105,8 @@ class StsEvaluator:
                 if len(groups) > 1:
                     results[f"{task}/{p.subset}"] = spearman100(sims, p.scores)
             results[task] = spearman100(np.concatenate(sys_all), np.concatenate(gold_all))
-        results["avg"] = float(np.mean([results[t] for t in self.tasks]))
+        tasks = cast(Sequence[str], self.tasks)  # never None after __post_init__
+        results["avg"] = float(np.mean([results[t] for t in tasks]))
         if self._stsb_dev is not None:
             results.update(self._geometry(vectors, index))
         results["n_sentences"] = float(len(sentences))

@@ -99,10 +99,10 @@ class LogisticRegression:
         weights of the best validation accuracy are kept. Returns that accuracy."""
         if validation is None:
             assert validation_split
-            perm = self.rng.permutation(len(x))
+            order = self.rng.permutation(len(x))  # a numpy array; `perm` below is a tensor
             cut = int(validation_split * len(x))
-            validation = (x[perm[:cut]], y[perm[:cut]])
-            x, y = x[perm[cut:]], y[perm[cut:]]
+            validation = (x[order[:cut]], y[order[:cut]])
+            x, y = x[order[cut:]], y[order[cut:]]
         tx, ty = torch.from_numpy(x).float(), torch.from_numpy(y).long()
         s = self.settings
         epochs, best, best_state, misses, stop = 0, -1.0, None, 0, False

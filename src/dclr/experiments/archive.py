@@ -51,7 +51,8 @@ def archive_experiment(experiment: str, root: Path, dest: Path) -> Archived:
     """Copy the records (RECORD_FILES) of `experiment`'s complete runs under `root` to
     `dest/runs/<name>/`. Incomplete runs are left out and named; no run at all is an error."""
     root, dest = Path(root), Path(dest)
-    runs, incomplete = [], []
+    runs: list[Path] = []
+    incomplete: list[Path] = []
     for run_dir in find_run_dirs(root):
         record = read_run(run_dir, run_dir.name)
         if experiment not in record.labels:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,8 @@ def run_audit(
             [lines[int(i)] for i in sampler.global_batch(s)] for s in range(steps_here)
         ]
     gold_pairs = gold_paraphrase_pairs(root, parse_sources(sources))
-    embed, calibrated = {}, {}
+    embed: dict[str, Callable[[list[str]], np.ndarray]] = {}
+    calibrated: dict[str, dict[str, float]] = {}
     for scorer in scorers:
         encoder = SentenceEncoder.from_pretrained(scorer.model, pooler=scorer.pooler, packing=True)
         encoder.requires_grad_(False)

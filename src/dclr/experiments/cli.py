@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,6 +13,11 @@ from rich.table import Table
 
 from dclr.clitools import console, fail, out, quiet_hf, scores_table
 from dclr.errors import DclrError
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from dclr.experiments.registry import Registry
 
 runs_app = typer.Typer(
     help="The run registry: an SQLite index of run folders.", no_args_is_help=True
@@ -106,8 +111,8 @@ def runs_list(
     Console(width=max(out.width, 160)).print(table)  # whole run ids, even in a narrow pipe
 
 
-def _get(registry: object, run: str) -> object:
-    row = registry.get(run)  # type: ignore[attr-defined]
+def _get(registry: Registry, run: str) -> sqlite3.Row:
+    row = registry.get(run)
     if row is None:
         fail(KeyError(f"no run {run!r} (or several match): see `dclr runs list`"))
     return row

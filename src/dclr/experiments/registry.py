@@ -10,6 +10,7 @@ run can fill several cells of an experiment, e.g. the sensitivity sweeps' shared
 
 from __future__ import annotations
 
+import builtins  # annotations in Registry: its method `list` shadows the builtin
 import hashlib
 import json
 import os
@@ -263,7 +264,7 @@ class Registry:
         ).fetchall()
         return rows[0] if len(rows) == 1 else None
 
-    def labels(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    def labels(self, run_id: str) -> dict[str, builtins.list[dict[str, Any]]]:
         rows = self.db.execute(
             "SELECT experiment, labels_json FROM labels WHERE run_id = ? ORDER BY 1, 2", (run_id,)
         ).fetchall()
@@ -272,7 +273,7 @@ class Registry:
             out.setdefault(r["experiment"], []).append(json.loads(r["labels_json"]))
         return out
 
-    def experiment_runs(self, experiment: str) -> list[tuple[sqlite3.Row, dict[str, Any]]]:
+    def experiment_runs(self, experiment: str) -> builtins.list[tuple[sqlite3.Row, dict[str, Any]]]:
         """(run row, labels) for every place of every run the experiment uses."""
         rows = self.db.execute(
             "SELECT runs.*, labels.labels_json FROM runs JOIN labels USING (run_id) "
@@ -281,7 +282,7 @@ class Registry:
         ).fetchall()
         return [(r, json.loads(r["labels_json"])) for r in rows]
 
-    def snapshot(self) -> list[tuple[Any, ...]]:
+    def snapshot(self) -> builtins.list[tuple[Any, ...]]:
         """Every stored row, sorted: two indexes of the same folders give equal snapshots."""
         runs = self.db.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs").fetchall()
         labels = self.db.execute("SELECT run_id, experiment, labels_json FROM labels").fetchall()

@@ -13,10 +13,10 @@ import html
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class Stat:
     n: int
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> Stat | None:
+    def of(cls, values: Iterable[float | None]) -> Stat | None:  # None: a missing score
         vals = [float(v) for v in values if v is not None and math.isfinite(v)]
         if not vals:
             return None
@@ -257,7 +257,7 @@ def _bars(
     path: Path,
     title: str,
     labels: list[str],
-    series: dict[str, list[Stat | None]],
+    series: Mapping[str, Sequence[Stat | None]],
     ylabel: str,
     zoom: bool = False,
 ) -> Path:
@@ -323,6 +323,7 @@ def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
         rows.append([backbone, METHOD_NAMES.get(method, method), str(len(members)), *cells])
     rep.table(header, rows)
     rep.heading("Ours next to the paper (7-task avg)")
+    ours: dict[str, list[Stat | None]]
     rows, labels, ours, theirs = [], [], {"simcse": [], "dclr": []}, []
     deltas: list[Paired | None] = []
     for backbone in sorted({b for b, _ in groups}):
@@ -396,10 +397,10 @@ def section_ablation(rep: Report, runs: list[RunData], out: Path) -> None:
     )
 
 
-def _curves(runs: list[RunData], metric: str) -> dict[str, tuple[list[int], Stat | Any]]:
+def _curves(runs: list[RunData], metric: str) -> dict[str, tuple[list[int], list[Stat | None]]]:
     """method -> (steps, [Stat per step]) from the eval rows of metrics.jsonl, with step 0 the
     starting model's value from before.json (same STS-B dev sentences)."""
-    out = {}
+    out: dict[str, tuple[list[int], list[Stat | None]]] = {}
     for (method,), members in sorted(group(runs, "method").items()):
         per_step: dict[int, list[float]] = defaultdict(list)
         for run in members:
@@ -425,8 +426,9 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for method, (steps, stats) in curves.items():
-        mean = np.array([s.mean for s in stats])
-        std = np.array([s.std for s in stats])
+        # Stat.of gives None only for a step without a finite value
+        mean = np.array([cast(Stat, s).mean for s in stats])
+        std = np.array([cast(Stat, s).std for s in stats])
         ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=METHOD_NAMES[method],
                 linestyle="--" if method == "simcse" else "-", alpha=0.85)  # fmt: skip
         ax.fill_between(steps, mean - std, mean + std, color=COLORS.get(method), alpha=0.2)

@@ -184,7 +184,7 @@ def plan(
     if only and not specs:
         raise ConfigError(f"--only {only}: no run of experiment {name!r} has these labels")
     for spec in specs:
-        chain = []
+        chain: list[RunSpec] = []
         dep = spec.complementary_from
         while dep is not None:  # complementary models are trained before the runs that use them
             chain.insert(0, dep)

@@ -169,7 +169,7 @@ class CachedComplementary:
                 "complementary_cache at the cache built for this corpus and model",
             )
         vectors = np.load(cache, mmap_mode="r")
-        rows = int(found["corpus"]["sentences"])  # type: ignore[index]
+        rows = int(found["corpus"]["sentences"])
         if vectors.shape[0] != rows:
             raise InputError(
                 f"cache holds {vectors.shape[0]} rows for {rows} sentences",

@@ -29,7 +29,7 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -339,7 +339,9 @@ class DCLRLoss(torch.nn.Module):
         loss = contrastive
         if self.weighting == "distill":
             kd = distillation_loss(
-                cosine_matrix(z1, z2) / self.temperature, teacher, self.temperature
+                cosine_matrix(z1, z2) / self.temperature,
+                cast(torch.Tensor, teacher),  # set above: "distill" is a complementary weighting
+                self.temperature,
             )
             loss = loss + kd
             parts["distill"] = kd.detach()

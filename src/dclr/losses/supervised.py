@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dclr.contract import Batch
+from dclr.contract import Batch, SupportsGradCache
 from dclr.errors import ConfigError, InputError
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
@@ -191,7 +191,9 @@ class SupervisedNLILoss(nn.Module):
         with guard:
             z_other = self.model(**other)
         z1, z2 = (z_adv, z_other) if adv.adversarial_first else (z_other, z_adv)
-        contrastive = self.contrastive.objective(z1, z2, Batch(features, step=step))["loss"]
+        contrastive = cast(SupportsGradCache, self.contrastive).objective(  # typed as nn.Module
+            z1, z2, Batch(features, step=step)
+        )["loss"]
         return self._joint(classification, contrastive)
 
 

@@ -12,6 +12,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from dclr.models.packing import (
 )
 from dclr.models.pooling import POOLERS, MLPHead, check_pooler, needs_hidden_states, pool
 from dclr.progress import progress_bar
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DCLR_CONFIG = "dclr.json"
 # Sentences of different lengths to check that packed and padded forwards agree.
@@ -157,7 +161,9 @@ def check_hub_reachable(name_or_path: str) -> None:
     )
 
 
-def load_backbone(name_or_path: str, **config_overrides: object) -> tuple[PreTrainedModel, object]:
+def load_backbone(
+    name_or_path: str, **config_overrides: object
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) from a local folder or a hub id, safetensors only, no remote code."""
     name_or_path = resolve_model(name_or_path)
     path = Path(name_or_path)
@@ -206,7 +212,7 @@ class SentenceEncoder(nn.Module):
     def __init__(
         self,
         backbone: PreTrainedModel,
-        tokenizer: object,
+        tokenizer: PreTrainedTokenizerBase,
         pooler: str = "cls_before_pooler",
         mlp_head: bool = False,
         max_length: int | None = None,

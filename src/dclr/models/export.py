@@ -104,7 +104,11 @@ def st_modules() -> tuple[type, type, type]:
             WeightedLayerPooling,
         )
     except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Pooling, Transformer, WeightedLayerPooling
+        from sentence_transformers.models import (  # type: ignore[no-redef]  # same classes, old path
+            Pooling,
+            Transformer,
+            WeightedLayerPooling,
+        )
     return Transformer, Pooling, WeightedLayerPooling
 
 

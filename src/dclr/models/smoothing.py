@@ -70,6 +70,8 @@ CALIBRATION_SENTENCES = (
 class SmoothedLinear(nn.Module):
     """`linear(x * inv_scale)`, where `linear` holds W diag(s): the input channels rescaled."""
 
+    inv_scale: torch.Tensor  # a buffer
+
     def __init__(self, linear: nn.Module, inv_scale: torch.Tensor) -> None:
         super().__init__()
         self.linear = linear

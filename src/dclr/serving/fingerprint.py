@@ -13,10 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from dclr.models.encoder import SentenceEncoder, model_limit
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 # Hex digits shown to people; the full digest is stored and compared.
 SHORT = 12
@@ -40,8 +44,8 @@ def model_fingerprint(encoder: SentenceEncoder) -> str:
         for part, tensor in _tensors(name, value):
             data = tensor.detach().cpu().contiguous().reshape(-1)
             digest.update(f"{part}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
-            digest.update(data.view(torch.uint8).numpy())
-    vocab = sorted(tokenizer.get_vocab().items())  # type: ignore[attr-defined]
+            digest.update(cast("ReadableBuffer", data.view(torch.uint8).numpy()))  # an ndarray
+    vocab = sorted(tokenizer.get_vocab().items())
     digest.update(json.dumps(vocab, ensure_ascii=False).encode())
     return digest.hexdigest()
 

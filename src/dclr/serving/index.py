@@ -35,7 +35,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def build_faiss(vectors: np.ndarray, params: IndexParams) -> Any:
     n, dim = vectors.shape
     params = params.resolve(n)
     if params.kind == "flat":
-        index = faiss.IndexFlatIP(dim)
+        index: Any = faiss.IndexFlatIP(dim)  # or IndexHNSWFlat / IndexIVFFlat below
     elif params.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = params.ef_construction
@@ -130,7 +130,7 @@ def set_search_params(index: Any, params: IndexParams) -> None:
     import faiss
 
     if params.kind == "hnsw":
-        faiss.downcast_index(index).hnsw.efSearch = params.ef_search
+        cast("faiss.IndexHNSWFlat", faiss.downcast_index(index)).hnsw.efSearch = params.ef_search
     elif params.kind == "ivf":
         faiss.extract_index_ivf(index).nprobe = params.ivf_nprobe
 

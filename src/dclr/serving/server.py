@@ -175,7 +175,7 @@ class GuardedH11Protocol(H11Protocol):
         event = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
         for part in (event, h11.Data(data=body), h11.EndOfMessage()):
             try:
-                self.transport.write(self.conn.send(part))  # type: ignore[arg-type]
+                self.transport.write(self.conn.send(part))
             except h11.LocalProtocolError:  # the connection is past sending a response
                 break
         self.transport.close()

@@ -72,7 +72,7 @@ MAX_PROBLEMS = 5
 SEARCH_THREADS = 1
 # nginx's status for "client closed the request" (never seen by the client, which is gone).
 CLIENT_CLOSED = 499
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {  # FastAPI's `responses` type
     400: {"model": ErrorResponse, "description": "A limit was broken (the message names it)."},
     401: {"model": ErrorResponse, "description": "Missing or wrong API key (when one is set)."},
     413: {"model": ErrorResponse, "description": "Request body over max_body_bytes."},

@@ -25,7 +25,7 @@ ShardFormat = Literal["npy", "parquet"]
 StorageDtype = Literal["float32", "float16"]
 
 
-def check_choice(value: str, allowed: type, option: str) -> str:
+def check_choice(value: str, allowed: object, option: str) -> str:  # allowed: a Literal[...]
     """Raise InputError unless `value` is one of the Literal `allowed`."""
     if value not in get_args(allowed):
         raise InputError(

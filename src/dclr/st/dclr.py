@@ -131,7 +131,7 @@ class DCLRLoss(nn.Module):
             )
         self.model = model
         # Kept here: under DDP the trainer swaps `model` for its wrapper, which has no tokenizer.
-        self.tokenizer = getattr(model, "tokenizer", None)
+        self.tokenizer: Any = getattr(model, "tokenizer", None)
         self.guide = guide
         self.guide_is_model = _is_sentence_transformer(guide)
         if self.guide_is_model:
@@ -289,6 +289,9 @@ def _must_retokenize(model: Any, guide: Any) -> bool:
         same_vocab = model.tokenizer.get_vocab() == guide.tokenizer.get_vocab()
     except AttributeError:
         return True
-    limits = (getattr(guide, "max_seq_length", None), getattr(model, "max_seq_length", None))
+    limits: tuple[Any, Any] = (
+        getattr(guide, "max_seq_length", None),
+        getattr(model, "max_seq_length", None),
+    )
     shorter = None not in limits and limits[0] < limits[1]
     return not same_vocab or shorter

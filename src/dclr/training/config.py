@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, cast, get_args, get_origin
 
 import yaml
 
@@ -52,7 +52,7 @@ def check_literals(section: Any) -> None:
     names = tuple(
         f.name
         for f in dataclasses.fields(section)
-        if get_origin(field_types(type(section))[f.name]) is Literal
+        if get_origin(field_types(cast(type, type(section)))[f.name]) is Literal
     )
     check_choices(section, names)
 
@@ -396,7 +396,8 @@ def apply_overrides(
             set_flat(out, key, value, "--set", sections_for)
     for key in overrides:  # checked once all are applied: one may choose another's section
         if "." in key:
-            check_override(out, *key.split(".", 1), sections_for)
+            section, name = key.split(".", 1)
+            check_override(out, section, name, sections_for)
     return out
 
 

@@ -14,11 +14,12 @@ randomness is the same (dropout off, or the same chunking), which the tests chec
 from __future__ import annotations
 
 import contextlib
+from typing import cast
 
 import torch
 from torch import nn
 
-from dclr.contract import Batch
+from dclr.contract import Batch, SupportsGradCache
 from dclr.errors import ConfigError
 
 
@@ -44,7 +45,7 @@ class GradCache(nn.Module):
         super().__init__()
         if chunk_size < 1:
             raise ConfigError(f"grad cache chunk size must be >= 1, got {chunk_size}")
-        self.loss = loss
+        self.loss = cast(SupportsGradCache, loss)  # nn.Module typing hides .model, .objective
         self.chunk_size = chunk_size
         self.backward_scale = backward_scale
 
