@@ -79,3 +79,11 @@ def test_modules_come_from_the_current_import_path():
     for module in st_modules():
         if major >= 6:  # 6.x deprecates `sentence_transformers.models`
             assert not module.__module__.startswith("sentence_transformers.models")
+
+
+def test_each_tag_once():
+    """Issue 27 item 8: a DCLR model's card listed the `dclr` tag twice."""
+    for method in ("dclr", "simcse"):
+        front = render_card(CardFacts(method=method)).split("---")[1]
+        tags = [line[2:] for line in front.splitlines() if line.startswith("- ")]
+        assert len(tags) == len(set(tags)) and method in tags and "dclr" in tags

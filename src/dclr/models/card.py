@@ -131,7 +131,7 @@ def sts_table(before: dict[str, float] | None, after: dict[str, float], tasks: l
 def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> str:
     method = METHOD_NAMES.get(str(facts.method), facts.method) if facts.method else None
     tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "dclr"]
-    if facts.method:
+    if facts.method and str(facts.method) not in tags:  # method dclr: one `dclr` tag
         tags.append(str(facts.method))
     front = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
     front += ["tags:", *(f"- {t}" for t in tags)]
