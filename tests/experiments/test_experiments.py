@@ -283,3 +283,30 @@ def test_cli_help_names_every_experiment() -> None:
     from dclr.experiments.specs import EXPERIMENTS
 
     assert tuple(EXPERIMENTS) == EXPERIMENT_NAMES
+
+
+def test_a_run_another_process_trains_is_left_for_later(tmp_path: Path) -> None:
+    """Two experiments sharing a run (the ablation's full row is main's DCLR run), each split
+    into shards: the second found the run locked by the first and stopped the whole experiment.
+    Now the locked run is left for later and the rest of the shard is trained."""
+    from dclr.runlock import LockHeld
+
+    calls: list = []
+    train = fake_train(calls)
+    locked: list = []
+
+    def sometimes_locked(config: TrainConfig, resume: bool) -> None:
+        if not locked:  # the first run: another process holds its folder
+            locked.append(Path(config.output_dir).name)
+            raise LockHeld(f"{config.output_dir} is in use by pid 1 on vm\n  fix: wait")
+        train(config, resume)
+
+    logs: list[str] = []
+    runs = run_experiment("main", "cpu", 2, tmp_path, RECIPES, {"data_dir": "/nowhere"},
+                          train=sometimes_locked, log=logs.append)  # fmt: skip
+    assert [r.action for r in runs].count("busy") == 1 and len(calls) == len(runs) - 1
+    assert any("busy, left for later" in line for line in logs)
+    assert "run this command again" in logs[-1] and locked[0] in logs[-1]
+    again = run_experiment("main", "cpu", 2, tmp_path, RECIPES, {"data_dir": "/nowhere"},
+                           train=train, log=lambda _: None)  # fmt: skip
+    assert [r.action for r in again].count("start") == 1  # the busy one, now free

@@ -26,6 +26,7 @@ from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, config_hash, set_labels
 from dclr.experiments.specs import RunSpec, default_recipes_dir, experiment_specs
 from dclr.recipe import load_config
+from dclr.runlock import LockHeld
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.config import TrainConfig
 
@@ -260,14 +261,24 @@ def run_experiment(
                         "complete; train the dependencies first (run without --shard)"
                     )
         runs = mine
+    busy = []
     with Registry(root) as registry:
         for i, item in enumerate(runs, 1):
             # decided now, not at planning: another process sharing ROOT may have run it since
             item.action = action_for(item.run_dir)
             log(f"[{i}/{len(runs)}] {item.action} {item.run_dir.name} {item.labels}")
             if item.action != "skip":
-                train(item.config, item.action == "resume")
+                try:
+                    train(item.config, item.action == "resume")
+                except LockHeld as err:  # another process (a shard of another experiment that
+                    item.action = "busy"  # shares this run) is training it: go on without it
+                    busy.append(item.run_dir.name)
+                    log(f"  busy, left for later: {err}".splitlines()[0])
+                    continue
             if item.labels:  # a dependency (complementary model) is no cell of the experiment
                 set_labels(item.run_dir, name, item.labels)
             registry.register(item.run_dir)
+    if busy:
+        log(f"{len(busy)} run(s) were being trained by another process: {', '.join(busy)}; run "
+            "this command again once it finishes, and they are labelled (or resumed) then")  # fmt: skip
     return runs
