@@ -23,6 +23,7 @@ import torch
 from dclr import distributed as dist
 from dclr._meta import __version__
 from dclr.contract import MethodPlugin, TrainResult
+from dclr.evaluation.retrieval_runs import retrieval_test_scores, starting_retrieval
 from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
 from dclr.training import runfolder
@@ -192,6 +193,7 @@ def _run_phases(
     main = trainer.rank == 0
     before_file = run_dir / "before.json"
     before: dict[str, float] | None = None
+    before_search: dict[str, float] | None = None
     if main:
         write_json(run_dir / "env.json", environment())
         if not (resume and before_file.exists()):
@@ -201,6 +203,14 @@ def _run_phases(
                 write_json(before_file, before)
         elif before_file.exists():
             before = json.loads(before_file.read_text())
+        if config.run.test_retrieval:
+            with phase("before_eval"):
+                before_search = starting_retrieval(
+                    config.model.name,
+                    method.inference_pooler(config),
+                    config.run.test_retrieval,
+                    config.data.data_dir,
+                )
     with phase("train"):
         result = trainer.train(resume=resume)
     summary: dict[str, Any] = {
@@ -219,6 +229,19 @@ def _run_phases(
     if main:
         with phase("after_eval"):
             final = method.evaluate_final(config, result)
+            if config.run.test_retrieval:
+                final["retrieval"] = {
+                    "task": config.run.test_retrieval,
+                    "split": "test",
+                    "before": before_search,
+                    "after": retrieval_test_scores(
+                        str(result.best_dir),
+                        method.inference_pooler(config),
+                        config.run.test_retrieval,
+                        config.data.data_dir,
+                        f"encode {config.run.test_retrieval} (after: best model)",
+                    ),
+                }
         if before is not None or "after" in final:
             summary["before"] = before
         summary.update(final)

@@ -16,6 +16,7 @@ import numpy as np
 from dclr.data.text import decode_utf8
 from dclr.errors import InputError
 
+RETRIEVAL_CORPUS = "retrieval-"  # + a built-in retrieval task: its test passages
 BUILTIN_STS = "sts"  # the corpus name for every sentence of the STS/SICK evaluation data
 # ConSERT's corpus: every text of the 7 STS datasets, unscored pairs and duplicates kept (89,192)
 BUILTIN_STS_ALL = "sts_all"
@@ -115,9 +116,18 @@ class ListCorpus(Sequence[str]):
 def load_corpus(corpus: str, data_dir: str | Path | None = None) -> Sequence[str]:
     """`sts` -> every distinct STS/SICK sentence (29,511 with the shared data); `sts_all` ->
     ConSERT's 89,192 texts (every pair, scored or not, duplicates kept); `scraped` / `clusters`
-    -> the duplicate-rich corpora of `dclr.data.realistic`; these need the data folder.
-    Anything else -> a text file."""
+    -> the duplicate-rich corpora of `dclr.data.realistic`; `retrieval-paraphrase` /
+    `retrieval-inli` -> the passages (corpus side only: no queries, no judgements) of a built-in
+    retrieval task's test split (`dclr.data.retrieval_tasks`), for in-domain refinement; these
+    need the data folder. Anything else -> a text file."""
     from dclr.data.realistic import REALISTIC, build_realistic
+    from dclr.data.retrieval_tasks import BUILTIN, build_task
+
+    if corpus.startswith(RETRIEVAL_CORPUS) and corpus[len(RETRIEVAL_CORPUS) :] in BUILTIN:
+        from dclr.data.paths import resolve_data_dir
+
+        task = build_task(corpus[len(RETRIEVAL_CORPUS) :], resolve_data_dir(data_dir), "test")
+        return ListCorpus(list(task.corpus.values()), name=corpus)
 
     if corpus in REALISTIC:
         from dclr.data.paths import resolve_data_dir

@@ -32,15 +32,28 @@ def sts_scores_key(model: str, pooler: str, data_dir: str | None) -> str:
     folder under the same path gets a new key). Hub ids are keyed by their name only.
     (Not `dclr.serving.fingerprint.model_fingerprint`, which identifies an encoder's vectors.)"""
     from dclr.data.paths import resolve_data_dir
+
+    return scores_key(model, pooler, str(resolve_data_dir(data_dir).resolve()))
+
+
+def scores_key(model: str, pooler: str, *data: str) -> str:
+    """`sts_scores_key` with the data named by the caller (e.g. a retrieval folder's files)."""
     from dclr.models.encoder import resolve_model
 
-    parts = [__version__, model, pooler, str(resolve_data_dir(data_dir).resolve())]
+    parts = [__version__, model, pooler, *data]
     folder = Path(resolve_model(model))
     if folder.is_dir():
-        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
-            stat = file.stat()
-            parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+        parts += folder_stats(folder)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def folder_stats(folder: Path) -> list[str]:
+    """name:size:mtime of every file under `folder`, sorted (changes when a file does)."""
+    out = []
+    for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+        stat = file.stat()
+        out.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return out
 
 
 def starting_scores(

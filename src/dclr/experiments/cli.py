@@ -33,7 +33,7 @@ ROOT_ENV = "DCLR_EXPERIMENTS_DIR"
 EXPERIMENT_NAMES = (
     "main", "ablation", "uniformity", "few-shot", "sensitivity", "augmentations", "dense",
     "dup-corpus", "noise-mode",
-    "consert-augmentations", "consert-few-shot", "dualcse-inli",
+    "consert-augmentations", "consert-few-shot", "retrieval-indomain", "dualcse-inli",
 )  # fmt: skip
 
 Root = Annotated[

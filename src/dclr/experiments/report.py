@@ -150,6 +150,11 @@ def load_runs(registry: Registry, experiment: str, scale: str | None) -> tuple[l
         if results.get("best_dev_metric") is not None:
             scores["dev"] = float(results["best_dev_metric"])
         before = dict(results.get("before") or {})
+        search = results.get("retrieval") or {}  # run.test_retrieval: x 100, as the STS scores
+        for key, value in (search.get("after") or {}).items():
+            scores[f"retrieval_{key}"] = float(value)
+        for key, value in (search.get("before") or {}).items():
+            before[f"retrieval_{key}"] = float(value)
         runs.append(RunData(labels, scores, run_dir, int(row["seed"]), before))
     return runs, incomplete
 
@@ -1004,7 +1009,14 @@ SECTIONS = {
     "consert-augmentations": section_consert_augmentations,
     "consert-few-shot": section_consert_few_shot,
     "dualcse-inli": section_dualcse_inli,
+    "retrieval-indomain": lambda rep, runs, out: _retrieval().section(rep, runs, out),
 }
+
+
+def _retrieval() -> Any:
+    from dclr.experiments import report_retrieval  # it builds on this module's helpers
+
+    return report_retrieval
 
 
 def _sources(experiment: str) -> str:
@@ -1022,10 +1034,15 @@ CPU_SCALE_DATA = {
     "dup-corpus": "duplicate-rich corpora built from train / dev splits",
     "consert-few-shot": "n texts of ConSERT's 89,192 STS texts",
     "dualcse-inli": "INLI train",
+    "retrieval-indomain": "the paraphrase retrieval task's 10k unlabelled test passages",
 }
 
 
-SCORES = {"dualcse-inli": "RTE accuracy × 100 on INLI test of the final model."}
+SCORES = {
+    "dualcse-inli": "RTE accuracy × 100 on INLI test of the final model.",
+    "retrieval-indomain": "nDCG@10 and Recall@10 × 100 on the paraphrase retrieval task's "
+    "test queries (trec_eval's definitions), final model.",
+}
 
 
 def build_report(

@@ -58,6 +58,7 @@ HASH_NEUTRAL_DEFAULTS: dict[str, object] = {
     "dedup": False,
     "eval_retrieval": None,
     "eval_retrieval_split": "dev",
+    "test_retrieval": None,
 }
 
 

@@ -184,6 +184,9 @@ class RunSection:
     keep_checkpoints_at_end: bool = True
     log_steps: int = 10  # write training metrics every N steps
     test_eval: bool = True  # the method's test evaluation before/after training (STS table)
+    # retrieval test scores before/after training (results.json "retrieval"): a built-in task
+    # (paraphrase | inli, its test split) or a BEIR folder (its qrels/test.tsv)
+    test_retrieval: str | None = None
     output_dir: str = "runs/latest"  # run folder: config, metrics, checkpoints, models
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
 
@@ -201,6 +204,10 @@ class RunSection:
                 f"qrels/{self.eval_retrieval_split}.tsv judges your dev queries (`dclr data "
                 "build-retrieval OUT --task paraphrase --split dev` writes a built-in one)"
             )
+        if self.test_retrieval is not None:
+            from dclr.evaluation.retrieval_runs import check_target
+
+            check_target(self.test_retrieval)
 
     @property
     def checkpoint_every(self) -> int:
