@@ -215,3 +215,31 @@ def test_the_summary_names_the_better_of_the_two_models():
     worse = better_of_two({"avg": 78.87}, {"avg": 77.07})
     assert "not better" in worse and "-1.80" in worse and "keep the starting model" in worse
     assert better_of_two({}, {"avg": 70.0}) == ""
+
+
+def test_every_long_phase_says_how_much_and_how_long(model_dir, data_dir, tmp_path, monkeypatch):
+    """The steps and each dev evaluation announce themselves with their size and an estimate
+    (a rough prior on the first run here, the measured speed on the next); dev evaluation has
+    its own bar."""
+    from helpers import write_pseudo_corpus
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
+    texts = []
+    for name in ("a", "b"):
+        args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+                "--set", f"data.data_dir={data_dir}", "--set", "optimisation.batch_size=4",
+                "--set", "run.eval_steps=2", "--set", "run.test_eval=false",
+                "--max-steps", "2", "-o", str(tmp_path / name)]  # fmt: skip
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        texts.append(" ".join(result.output.split()))
+    first, second = texts
+    assert "» train: 2 steps of batch 4 (simcse), ~" in first
+    assert "(rough: first run on this machine)" in first
+    assert "» dev eval: " in first and " sentences, " in first and " tokens, ~" in first
+    assert "dev eval: 100%" in first  # its own bar
+    speeds = json.loads((tmp_path / "cache" / "dclr" / "speed.json").read_text())
+    assert {key.split("|")[0] for key in speeds} == {"train:simcse", "encode"}
+    assert "» train: 2 steps of batch 4 (simcse), ~" in second
+    assert "rough" not in second  # both estimates now come from the measured speed

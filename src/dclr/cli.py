@@ -359,15 +359,24 @@ def train_cmd(
             FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
         quiet_hf()
         from dclr.driver import run_training
+        from dclr.progress import listening
 
-        summary = run_training(
-            config, resume=resume is not None, overwrite=overwrite, notify=print_event
-        )
+        with listening(say):
+            summary = run_training(
+                config, resume=resume is not None, overwrite=overwrite, notify=print_event
+            )
     except DclrError as err:
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix
         fail(named_os_error(err))
     render_summary(summary)
+
+
+def say(text: str) -> None:
+    """A phase's announcement (`dclr.progress.announce`), above any progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"» {text}", file=sys.stderr)
 
 
 def print_event(event: str, data: dict) -> None:
@@ -418,6 +427,12 @@ def render_summary(summary: dict) -> None:
         verdict = better_of_two(summary.get("before") or {}, summary["after"])
         if verdict:
             console.print(verdict, highlight=False)
+    search = summary.get("retrieval")
+    if search and search.get("after"):
+        columns = {"before": search.get("before") or {}, "after": search["after"]}
+        metrics = ["ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10", "recall@100"]
+        out.print(scores_table(f"Search on {search['task']} ({search['split']}), x100",
+                               columns, metrics))  # fmt: skip
     if summary.get("phase_seconds"):
         table = Table(title="Where the time went (s)")
         for name in ("phase", "seconds"):

@@ -5,11 +5,17 @@ tqdm reads its `TQDM_*` variables once, at import, into the defaults of `tqdm.__
 without this helper `TQDM_DISABLE=1` would be ignored and logs of long runs would fill with bars.
 Here the variable is read when the bar is made. Our choice where tqdm is loose: "", "0", "false",
 "no" and "off" (any case) leave bars on; tqdm itself turns any non-empty value into True.
+
+`announce` is the line a long phase says before its bar (what, how much, an estimate): the
+command line listens (`listening`) and prints it; the Python API stays silent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -27,3 +33,25 @@ def progress_bar(*, enabled: bool = True, **kwargs: Any) -> tqdm:
     if "disable" in kwargs:
         raise TypeError("progress_bar: pass enabled=, not disable=")
     return tqdm(disable=not enabled or disabled_by_env(), **kwargs)
+
+
+Announce = Callable[[str], None]
+_LISTENER: ContextVar[Announce | None] = ContextVar("dclr_announce", default=None)
+
+
+@contextlib.contextmanager
+def listening(listener: Announce) -> Iterator[None]:
+    """Send `announce` lines to `listener` (the command line prints them) inside the block."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+def announce(text: str) -> None:
+    """Say what a long phase is about to do (how much, an estimate); silent without a listener
+    (the Python API), so the core returns data and the caller decides what to show."""
+    listener = _LISTENER.get()
+    if listener is not None:
+        listener(text)

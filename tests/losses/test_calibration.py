@@ -40,7 +40,9 @@ class StubScorer:
     def __init__(self, table: dict[str, list[float]]) -> None:
         self.table = table
 
-    def encode(self, sentences: list[str], max_length: int | None = None) -> np.ndarray:
+    def encode(
+        self, sentences: list[str], max_length: int | None = None, **progress: object
+    ) -> np.ndarray:
         return np.array([self.table[s] for s in sentences], dtype=np.float32)
 
 

@@ -86,7 +86,9 @@ def sts_dev_evaluator(config: TrainConfig) -> Evaluator:
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         def encode(sentences: list[str]) -> Any:
-            return model.encode(sentences, batch_size=128)  # type: ignore[operator]
+            return model.encode(  # type: ignore[operator]
+                sentences, batch_size=128, show_progress=True, progress_label="dev eval"
+            )
 
         results = sts(encode) if sts is not None else {}
         if search is not None:

@@ -34,7 +34,12 @@ def calibrate_phi(
             ids = rng.choice(
                 len(corpus), size=min(CALIBRATION_SENTENCES, len(corpus)), replace=False
             )
-            vectors = scorer.encode([corpus[int(i)] for i in ids], max_length=max_length)
+            vectors = scorer.encode(
+                [corpus[int(i)] for i in ids],
+                max_length=max_length,
+                show_progress=True,
+                progress_label="calibrate phi (random corpus sentences)",
+            )
             phi = phi_from_random_pairs(vectors, target)
             return {"mode": mode, "target": target, "phi": phi, "sentences": len(ids)}
         chosen = rng.choice(

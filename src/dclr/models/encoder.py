@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from dclr.errors import ConfigError, InputError
+from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.models.packing import (
     ROW_TOKENS,
     pack,
@@ -29,7 +31,7 @@ from dclr.models.packing import (
     unpad,
 )
 from dclr.models.pooling import POOLERS, MLPHead, check_pooler, needs_hidden_states, pool
-from dclr.progress import progress_bar
+from dclr.progress import announce, progress_bar
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -517,6 +519,13 @@ class SentenceEncoder(nn.Module):
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
         out = {p: np.empty((len(distinct), self.hidden_size), dtype=np.float32) for p in poolers}
+        flops, tic = 0.0, time.perf_counter()
+        if show_progress:  # long work: say how much, and how long it should take
+            tokens = sum(len(x) for x in ids)
+            flops = work_flops("encode", linear_weights(self), tokens)
+            guess = estimate("encode", flops, self.device)
+            announce(f"{progress_label}: {len(distinct):,} sentences, {tokens:,} tokens"
+                     + (f", {guess.text()}" if guess else ""))  # fmt: skip
         bar = progress_bar(
             total=len(distinct), desc=progress_label, unit="sent", enabled=show_progress
         )
@@ -537,6 +546,8 @@ class SentenceEncoder(nn.Module):
                 out[pooler][rows] = vectors.cpu().numpy()
             bar.update(len(rows))
         bar.close()
+        if flops:
+            record("encode", flops, time.perf_counter() - tic, self.device)
         self.train(was_training)
         index = {s: i for i, s in enumerate(distinct)}
         take = [index[s] for s in sentences]

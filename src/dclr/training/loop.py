@@ -36,7 +36,8 @@ from dclr.contract import (
 from dclr.data.sampler import training_batches
 from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
-from dclr.progress import progress_bar
+from dclr.estimate import estimate, linear_weights, record, work_flops
+from dclr.progress import announce, progress_bar
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
 from dclr.training.gradcache import GradCache
@@ -257,6 +258,8 @@ class Trainer:
                 log.log(0, kind, values)
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
         end = min(self.total_steps, stop_at_step or self.total_steps)
+        work = self._announce_steps(end - start) if main else 0.0
+        seconds_before = train_seconds
         bar = progress_bar(
             total=self.total_steps, initial=start, desc="train", unit="step", enabled=main
         )
@@ -352,6 +355,8 @@ class Trainer:
             bar.close()
             if log is not None:
                 log.close()
+        if work:
+            record(f"train:{cfg.method}", work, train_seconds - seconds_before, self.device)
         final_dir, best_dir = self.run_dir / "final", self.run_dir / "best"
         result = TrainResult(end, final_dir, best_dir, best, best_step, train_seconds, cpu_seconds)
         if end < self.total_steps:  # stopped early on purpose: resume later
@@ -362,6 +367,32 @@ class Trainer:
                 self.method.export(self.model, best_dir, {"step": self.total_steps})
         self._barrier()
         return result
+
+    def _announce_steps(self, steps: int) -> float:
+        """Say how many steps of what are coming and how long they should take (estimated from
+        a sample's token count, `dclr.estimate`); returns the FLOPs (0: no estimate)."""
+        if steps <= 0:
+            return 0.0
+        cfg = self.config
+        tokens = self._tokens_per_step()
+        flops = work_flops("train", linear_weights(self.model), tokens * steps) if tokens else 0.0
+        guess = estimate(f"train:{cfg.method}", flops, self.device) if flops else None
+        announce(f"train: {steps:,} steps of batch {cfg.optimisation.batch_size} ({cfg.method})"
+                 + (f", {guess.text()}" if guess else ""))  # fmt: skip
+        return flops
+
+    def _tokens_per_step(self, sample: int = 256) -> int:
+        """Tokens one step forwards: batch x texts per example x mean tokens of the first
+        `sample` examples (two dropout views of a sentence; an NLI triplet's three texts)."""
+        tokenizer = getattr(self.model, "tokenizer", None)
+        rows = [self.data[i] for i in range(min(sample, len(self.data)))]
+        texts = [[r, r] if isinstance(r, str) else list(r) for r in rows]
+        if tokenizer is None or not texts or not all(isinstance(t, str) for r in texts for t in r):
+            return 0
+        limit = self.config.model.max_length
+        lengths = tokenizer([t for r in texts for t in r], truncation=True, max_length=limit)
+        per_example = sum(len(x) for x in lengths["input_ids"]) / len(texts)
+        return int(per_example * self.config.optimisation.batch_size)
 
     def _barrier(self) -> None:
         if self.world > 1:
