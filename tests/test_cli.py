@@ -243,3 +243,29 @@ def test_every_long_phase_says_how_much_and_how_long(model_dir, data_dir, tmp_pa
     assert {key.split("|")[0] for key in speeds} == {"train:simcse", "encode"}
     assert "» train: 2 steps of batch 4 (simcse), ~" in second
     assert "rough" not in second  # both estimates now come from the measured speed
+
+
+def _commands(group, prefix=()):
+    for name, command in group.commands.items():
+        yield (*prefix, name), command
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*prefix, name))
+
+
+def test_help_paragraphs_are_not_hard_wrapped():
+    """Issue 27 item 8: docstrings broke lines mid-sentence in --help (rich keeps newlines).
+    Every command's help keeps a newline only between paragraphs, before a list item or an
+    indented line; the terminal wraps the rest at its own width."""
+    import typer
+
+    from dclr.cli import app
+
+    checked = 0
+    for path, command in _commands(typer.main.get_command(app)):
+        for block in (command.help or "").split("\n\n"):
+            for line in block.split("\n")[1:]:
+                assert line.startswith(("- ", "* ", " ")), (" ".join(path), line)
+        checked += 1
+    assert checked > 20
+    result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "80"})
+    assert "refused, naming the holder. SIGTERM" in " ".join(result.output.split())

@@ -18,6 +18,7 @@ from dclr.clitools import (
     fail,
     out,
     quiet_hf,
+    reflow_help,
     rte_table,
     scores_table,
     train_keys_help,
@@ -694,6 +695,7 @@ def _register_extensions() -> None:
 
 
 _register_extensions()
+reflow_help(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -3,6 +3,7 @@ and the STS scores table. Presentation only: the core (training, evaluation) nev
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import NoReturn
 
@@ -126,3 +127,30 @@ def train_keys_help() -> str:
     files = [root / "training" / "config.py", *sorted((root / "methods").glob("*.py"))]
     keys = section_fields_from_source(files, HELP_SECTIONS)
     return "; ".join(f"{section}: {', '.join(names)}" for section, names in keys.items())
+
+
+def reflow(doc: str) -> str:
+    """A docstring as help text: the lines of each paragraph joined, so the terminal wraps them
+    at its own width (rich keeps a docstring's newlines, and source lines break mid-sentence).
+    List items ("- ", "* ") and indented lines keep their own line."""
+    paragraphs = []
+    for block in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in block.split("\n"):
+            keep = line.startswith(("- ", "* ", " ")) or not lines
+            if keep:
+                lines.append(line)
+            else:
+                lines[-1] = f"{lines[-1]} {line.strip()}"
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Reflow the docstring help of every command of `app` and of its sub-apps."""
+    for command in app.registered_commands:
+        if command.help is None and command.callback is not None and command.callback.__doc__:
+            command.help = reflow(command.callback.__doc__)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)

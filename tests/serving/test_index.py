@@ -184,3 +184,19 @@ def test_dedup_leaves_copies_out_of_the_results(model_dir, tmp_path):
     built = runner.invoke(app, ["index", "build", str(model_dir), str(corpus), "--out",
                                 str(again), "--pooler", "mean"])  # fmt: skip
     assert built.exit_code == 0 and "of 5 vectors" in built.output, built.output
+
+
+def test_the_search_table_names_lines_as_encode_does(model_dir, corpus_file, tmp_path):
+    """Issue 27 item 8: `search` showed 0-based rows where `encode` counts 1-based lines. A text
+    input's hits are shown by line (row + 1); the JSON keeps the 0-based row."""
+    out = tmp_path / "idx"
+    built = runner.invoke(app, ["index", "build", str(model_dir), str(corpus_file), "--out",
+                                str(out), "--pooler", "mean"])  # fmt: skip
+    assert built.exit_code == 0, built.output
+    found = runner.invoke(app, ["search", CORPUS[3], "--index", str(out), "-k", "1"],
+                          env={"COLUMNS": "200"})  # fmt: skip
+    assert found.exit_code == 0, found.output
+    header = next(line for line in found.output.splitlines() if "score" in line)
+    assert "line" in header and "row" not in header
+    hit = next(line for line in found.output.splitlines() if CORPUS[3] in line and "│" in line)
+    assert [c.strip() for c in hit.split("│")][1:4] == ["1", "1.0000", "4"]

@@ -276,11 +276,20 @@ def search(
     table = Table(
         title=escape(f"{query!r} — {meta['count']} texts, {meta['params']['kind']} index")
     )
-    for column, justify in (("#", "right"), ("score", "right"), ("row", "right"), ("text", "left")):
+    # txt / jsonl: one row per line, so the 1-based line `encode` and the errors name; other
+    # formats (csv header, parquet): the 0-based row the JSON and the API return
+    by_line = (meta.get("input") or {}).get("format") in LINE_FORMATS
+    where = "line" if by_line else "row (0-based)"
+    for column, justify in (("#", "right"), ("score", "right"), (where, "right"), ("text", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r, hit in enumerate(hits, start=1):
-        table.add_row(str(r), f"{hit.score:.4f}", str(hit.row), hit.text)
+        table.add_row(
+            str(r), f"{hit.score:.4f}", str(hit.row + 1 if by_line else hit.row), hit.text
+        )
     out.print(table)
+
+
+LINE_FORMATS = ("txt", "jsonl")  # one input row per line
 
 
 def serve(
