@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# GPU readiness in <= 8 minutes on one GPU (benchmarks/gpu_check.py): SimCSE/DCLR steps at batch
+# 64/256/512 in fp32 and bf16, a 200-step DCLR MiniLM run with its STS table, and the first 20
+# losses against the CPU. `--device cpu --tiny` checks the harness on a CPU. Data: $DCLR_DATA_DIR,
+# else ../shared/data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+export TQDM_DISABLE="${TQDM_DISABLE:-1}"
+exec timeout 480 python benchmarks/gpu_check.py "$@"
