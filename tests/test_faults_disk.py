@@ -118,8 +118,8 @@ def test_shard_on_a_full_disk(tmp_path, monkeypatch):
 def test_complementary_cache_on_a_full_disk(tmp_path, monkeypatch):
     from dclr.losses import complementary
 
-    def full(path, array):
-        Path(path).write_bytes(b"partial")
+    def full(file, array):
+        file.write(b"partial")  # the cache is written through a handle on its temp name
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(complementary.np, "save", full)
