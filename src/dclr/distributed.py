@@ -8,10 +8,17 @@ that DDP's gradient averaging yields exactly the single-process gradient of the 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import torch
 import torch.distributed as dist
+
+# False inside `gathering(False)`: a loss that asks for per-rank negatives (sentence-transformers'
+# gather_across_devices=False) sees only its own rows, whatever the world size.
+_GATHER: ContextVar[bool] = ContextVar("dclr_gather", default=True)
 
 
 def is_distributed() -> bool:
@@ -37,9 +44,25 @@ def init_from_env() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def gathering(enabled: bool) -> Iterator[None]:
+    """Inside the block `gather_with_grad` gathers across ranks only when `enabled`."""
+    token = _GATHER.set(enabled)
+    try:
+        yield
+    finally:
+        _GATHER.reset(token)
+
+
+def gathers() -> bool:
+    """Whether `gather_with_grad` concatenates the ranks' rows here (distributed, not local)."""
+    return is_distributed() and _GATHER.get()
+
+
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
-    """(n_local, ...) on every rank -> (n_global, ...); gradients flow into the local slice only."""
-    if not is_distributed():
+    """(n_local, ...) on every rank -> (n_global, ...); gradients flow into the local slice only.
+    Inside `gathering(False)` (or alone) the rows come back as they are."""
+    if not gathers():
         return x
     parts = [torch.empty_like(x) for _ in range(world_size())]
     dist.all_gather(parts, x.detach().contiguous())

@@ -289,21 +289,26 @@ def test_trainer_with_precomputed_guide_similarities(models, tmp_path):
 
 
 # ---- across devices -----------------------------------------------------------------------------
-def _rank_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+def _rank_worker(rank: int, world: int, init_file: str, out_dir: str, gather: bool = True) -> None:
     import torch.distributed as dist
 
+    from dclr import distributed as dclr_dist
     from dclr.st.embed import ddp_scale, gather_strings
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     z1, z2, teacher = fixed_batch(5)
     rows = slice(rank * N // world, (rank + 1) * N // world)
     a, b = z1[rows].clone().requires_grad_(True), z2[rows].clone().requires_grad_(True)
-    st = DCLRLoss(model=None, guide=FixedTeacher(teacher), seed=7)
-    loss = st.compute_loss_from_embeddings(a, b, teacher) * ddp_scale()
+    st = DCLRLoss(model=None, guide=FixedTeacher(teacher), seed=7, gather_across_devices=gather)
+    if not gather:
+        teacher = teacher[rows, rows]  # a local guide scores the local rows
+    with dclr_dist.gathering(gather):  # as DCLRLoss.forward wraps the whole step
+        loss = st.compute_loss_from_embeddings(a, b, teacher) * ddp_scale()
+        names = gather_strings([f"rank{rank}"])
+        scale = ddp_scale()
     loss.backward()
-    names = gather_strings([f"rank{rank}"])
     torch.save(
-        {"loss": loss.detach(), "a": a.grad, "b": b.grad, "scale": ddp_scale(), "names": names},
+        {"loss": loss.detach(), "a": a.grad, "b": b.grad, "scale": scale, "names": names},
         f"{out_dir}/rank{rank}.pt",
     )
     dist.destroy_process_group()
@@ -331,6 +336,33 @@ def test_two_ranks_see_the_global_batch(tmp_path):
         torch.testing.assert_close(got["loss"] / world, loss)
         torch.testing.assert_close(got["a"] / world, ga[rows])
         torch.testing.assert_close(got["b"] / world, gb[rows])
+
+
+@pytest.mark.slow
+def test_without_gathering_each_rank_sees_its_own_rows(tmp_path):
+    """gather_across_devices=False (issue 27 item 6): each rank's loss and gradients are the
+    single-process ones of its own rows, unscaled (DDP's average is then the mean of the
+    ranks' losses, as MultipleNegativesRankingLoss without gathering)."""
+    import torch.multiprocessing as mp
+
+    world = 2
+    mp.spawn(_rank_worker, args=(world, str(tmp_path / "init"), str(tmp_path), False),
+             nprocs=world, join=True)  # fmt: skip
+    z1, z2, teacher = fixed_batch(5)
+    for rank in range(world):
+        rows = slice(rank * N // world, (rank + 1) * N // world)
+        local = teacher[rows, rows]
+        alone = DCLRLoss(model=None, guide=FixedTeacher(local), seed=7)
+        loss, ga, gb = loss_and_grads(
+            lambda a, b, alone=alone, local=local: alone.compute_loss_from_embeddings(a, b, local),
+            z1[rows], z2[rows],
+        )  # fmt: skip
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        assert got["scale"] == 1 and got["names"] == [f"rank{rank}"]
+        torch.testing.assert_close(got["loss"], loss)
+        torch.testing.assert_close(got["a"], ga)
+        torch.testing.assert_close(got["b"], gb)
+    assert DCLRLoss(model=None, weighting="none").get_config_dict()["gather_across_devices"]
 
 
 def test_dclr_loss_without_a_guide_says_weighting_is_off():

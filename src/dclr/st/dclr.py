@@ -82,9 +82,13 @@ class DCLRLoss(nn.Module):
             docs/dclr-loss-forms.md).
         seed: noise comes from a generator seeded by (seed, call number): reproducible and the same
             on every rank.
+        gather_across_devices: under torch.distributed, use every rank's rows as negatives
+            (True, the default) or only this rank's (False), as sentence-transformers' argument.
 
     Under torch.distributed the views (and the guide's vectors) are gathered across ranks, so every
-    rank sees the global batch as negatives, as `dclr train` does.
+    rank sees the global batch as negatives, as `dclr train` does (`gather_across_devices=True`,
+    our default for that reason; sentence-transformers' MNRL / GIST default to False). With
+    `gather_across_devices=False` each rank's negatives are its own rows only, as theirs.
     With noise_mode 'none' and weighting 'none' it is SimCSE's InfoNCE (MultipleNegativesRankingLoss
     at scale 1 / tau with dropout views). `last_parts` holds the parts of the latest call
     (contrastive, dropped_fraction, noise_count); `dclr.st.log_dclr_parts(trainer, loss)` puts
@@ -106,6 +110,7 @@ class DCLRLoss(nn.Module):
         weighting: Weighting | None = None,
         form: LossForm = "paper",
         seed: int = 0,
+        gather_across_devices: bool = True,
     ) -> None:
         super().__init__()
         if weighting is None and guide is None:
@@ -161,6 +166,7 @@ class DCLRLoss(nn.Module):
             seed=seed,
         )
         self.noise_temperature = noise_temperature
+        self.gather_across_devices = gather_across_devices
         self.step = 0  # calls so far: the noise of call s is drawn from (seed, s)
         self.last_parts: dict[str, torch.Tensor] = {}
         self._part_sums: dict[str, torch.Tensor] = {}
@@ -212,9 +218,10 @@ class DCLRLoss(nn.Module):
         self, sentence_features: Iterable[dict[str, torch.Tensor]], labels: torch.Tensor | None
     ) -> torch.Tensor:
         columns = list(sentence_features)
-        teacher = self.guide_similarities(columns, labels)
-        z1, z2 = two_views(self.model, columns)
-        return self.compute_loss_from_embeddings(z1, z2, teacher) * ddp_scale()
+        with dist.gathering(self.gather_across_devices):
+            teacher = self.guide_similarities(columns, labels)
+            z1, z2 = two_views(self.model, columns)
+            return self.compute_loss_from_embeddings(z1, z2, teacher) * ddp_scale()
 
     def compute_loss_from_embeddings(
         self, z1: torch.Tensor, z2: torch.Tensor, guide_cos: torch.Tensor | None = None
@@ -223,7 +230,8 @@ class DCLRLoss(nn.Module):
         (n_global, n_global) cosines; the views are gathered across ranks inside."""
         self._teacher.cos = guide_cos
         try:
-            out = self.objective.objective(z1, z2, Batch(features={}, step=self.step))
+            with dist.gathering(self.gather_across_devices):
+                out = self.objective.objective(z1, z2, Batch(features={}, step=self.step))
         finally:
             self._teacher.cos = None
         self.step += 1
@@ -256,6 +264,7 @@ class DCLRLoss(nn.Module):
             "weighting": o.weighting,
             "form": o.form,
             "seed": o.seed,
+            "gather_across_devices": self.gather_across_devices,
         }
 
     @property

@@ -37,7 +37,7 @@ def two_views(
 
 def gather_strings(texts: list[str]) -> list[str]:
     """Every rank's `texts`, concatenated in rank order (the order `gather_with_grad` uses)."""
-    if not dist.is_distributed():
+    if not dist.gathers():
         return texts
     parts: list[list[str] | None] = [None] * dist.world_size()
     torch.distributed.all_gather_object(parts, texts)
@@ -47,5 +47,6 @@ def gather_strings(texts: list[str]) -> list[str]:
 def ddp_scale() -> int:
     """Each rank computes the same global loss with gradients into its own rows only; DDP averages
     gradients over ranks, so scaling the loss by the world size gives the single-process gradient
-    of the global batch (see `dclr.distributed`)."""
-    return dist.world_size()
+    of the global batch (see `dclr.distributed`). Without gathering (`dist.gathering(False)`)
+    each rank's loss is its own rows' and DDP's average is the mean of those: no scale."""
+    return dist.world_size() if dist.gathers() else 1
