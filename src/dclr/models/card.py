@@ -128,7 +128,7 @@ def hub_base(model: str | None) -> str | None:
     names = metadata.packages_distributions().get(package, [])
     found = set()
     for name in names:
-        summary = metadata.metadata(name).get("Summary") or ""
+        summary = metadata.metadata(name)["Summary"] or ""
         found |= set(HUB_ID.findall(summary))
     return found.pop() if len(found) == 1 else None
 
