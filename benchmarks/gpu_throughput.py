@@ -141,7 +141,7 @@ def main() -> None:
     )
     losses = {
         "train_simcse": SimCSELoss(encoder, 0.05),
-        "train_dclr": DCLRLoss(encoder, cache, 0.05, noise_ratio=1.0, noise_steps=4),
+        "train_dclr": DCLRLoss.of(encoder, cache, temperature=0.05, noise_ratio=1.0, noise_steps=4),
     }
     rng = np.random.default_rng(0)
 

@@ -66,13 +66,20 @@ def build(
                     None, SentenceEncoder.from_pretrained(MODEL, pooler="mean"), corpus, MODEL,
                     max_length,
                 )  # fmt: skip
-                losses[name] = DCLRLoss(encoder, cached, 0.05, noise_ratio=1.0, noise_steps=4)
+                losses[name] = DCLRLoss.of(
+                    encoder, cached, temperature=0.05, noise_ratio=1.0, noise_steps=4
+                )
             else:
                 two_view = TwoViewComplementary(
                     SentenceEncoder.from_pretrained(MODEL, pooler="mean"), max_length
                 )
-                losses[name] = DCLRLoss(
-                    encoder, two_view, 0.05, noise_ratio=1.0, noise_steps=4, form="official"
+                losses[name] = DCLRLoss.of(
+                    encoder,
+                    two_view,
+                    temperature=0.05,
+                    noise_ratio=1.0,
+                    noise_steps=4,
+                    dclr_form="official",
                 )
 
         def dclr_step(name: str) -> Callable[[list[str], Any, int], None]:

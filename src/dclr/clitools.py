@@ -98,9 +98,10 @@ def section_fields_from_source(files: list[Path], classes: dict[str, str]) -> di
         node = bodies.get(name)
         if node is None:
             return []
-        inherited = [
-            f for base in node.bases if isinstance(base, ast.Name) for f in fields(base.id)
-        ]
+        inherited: list[str] = []  # as dataclasses orders them: the last base's fields first
+        for base in reversed(node.bases):
+            if isinstance(base, ast.Name):
+                inherited += [f for f in fields(base.id) if f not in inherited]
         own = [
             item.target.id
             for item in node.body

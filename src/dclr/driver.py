@@ -246,7 +246,13 @@ def _run_phases(
             summary["before"] = before
         summary.update(final)
         write_run_cards(
-            config, result.steps, result.best_dir, result.final_dir, before, final.get("after")
+            config,
+            result.steps,
+            result.best_dir,
+            result.final_dir,
+            before,
+            final.get("after"),
+            method=method,
         )
         if not config.run.keep_checkpoints_at_end and result.steps >= trainer.total_steps:
             drop_checkpoints(run_dir)

@@ -137,7 +137,9 @@ def test_module_with_both_parts_off_equals_simcse_module():
     }
     ref = SimCSELoss(model, 0.05)(Batch(features))["loss"]
     (g_ref,) = torch.autograd.grad(ref, proj.weight)
-    dclr = DCLRLoss(model, None, 0.05, noise_mode="none", weighting="none")(Batch(features))["loss"]
+    dclr = DCLRLoss.of(model, None, temperature=0.05, noise_mode="none", weighting="none")(
+        Batch(features)
+    )["loss"]
     (g,) = torch.autograd.grad(dclr, proj.weight)
     assert torch.equal(dclr, ref) and torch.equal(g, g_ref)
 
@@ -197,12 +199,12 @@ def test_no_gradient_reaches_the_encoder_from_the_noise_loop():
 )
 def test_bad_options(kwargs, message):
     with pytest.raises(ConfigError, match=message):
-        DCLRLoss(lambda **_: None, None, weighting="none", **kwargs)
+        DCLRLoss.of(lambda **_: None, None, weighting="none", **kwargs)
 
 
 def test_complementary_weighting_needs_a_complementary_model():
     with pytest.raises(ConfigError, match="complementary"):
-        DCLRLoss(lambda **_: None, None, weighting="complementary")
+        DCLRLoss.of(lambda **_: None, None, weighting="complementary")
 
 
 # Complementary vectors h_i^C: row 0 is close to NOISE[0] (cos 0.97), row 2 to NOISE[1] (cos 0.96).
@@ -268,14 +270,14 @@ def test_module_weights_noise_only_when_asked():
     batch = Batch(features, step=3, indices=torch.arange(3), sentences=["a", "b", "c"])
     teacher = torch.eye(3)
     common = dict(noise_ratio=1.0, noise_steps=0, noise_mode="random", seed=1)
-    keep = DCLRLoss(model, StubComplementary(teacher, None), 0.05, **common)
+    keep = DCLRLoss.of(model, StubComplementary(teacher, None), temperature=0.05, **common)
     out_keep = keep(batch)
     assert "noise_dropped_fraction" not in out_keep
     noise = keep.noise(torch.zeros(3, 4), torch.zeros(3, 4), 3)
     anchors = noise[0].expand(3, 4)  # every h_i^C points at noise 0: cos = 1
-    drop = DCLRLoss(
-        model, StubComplementary(teacher, anchors), 0.05, noise_weighting="complementary",
-        false_negative_threshold=0.999, **common,
+    drop = DCLRLoss.of(
+        model, StubComplementary(teacher, anchors), temperature=0.05,
+        noise_weighting="complementary", false_negative_threshold=0.999, **common,
     )  # fmt: skip
     out = drop(batch)
     assert out["noise_dropped_fraction"].item() == pytest.approx(1 / 3)
@@ -284,9 +286,9 @@ def test_module_weights_noise_only_when_asked():
 
 def test_noise_weighting_needs_complementary_weighting_and_paper_form():
     with pytest.raises(ConfigError, match="noise_weighting"):
-        DCLRLoss(lambda **_: None, None, weighting="none", noise_weighting="complementary")
+        DCLRLoss.of(lambda **_: None, None, weighting="none", noise_weighting="complementary")
     with pytest.raises(ConfigError, match="noise_weighting"):
-        DCLRLoss(
-            lambda **_: None, StubComplementary(None, None), form="official",
+        DCLRLoss.of(
+            lambda **_: None, StubComplementary(None, None), dclr_form="official",
             noise_weighting="complementary",
         )  # fmt: skip

@@ -62,8 +62,14 @@ def test_simcse_cached_equals_uncached_without_dropout(chunk):
 def test_dclr_cached_equals_uncached_without_dropout():
     enc = encoder(0.0)
     features = enc.tokenize(SENTENCES)
-    loss = DCLRLoss(
-        enc, None, 0.05, noise_ratio=1.0, weighting="self", false_negative_threshold=0.5, seed=3
+    loss = DCLRLoss.of(
+        enc,
+        None,
+        temperature=0.05,
+        noise_ratio=1.0,
+        weighting="self",
+        false_negative_threshold=0.5,
+        seed=3,
     )
     reference = loss(Batch(features, step=7))["loss"]
     reference.backward()

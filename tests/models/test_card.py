@@ -47,7 +47,9 @@ def test_run_card_has_method_settings_corpus_steps_and_the_table(tmp_path):
     )
     before = {"STS12": 75.06, "avg": 78.0, "alignment": 0.2, "uniformity": -2.0}
     after = {"STS12": 71.90, "avg": 79.0, "alignment": 0.25, "uniformity": -2.5}
-    write_run_cards(config, 60, best, final, before, after, ["STS12"])
+    from dclr.methods.registry import get_method
+
+    write_run_cards(config, 60, best, final, before, after, ["STS12"], method=get_method("dclr"))
 
     card = (best / "README.md").read_text()
     assert "DCLR, debiased contrastive learning" in card
@@ -56,6 +58,7 @@ def test_run_card_has_method_settings_corpus_steps_and_the_table(tmp_path):
         in card
     )
     assert "| false_negative_threshold | `0.9` |" in card and "| noise_mode | `optimized` |" in card
+    assert "| noise_weighting | `none` |" in card  # every option of the method's section
     assert "| corpus | sts" in card
     assert "| steps | 60 (this model: step 40, best dev score) |" in card
     assert "| STS12 | 75.06 | 71.90 | -3.16 |" in card
@@ -108,3 +111,20 @@ def test_the_card_loads_the_model_by_its_full_path(tmp_path, monkeypatch):
     write_card("runs/best", CardFacts(method="dclr"))
     card = (tmp_path / "runs" / "best" / "README.md").read_text()
     assert f'SentenceTransformer("{tmp_path / "runs" / "best"}")' in card
+
+
+def test_every_method_names_itself_and_its_settings_on_its_card():
+    """Issue 24 item 2: the card's hand lists covered 3 of 6 methods. Each method now gives its
+    title and its section's fields (`Method.card_settings`)."""
+    from dclr.methods.registry import available_methods, get_method
+
+    for name in available_methods():
+        method = get_method(name)
+        recipe = {"method": name, "model": "m", **({"nli_data": "snli"} if name == "nli" else {})}
+        config = load_config(None, recipe)
+        assert method.title, name
+        section = config.sections.get(name)
+        if section is not None:
+            import dataclasses
+
+            assert method.card_settings(config) == [f.name for f in dataclasses.fields(section)]

@@ -77,7 +77,10 @@ def test_st_loss_equals_dclr_loss_on_fixed_embeddings(form, noise_mode):
     z1, z2, teacher = fixed_batch()
     options = dict(noise_mode=noise_mode, form=form, false_negative_threshold=0.9, seed=3)
     st = DCLRLoss(model=None, guide=FixedTeacher(teacher), **options)
-    ours = DclrObjective(model=None, complementary=FixedTeacher(teacher), **options)
+    ours = DclrObjective.of(
+        None, FixedTeacher(teacher), **{("dclr_form" if k == "form" else k): v
+                                        for k, v in options.items()}
+    )  # fmt: skip
 
     got = loss_and_grads(lambda a, b: st.compute_loss_from_embeddings(a, b, teacher), z1, z2)
     want = loss_and_grads(
@@ -414,3 +417,56 @@ def test_dclr_parts_reach_the_trainer_logs_and_the_card_names_the_guide(models, 
         assert 0.0 <= entry["dclr/dropped_fraction"] <= 1.0
         assert entry["dclr/noise_count"] == 4.0  # k = 1 x batch of 4
         assert "dclr/contrastive" in entry
+
+
+# ---- one declaration of the options (issue 24 item 2) --------------------------------------------
+class AnchorTeacher(FixedTeacher):
+    def __init__(self, cos, anchors):
+        super().__init__(cos)
+        self.anchors = anchors
+
+    def anchor_vectors(self, indices, sentences):
+        return self.anchors
+
+
+def test_the_st_face_takes_every_option_dclr_train_takes():
+    """The objective's options are declared once (DCLROptions): `dclr train`'s dclr section is
+    them plus where the scores come from, and the sentence-transformers face accepts each one."""
+    import dataclasses
+
+    from dclr.methods.dclr import DCLRSection
+    from dclr.methods.dclr_options import DCLROptions, option_names
+
+    train_only = {  # the positive views and the source of the guide's scores: ST has its own
+        "view1", "view1_rate", "view2", "view2_rate", "complementary_model",
+        "complementary_pooler", "complementary_mode", "complementary_cache", "phi_calibration",
+        "phi_calibration_target",
+    }  # fmt: skip
+    section = {f.name for f in dataclasses.fields(DCLRSection)}
+    assert section - train_only == set(option_names())
+    defaults = dataclasses.asdict(DCLROptions())
+    st = DCLRLoss(model=None, guide=FixedTeacher(torch.eye(2)), **defaults)
+    assert st.objective.options == DCLROptions()
+    config = st.get_config_dict()
+    assert config["noise_weighting"] == "none" and config["gather_across_devices"] is True
+    with pytest.raises(ConfigError, match="did you mean noise_weighting"):
+        DCLRLoss(model=None, weighting="none", noise_weightin="complementary")
+
+
+def test_noise_weighting_from_the_st_face_equals_dclr_train():
+    """The paper's weighting of noise negatives (the ST face lacked it before): the same loss
+    and gradients as dclr's own objective given the same guide vectors."""
+    z1, z2, teacher = fixed_batch(2)
+    gen = torch.Generator().manual_seed(4)
+    anchors = torch.nn.functional.normalize(torch.randn(N, D, generator=gen), dim=-1)
+    options = dict(noise_weighting="complementary", false_negative_threshold=0.2, seed=3,
+                   noise_mode="random")  # fmt: skip
+    st = DCLRLoss(model=None, guide=AnchorTeacher(teacher, anchors), **options)
+    ours = DclrObjective.of(None, AnchorTeacher(teacher, anchors), **options)
+    got = loss_and_grads(
+        lambda a, b: st.compute_loss_from_embeddings(a, b, teacher, anchors), z1, z2
+    )
+    want = loss_and_grads(lambda a, b: ours.objective(a, b, Batch(features={}))["loss"], z1, z2)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=0, rtol=0)
+    assert st.last_parts["noise_dropped_fraction"] > 0

@@ -29,7 +29,7 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -39,15 +39,9 @@ from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix, info_nce
 from dclr.losses.simcse import check_temperature, two_views
+from dclr.methods.dclr_options import DCLROptions
 from dclr.views.pair import SEED_STRIDE
 
-# The option types of DCLR, declared once (the config section uses these).
-LossForm = Literal["paper", "official"]
-NoiseMode = Literal["optimized", "random", "none"]
-Weighting = Literal["complementary", "self", "none", "distill"]
-ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
-# Whether noise negatives are weighted too: never (released code), or by the complementary model.
-NoiseWeighting = Literal["none", "complementary"]
 # The released DCLR code compares teacher logits with `phi * 20`: 20 = 1 / 0.05, a hard-wired tau.
 OFFICIAL_LOGIT_SCALE = 20.0
 
@@ -208,79 +202,56 @@ class DCLRLoss(torch.nn.Module):
         model: maps tokenized features to (n, d) vectors (under DDP, the wrapped model).
         complementary: frozen scorer of in-batch negatives (`dclr.losses.complementary`); needed
             for weighting 'complementary' and 'distill'.
-        temperature: tau (paper: 0.05).
-        noise_ratio: k = round(ratio * global batch size) noise negatives (paper: 1 for BERT-base).
-        noise_std, noise_steps, noise_step_size: sigma, t, beta (paper: 1, 4, 1e-3).
-        noise_temperature: tau_u of L_U (default: tau).
-        noise_mode: 'optimized' (paper), 'random' (t = 0, Table 6 ablation) or 'none'.
-        false_negative_threshold: phi, a cosine in [-1, 1] (paper: 0.9 BERT, 0.85 RoBERTa).
-        weighting: 'complementary' (paper), 'self' (the trained model scores its own negatives,
-            no gradient), 'none', or 'distill' (KL to the complementary model's in-batch
-            distribution instead of weighting).
-        form: 'paper' or 'official' (see the module docstring and docs/dclr-loss-forms.md).
-        noise_weighting: 'none' (noise negatives always kept, as the released code) or
-            'complementary' (the paper's reading: alpha from cos(h_i^C, noise_k) >= phi; needs
-            weighting 'complementary' and the paper form).
-        views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
+        options: `DCLROptions` (`dclr.methods.dclr_options`, where each is documented): tau,
+            the noise (k = ratio x batch, sigma, t, beta, tau_u, mode), phi, the weighting of
+            in-batch and of noise negatives, and the loss form. A calibrated phi comes in here,
+            as `options.false_negative_threshold`.
         seed: noise is drawn from a generator seeded by (seed, step): reproducible, resumable and
             identical on every rank (noise negatives are global: each rank computes the same
             global loss, see `dclr.distributed`).
+        views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
+        start_records: what was measured before step 1 (e.g. the calibration that chose phi),
+            logged at step 0.
     With noise_mode 'none' and weighting 'none' the paper form equals SimCSE in value and gradient.
     Returns a dict: loss, and its parts (contrastive, distill, dropped_fraction, noise_count).
     """
 
     def __init__(
         self,
-        model,
-        complementary=None,
-        temperature: float = 0.05,
-        noise_ratio: float = 1.0,
-        noise_std: float = 1.0,
-        noise_steps: int = 4,
-        noise_step_size: float = 1e-3,
-        noise_temperature: float | None = None,
-        noise_mode: NoiseMode = "optimized",
-        false_negative_threshold: float = 0.9,
-        weighting: Weighting = "complementary",
-        form: LossForm = "paper",
+        model: Any,
+        complementary: Any = None,
+        options: DCLROptions | None = None,
+        *,
         seed: int = 0,
-        views=None,
-        noise_weighting: NoiseWeighting = "none",
+        views: Any = None,
         start_records: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
-        self.temperature = check_temperature(temperature)
-        if noise_ratio < 0:
-            raise ConfigError(f"noise_ratio must be >= 0, got {noise_ratio}")
-        if not noise_std > 0:
-            raise ConfigError(f"noise_std (sigma) must be > 0, got {noise_std}")
-        if noise_steps < 0:
-            raise ConfigError(f"noise_steps (t) must be >= 0, got {noise_steps}")
-        if not -1 <= false_negative_threshold <= 1:
-            raise ConfigError(
-                f"false_negative_threshold (phi) is a cosine in [-1, 1], got {false_negative_threshold}"
-            )
-        if weighting in ("complementary", "distill") and complementary is None:
-            raise ConfigError(f"weighting {weighting!r} needs a complementary model")
-        if form == "official" and weighting not in ("complementary", "none"):
-            raise ConfigError("the official form implements complementary weighting only")
-        if noise_weighting == "complementary" and (weighting != "complementary" or form != "paper"):
-            raise ConfigError(
-                "noise_weighting 'complementary' needs weighting 'complementary' and form "
-                "'paper' (the released code never weights noise negatives)"
-            )
+        options = (options or DCLROptions()).loss_options()
+        options.check_options()
+        if options.needs_complementary and complementary is None:
+            raise ConfigError(f"weighting {options.weighting!r} needs a complementary model")
+        self.options = options
         self.model = model
         self.complementary = complementary  # frozen; never a parameter of this loss
-        self.noise_ratio, self.noise_std, self.noise_steps = noise_ratio, noise_std, noise_steps
-        self.noise_step_size = noise_step_size
-        self.noise_temperature = noise_temperature or temperature
-        self.noise_mode, self.weighting, self.form = noise_mode, weighting, form
-        self.noise_weighting = noise_weighting
-        self.threshold = false_negative_threshold
+        self.temperature = check_temperature(options.temperature)
+        self.noise_ratio, self.noise_std = options.noise_ratio, options.noise_std
+        self.noise_steps, self.noise_step_size = options.noise_steps, options.noise_step_size
+        self.noise_temperature = options.noise_temperature or options.temperature
+        self.noise_mode, self.weighting = options.noise_mode, options.weighting
+        self.form, self.noise_weighting = options.dclr_form, options.noise_weighting
+        self.threshold = options.false_negative_threshold
         self.seed = seed
         self.views = views
-        # what was measured before step 1 (e.g. the calibration that chose phi): logged at step 0
         self.start_records = dict(start_records or {})
+
+    @classmethod
+    def of(
+        cls, model: Any, complementary: Any = None, *, seed: int = 0, views: Any = None,
+        **options: Any,
+    ) -> DCLRLoss:  # fmt: skip
+        """The loss from option keywords (`DCLROptions` field names), for scripts and tests."""
+        return cls(model, complementary, DCLROptions(**options), seed=seed, views=views)
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
         k = round(self.noise_ratio * z1.shape[0])

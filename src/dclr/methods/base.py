@@ -119,6 +119,7 @@ class Method:
     """A training method; subclass it and `register` an instance (see the module docstring)."""
 
     name: str = ""
+    title: str = ""  # what a model card calls it (default: the name)
     section: type = object  # the config section dataclass
     supports_grad_cache: bool = False  # objective has `.model` and `.objective(z1, z2, batch)`
     distributed: bool = True  # trains under torchrun (DDP)
@@ -212,6 +213,16 @@ class Method:
             str(result.best_dir), pooler, config.data.data_dir, "encode STS (after: best model)"
         )
         return {"after": after}
+
+    def card_settings(self, config: TrainConfig) -> list[str]:
+        """The flat option names a model card lists besides the common ones: every field of
+        this method's own section (so a new method's card needs no edit elsewhere)."""
+        import dataclasses
+
+        section = config.sections.get(self.name)
+        if section is None or not dataclasses.is_dataclass(section):
+            return []
+        return [f.name for f in dataclasses.fields(section)]
 
     def describe(self, config: TrainConfig) -> dict[str, Any]:
         """Extra fields for results.json (e.g. DualCSE's encoder kind)."""

@@ -21,6 +21,7 @@ class ConSERTSection(ContrastiveSection):
 
 class ConSERT(ContrastiveMethod):
     name = "consert"
+    title = "ConSERT (Yan et al., ACL 2021)"
     section = ConSERTSection
     loss_class = ConSERTLoss
 

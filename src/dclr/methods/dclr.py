@@ -15,7 +15,7 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.losses.calibration import PhiCalibration, check_target
-from dclr.losses.dclr import ComplementaryMode, LossForm, NoiseMode, NoiseWeighting, Weighting
+from dclr.methods.dclr_options import ComplementaryMode, DCLROptions
 from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection, build_views
 from dclr.models.pooling import POOLERS, PoolerName
 
@@ -24,21 +24,11 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class DCLRSection(ContrastiveSection):
-    """DCLR's options (paper values for BERT-base). Field comments are the documentation."""
+class DCLRSection(DCLROptions, ContrastiveSection):
+    """`dclr:` in a recipe: the objective's options (`DCLROptions`, declared once in
+    `dclr.methods.dclr_options`), the two positive views, and where the complementary model's
+    scores come from. Field comments are the documentation."""
 
-    noise_ratio: float = 1.0  # k = round(ratio * batch_size) noise negatives
-    noise_std: float = 1.0  # sigma of the Gaussian the noise starts from
-    noise_steps: int = 4  # t gradient-ascent steps on the non-uniformity loss
-    noise_step_size: float = 1e-3  # beta, the size of each normalised step
-    noise_temperature: float | None = None  # tau_u of the non-uniformity loss (None: temperature)
-    noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
-    false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
-    weighting: Weighting = "complementary"  # complementary | self | none | distill
-    # none: noise negatives always kept (released code); complementary: alpha = 0 where
-    # cos(h_i^C, noise) >= phi, the paper's "any negative" (dclr.txt l.94; docs/dclr-loss-forms.md)
-    noise_weighting: NoiseWeighting = "none"
-    dclr_form: LossForm = "paper"  # paper equations, or what the official code computes
     complementary_model: str | None = None  # frozen scorer (None: the starting model itself)
     complementary_pooler: PoolerName | None = None  # its pooler (None: what its folder records)
     complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
@@ -47,30 +37,11 @@ class DCLRSection(ContrastiveSection):
     phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
 
     def validate(self, config: TrainConfig) -> None:
-        super().validate(config)
-        if not -1 <= self.false_negative_threshold <= 1:
-            raise ConfigError(
-                "false_negative_threshold (phi) is a cosine in [-1, 1], got "
-                f"{self.false_negative_threshold}"
-            )
-        if self.noise_ratio < 0:
-            raise ConfigError(f"noise_ratio must be >= 0, got {self.noise_ratio}")
-        if self.noise_steps < 0:
-            raise ConfigError(f"noise_steps (t) must be >= 0, got {self.noise_steps}")
-        if not self.noise_std > 0:
-            raise ConfigError(f"noise_std (sigma) must be > 0, got {self.noise_std}")
-        if self.noise_temperature is not None and not self.noise_temperature > 0:
-            raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
+        super().validate(config)  # ContrastiveSection: temperature, the views
+        self.check_options()
         if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
             raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
         check_target(self.phi_calibration, self.phi_calibration_target)
-        if self.noise_weighting == "complementary" and (
-            self.weighting != "complementary" or self.dclr_form != "paper"
-        ):
-            raise ConfigError(
-                "noise_weighting: complementary scores noise negatives with the complementary "
-                "model: it needs weighting: complementary and dclr_form: paper"
-            )
         if self.phi_calibration != "none" and (
             config.method != "dclr" or self.weighting != "complementary"
         ):
@@ -78,10 +49,6 @@ class DCLRSection(ContrastiveSection):
                 "phi_calibration derives phi from the complementary model: it needs "
                 "method: dclr with weighting: complementary"
             )
-
-    @property
-    def needs_complementary(self) -> bool:
-        return self.weighting in ("complementary", "distill")
 
 
 def build_complementary(
@@ -149,6 +116,7 @@ def calibrate(
 
 class DCLR(ContrastiveMethod):
     name = "dclr"
+    title = "DCLR, debiased contrastive learning (Zhou et al., ACL 2022)"
     section = DCLRSection
 
     def loss_module(
@@ -165,17 +133,7 @@ class DCLR(ContrastiveMethod):
         return DCLRLoss(
             model,
             complementary,
-            temperature=section.temperature,
-            noise_ratio=section.noise_ratio,
-            noise_std=section.noise_std,
-            noise_steps=section.noise_steps,
-            noise_step_size=section.noise_step_size,
-            noise_temperature=section.noise_temperature,
-            noise_mode=section.noise_mode,
-            false_negative_threshold=section.false_negative_threshold,
-            weighting=section.weighting,
-            form=section.dclr_form,
-            noise_weighting=section.noise_weighting,
+            section.loss_options(),
             seed=config.run.seed,
             views=build_views(section, config.run.seed, dist.rank()),
             start_records=start_records,

@@ -109,6 +109,7 @@ class INLIMethod(Method):
 
 class DualCSE(INLIMethod):
     name = "dualcse"
+    title = "DualCSE, explicit and implicit sentence embeddings"
     section = DualCSESection
 
     def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:
@@ -154,6 +155,7 @@ class DualCSE(INLIMethod):
 
 class SupervisedSimCSEOnINLI(INLIMethod):
     name = "simcse_sup"
+    title = "supervised SimCSE on INLI (Gao et al., EMNLP 2021)"
     section = SupervisedINLISection
 
     def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:

@@ -195,6 +195,7 @@ def supervised_objective(
 
 class NLI(Method):
     name = "nli"
+    title = "NLI-supervised contrastive learning (ConSERT / SimCSE)"
     section = NLISection
     distributed = False  # one process (no DDP support yet)
 

@@ -101,6 +101,7 @@ class ContrastiveMethod(Method):
 
 class SimCSE(ContrastiveMethod):
     name = "simcse"
+    title = "unsupervised SimCSE (Gao et al., EMNLP 2021)"
     section = ContrastiveSection
     loss_class = SimCSELoss
 

@@ -17,23 +17,11 @@ from pathlib import Path
 from typing import Any
 
 CARD_FILE = "README.md"
-METHOD_NAMES = {
-    "simcse": "unsupervised SimCSE (Gao et al., EMNLP 2021)",
-    "dclr": "DCLR, debiased contrastive learning (Zhou et al., ACL 2022)",
-    "consert": "ConSERT (Yan et al., ACL 2021)",
-}
+# Settings every card lists; a method adds its own (`Method.card_settings`: its section's fields).
 COMMON_SETTINGS = (
-    "pooler", "mlp_head", "max_length", "batch_size", "learning_rate", "temperature", "seed",
-    "schedule", "view1", "view2",
+    "pooler", "mlp_head", "max_length", "batch_size", "learning_rate", "seed", "schedule",
+    "paraphrase_density",
 )  # fmt: skip
-METHOD_SETTINGS = {
-    "dclr": (
-        "noise_mode", "noise_ratio", "noise_std", "noise_steps", "noise_step_size",
-        "false_negative_threshold", "weighting", "dclr_form", "complementary_model",
-        "complementary_pooler", "phi_calibration", "paraphrase_density",
-    ),
-    "consert": ("view1_rate", "view2_rate"),
-}  # fmt: skip
 POOLING_WORDS = {
     "mean": "mean of the token vectors",
     "cls_before_pooler": "the [CLS] token vector",
@@ -53,6 +41,7 @@ class CardFacts:
     max_seq_length: int | None = None
     dimension: int | None = None
     method: str | None = None
+    method_title: str | None = None  # the method's `title` (e.g. its paper)
     settings: dict[str, Any] = field(default_factory=dict)
     corpus: str | None = None
     steps: int | None = None
@@ -72,14 +61,16 @@ class CardFacts:
         before: dict[str, float] | None = None,
         after: dict[str, float] | None = None,
         tasks: list[str] | None = None,
+        method: Any = None,
     ) -> CardFacts:
-        """Facts of a `dclr train` run. Settings are read by name, so a config without one of them
+        """Facts of a `dclr train` run; `method` (the plugin) names itself and its settings
+        (`title`, `card_settings`). Settings are read by name, so a config without one of them
         simply leaves it out."""
         import json
 
         values = config.flat() if hasattr(config, "flat") else dict(vars(config))
-        method = values.get("method")
-        names = (*COMMON_SETTINGS, *METHOD_SETTINGS.get(str(method), ()))
+        own = method.card_settings(config) if method is not None else []
+        names = dict.fromkeys([*COMMON_SETTINGS, *own])
         settings = {n: values[n] for n in names if n in values}
         info = (
             json.loads((folder / "dclr.json").read_text())
@@ -91,7 +82,8 @@ class CardFacts:
             pooler=info.get("pooler"),
             max_seq_length=info.get("max_length"),
             dimension=info.get("dimension"),
-            method=method,
+            method=values.get("method"),
+            method_title=(getattr(method, "title", "") or None) if method is not None else None,
             settings=settings,
             corpus=values.get("corpus"),
             steps=steps,
@@ -156,7 +148,7 @@ def sts_table(before: dict[str, float] | None, after: dict[str, float], tasks: l
 
 
 def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> str:
-    method = METHOD_NAMES.get(str(facts.method), facts.method) if facts.method else None
+    method = facts.method_title or facts.method
     tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "dclr"]
     if facts.method and str(facts.method) not in tags:  # method dclr: one `dclr` tag
         tags.append(str(facts.method))
@@ -247,8 +239,9 @@ def write_run_cards(
     before: dict[str, float] | None,
     after: dict[str, float] | None,
     tasks: list[str] | None = None,
+    method: Any = None,
 ) -> None:
-    """The cards of a finished `dclr train` run: `best/` with the before/after table (`after`
+    """The cards of a finished `dclr train` run (`method`: the plugin, see `CardFacts.from_run`): `best/` with the before/after table (`after`
     scores `best/`), `final/` with the run's facts only. `tasks` default: the 7 STS tasks."""
     if tasks is None:
         from dclr.data.sts import STS_TASKS
@@ -259,7 +252,9 @@ def write_run_cards(
         (best_dir, after, "best dev score"),
     ):
         if Path(folder).is_dir():
-            facts = CardFacts.from_run(config, Path(folder), steps, note, before, scores, tasks)
+            facts = CardFacts.from_run(
+                config, Path(folder), steps, note, before, scores, tasks, method
+            )
             write_card(folder, facts)
 
 

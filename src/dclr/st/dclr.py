@@ -8,6 +8,7 @@ negatives (`noise_negatives`), weights in-batch negatives (`false_negative_weigh
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -19,8 +20,8 @@ from dclr import distributed as dist
 from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dclr import DCLRLoss as DCLRObjective
-from dclr.losses.dclr import LossForm, NoiseMode, Weighting
 from dclr.losses.simcse import cosine_matrix
+from dclr.methods.dclr_options import DCLROptions, LossForm, Weighting, option_names
 from dclr.st.embed import ddp_scale, embed, gather_strings, two_views
 
 DCLR_CITATION = """
@@ -43,11 +44,17 @@ class _BatchTeacher:
 
     def __init__(self) -> None:
         self.cos: torch.Tensor | None = None
+        self.anchors: torch.Tensor | None = None  # the guide's h_i (noise_weighting)
 
     def similarities(self, indices: Any, sentences: Any) -> torch.Tensor:
         if self.cos is None:
             raise RuntimeError("no guide similarities were set for this batch")
         return self.cos
+
+    def anchor_vectors(self, indices: Any, sentences: Any) -> torch.Tensor:
+        if self.anchors is None:
+            raise RuntimeError("no guide vectors were set for this batch")
+        return self.anchors
 
 
 def _is_sentence_transformer(obj: object) -> bool:
@@ -99,20 +106,23 @@ class DCLRLoss(nn.Module):
         self,
         model: nn.Module,
         guide: Any = None,
-        temperature: float = 0.05,
-        noise_ratio: float = 1.0,
-        noise_std: float = 1.0,
-        noise_steps: int = 4,
-        noise_step_size: float = 1e-3,
-        noise_temperature: float | None = None,
-        noise_mode: NoiseMode = "optimized",
-        false_negative_threshold: float = 0.9,
-        weighting: Weighting | None = None,
-        form: LossForm = "paper",
+        *,
         seed: int = 0,
         gather_across_devices: bool = True,
+        weighting: Weighting | None = None,
+        form: LossForm | None = None,
+        **options: Any,
     ) -> None:
         super().__init__()
+        unknown = sorted(set(options) - set(option_names()))
+        if unknown:
+            close = {u: difflib.get_close_matches(u, option_names(), n=1) for u in unknown}
+            hints = "; ".join(f"{u}{f' (did you mean {c[0]}?)' if c else ''}"
+                              for u, c in close.items())  # fmt: skip
+            raise ConfigError(
+                f"DCLRLoss got unknown option(s): {hints}; the options are "
+                f"{', '.join(option_names())}, form, seed and gather_across_devices"
+            )
         if weighting is None and guide is None:
             warnings.warn(
                 "DCLRLoss without a guide: instance weighting is off (weighting='none'), so no "
@@ -121,15 +131,12 @@ class DCLRLoss(nn.Module):
                 UserWarning,
                 stacklevel=2,
             )
+        if form is not None:  # the short name this face has always taken for dclr_form
+            options["dclr_form"] = form
         weighting = weighting or ("complementary" if guide is not None else "none")
-        for name, value, allowed in (
-            ("noise_mode", noise_mode, NoiseMode),
-            ("weighting", weighting, Weighting),
-            ("form", form, LossForm),
-        ):
-            if value not in allowed.__args__:  # type: ignore[attr-defined]
-                raise ConfigError(f"{name} must be one of {allowed.__args__}, got {value!r}")  # type: ignore[attr-defined]
-        if weighting in ("complementary", "distill") and guide is None:
+        loss_options = DCLROptions(weighting=weighting, **options)
+        loss_options.check_options()
+        if loss_options.needs_complementary and guide is None:
             raise ConfigError(
                 f"weighting {weighting!r} needs a guide (DCLR's complementary model): pass "
                 "guide=SentenceTransformer(...) or a precomputed scorer, or weighting='none'"
@@ -148,24 +155,13 @@ class DCLRLoss(nn.Module):
                 "guide must be a SentenceTransformer or have similarities(indices, sentences)"
             )
         self._teacher = _BatchTeacher()
-        needs_teacher = weighting in ("complementary", "distill")
-        # dclr's own objective validates the numbers and holds the maths; it never sees a model.
+        self._anchors: torch.Tensor | None = None  # the guide's vectors of the current batch
+        needs_teacher = loss_options.needs_complementary
+        # dclr's own objective holds the maths; it never sees a model.
         self.objective = DCLRObjective(
-            model=None,
-            complementary=self._teacher if needs_teacher else None,
-            temperature=temperature,
-            noise_ratio=noise_ratio,
-            noise_std=noise_std,
-            noise_steps=noise_steps,
-            noise_step_size=noise_step_size,
-            noise_temperature=noise_temperature,
-            noise_mode=noise_mode,
-            false_negative_threshold=false_negative_threshold,
-            weighting=weighting,
-            form=form,
-            seed=seed,
+            None, self._teacher if needs_teacher else None, loss_options, seed=seed
         )
-        self.noise_temperature = noise_temperature
+        self.noise_temperature = loss_options.noise_temperature
         self.gather_across_devices = gather_across_devices
         self.step = 0  # calls so far: the noise of call s is drawn from (seed, s)
         self.last_parts: dict[str, torch.Tensor] = {}
@@ -188,6 +184,8 @@ class DCLRLoss(nn.Module):
                 )
             indices = dist.gather_with_grad(labels.reshape(-1).long())
             sentences = gather_strings(self._decode(columns[0]))
+            if self.objective.noise_weighting == "complementary":
+                self._anchors = self.guide.anchor_vectors(indices, sentences).float()
             return self.guide.similarities(indices, sentences).float()
         if self.guide.training:  # a trainer may have switched every module to train mode
             self.guide.eval()
@@ -195,6 +193,7 @@ class DCLRLoss(nn.Module):
         vectors = [embed(self.guide, c) for c in guide_columns]  # (n_local, d_guide) each
         anchors = dist.gather_with_grad(vectors[0].float())
         positives = anchors if len(vectors) == 1 else dist.gather_with_grad(vectors[1].float())
+        self._anchors = torch.nn.functional.normalize(anchors, dim=-1)
         return cosine_matrix(anchors, positives)
 
     def _decode(self, features: dict[str, torch.Tensor]) -> list[str]:
@@ -224,16 +223,23 @@ class DCLRLoss(nn.Module):
             return self.compute_loss_from_embeddings(z1, z2, teacher) * ddp_scale()
 
     def compute_loss_from_embeddings(
-        self, z1: torch.Tensor, z2: torch.Tensor, guide_cos: torch.Tensor | None = None
+        self,
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        guide_cos: torch.Tensor | None = None,
+        guide_anchors: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """dclr's DCLR objective on this rank's views z1, z2 (n_local, d) and the guide's global
-        (n_global, n_global) cosines; the views are gathered across ranks inside."""
-        self._teacher.cos = guide_cos
+        (n_global, n_global) cosines; the views are gathered across ranks inside.
+        `guide_anchors` (n_global, d): the guide's vectors, which noise_weighting 'complementary'
+        scores the noise against (default: those `forward` computed for this batch)."""
+        anchors = guide_anchors if guide_anchors is not None else self._anchors
+        self._teacher.cos, self._teacher.anchors = guide_cos, anchors
         try:
             with dist.gathering(self.gather_across_devices):
                 out = self.objective.objective(z1, z2, Batch(features={}, step=self.step))
         finally:
-            self._teacher.cos = None
+            self._teacher.cos = self._teacher.anchors = self._anchors = None
         self.step += 1
         self.last_parts = {k: v for k, v in out.items() if k != "loss"}
         for name, value in self.last_parts.items():  # detached sums: no device sync per step
@@ -262,6 +268,7 @@ class DCLRLoss(nn.Module):
             "noise_mode": o.noise_mode,
             "false_negative_threshold": o.threshold,
             "weighting": o.weighting,
+            "noise_weighting": o.noise_weighting,
             "form": o.form,
             "seed": o.seed,
             "gather_across_devices": self.gather_across_devices,

@@ -14,6 +14,7 @@ batch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -119,6 +120,21 @@ def fit_small_data(
         stacklevel=2,
     )
     return repeat_to(data, batch_size), batch_size
+
+
+def _texts_of(row: Any) -> list[str]:
+    """The texts one training example forwards: a sentence twice (two views), the fields of a
+    tuple or dataclass row (an NLI triple's three texts); [] for anything else."""
+    if isinstance(row, str):
+        return [row, row]
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        values = [getattr(row, f.name) for f in dataclasses.fields(row)]
+    elif isinstance(row, (tuple, list)):
+        values = list(row)
+    else:
+        return []
+    texts = [v for v in values if isinstance(v, str) and v]
+    return texts
 
 
 class Trainer:
@@ -386,9 +402,9 @@ class Trainer:
         `sample` examples (two dropout views of a sentence; an NLI triplet's three texts)."""
         tokenizer = getattr(self.model, "tokenizer", None)
         rows = [self.data[i] for i in range(min(sample, len(self.data)))]
-        texts = [[r, r] if isinstance(r, str) else list(r) for r in rows]
-        if tokenizer is None or not texts or not all(isinstance(t, str) for r in texts for t in r):
-            return 0
+        texts = [_texts_of(r) for r in rows]
+        if tokenizer is None or not texts or not all(texts):
+            return 0  # rows of another kind: no estimate
         limit = self.config.model.max_length
         lengths = tokenizer([t for r in texts for t in r], truncation=True, max_length=limit)
         per_example = sum(len(x) for x in lengths["input_ids"]) / len(texts)

@@ -1,0 +1,97 @@
+"""DCLR's loss options, declared once and torch-free (issue 24 item 2).
+
+`DCLROptions` is what the objective takes (`dclr.losses.dclr.DCLRLoss`), what `dclr train`'s
+`dclr:` section extends (`dclr.methods.dclr.DCLRSection` adds the complementary model, its cache
+and the phi calibration, which decide *where* the scores come from), and what the
+sentence-transformers face builds from its keyword arguments (`dclr.st.DCLRLoss`), so the three
+cannot drift. Field comments are the documentation (`dclr train --help` lists the fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal, get_args
+
+from dclr.errors import ConfigError
+
+LossForm = Literal["paper", "official"]
+NoiseMode = Literal["optimized", "random", "none"]
+Weighting = Literal["complementary", "self", "none", "distill"]
+ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
+# how noise negatives are weighted (dclr.txt l.94: alpha for "any negative"; docs/dclr-loss-forms.md)
+NoiseWeighting = Literal["none", "complementary"]
+NEEDS_SCORER = ("complementary", "distill")  # weightings that need a complementary model
+
+
+@dataclass
+class DCLROptions:
+    """The numbers and choices of DCLR's objective (paper values for BERT-base)."""
+
+    temperature: float = 0.05  # tau of the contrastive loss
+    noise_ratio: float = 1.0  # k = round(ratio * batch_size) noise negatives
+    noise_std: float = 1.0  # sigma of the Gaussian the noise starts from
+    noise_steps: int = 4  # t gradient-ascent steps on the non-uniformity loss
+    noise_step_size: float = 1e-3  # beta, the size of each normalised step
+    noise_temperature: float | None = None  # tau_u of the non-uniformity loss (None: temperature)
+    noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
+    false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
+    weighting: Weighting = "complementary"  # complementary | self | none | distill
+    # none: noise negatives always kept (released code); complementary: alpha = 0 where
+    # cos(h_i^C, noise) >= phi, the paper's "any negative" (dclr.txt l.94; docs/dclr-loss-forms.md)
+    noise_weighting: NoiseWeighting = "none"
+    dclr_form: LossForm = "paper"  # paper equations, or what the official code computes
+
+    def check_options(self) -> None:
+        """Every value in range and every combination the objective implements; a ConfigError
+        naming the option otherwise."""
+        for name, choices in _LITERALS.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if not -1 <= self.false_negative_threshold <= 1:
+            raise ConfigError(
+                "false_negative_threshold (phi) is a cosine in [-1, 1], got "
+                f"{self.false_negative_threshold}"
+            )
+        if self.noise_ratio < 0:
+            raise ConfigError(f"noise_ratio must be >= 0, got {self.noise_ratio}")
+        if self.noise_steps < 0:
+            raise ConfigError(f"noise_steps (t) must be >= 0, got {self.noise_steps}")
+        if not self.noise_std > 0:
+            raise ConfigError(f"noise_std (sigma) must be > 0, got {self.noise_std}")
+        if self.noise_temperature is not None and not self.noise_temperature > 0:
+            raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
+        if self.dclr_form == "official" and self.weighting not in ("complementary", "none"):
+            raise ConfigError("the official form implements complementary weighting only")
+        if self.noise_weighting == "complementary" and (
+            self.weighting != "complementary" or self.dclr_form != "paper"
+        ):
+            raise ConfigError(
+                "noise_weighting: complementary scores noise negatives with the complementary "
+                "model: it needs weighting: complementary and dclr_form: paper (the released "
+                "code never weights noise negatives)"
+            )
+
+    @property
+    def needs_complementary(self) -> bool:
+        return self.weighting in NEEDS_SCORER
+
+    def loss_options(self) -> DCLROptions:
+        """Just the objective's options (a section subclass carries more)."""
+        return DCLROptions(**{f.name: getattr(self, f.name) for f in fields(DCLROptions)})
+
+
+_LITERALS: dict[str, tuple[str, ...]] = {
+    "noise_mode": get_args(NoiseMode),
+    "weighting": get_args(Weighting),
+    "noise_weighting": get_args(NoiseWeighting),
+    "dclr_form": get_args(LossForm),
+}
+
+
+def option_names() -> list[str]:
+    """The objective's option names, in declaration order."""
+    return [f.name for f in fields(DCLROptions)]
