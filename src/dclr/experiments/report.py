@@ -8,13 +8,9 @@ PNG files beside it, and HTML with the PNGs inlined.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,291 +18,35 @@ import numpy as np
 
 from dclr.data.sts import STS_TASKS
 from dclr.errors import ConfigError
-from dclr.experiments import paper
+from dclr.experiments import paper, report_retrieval
+from dclr.experiments.names import (
+    DENSE_COLORS,
+    DENSE_LABELS,
+    DENSE_SETTING_NAMES,
+    PRACTICAL_DELTA,
+)
+from dclr.experiments.plots import COLORS, _bars, _pyplot, _save
 from dclr.experiments.registry import Registry
+from dclr.experiments.render import Report
 from dclr.experiments.specs import ANALYSIS_BACKBONE, EXPERIMENTS
+from dclr.experiments.stats import (
+    Paired,
+    RunData,
+    Stat,
+    _as_stat,
+    fmt,
+    fmt_num,
+    fmt_paired,
+    group,
+    load_runs,
+    paired,
+    stat,
+    versus_start,
+)
 from dclr.training.tracking import read_metrics
 
 TASK_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
 METHOD_NAMES = {"simcse": "SimCSE", "dclr": "DCLR"}
-COLORS = {"simcse": "#1f77b4", "dclr": "#d62728", "paper": "#7f7f7f"}
-DPI = 120  # readable on screen, small files
-
-
-# ---- aggregation ------------------------------------------------------------------------------
-@dataclass
-class Stat:
-    """Mean and sample standard deviation (ddof 1; 0 for a single seed) of per-seed values."""
-
-    mean: float
-    std: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Iterable[float | None]) -> Stat | None:  # None: a missing score
-        vals = [float(v) for v in values if v is not None and math.isfinite(v)]
-        if not vals:
-            return None
-        std = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
-        return cls(float(np.mean(vals)), std, len(vals))
-
-    def fmt(self, digits: int = 2) -> str:
-        if self.n == 1:
-            return f"{self.mean:.{digits}f}"
-        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
-
-
-@dataclass
-class Paired:
-    """Paired difference b - a over the seeds both have: mean, sample std, n and the 95 %
-    t-interval mean ± t(0.975, n-1) · std / √n (no interval for a single seed)."""
-
-    mean: float
-    std: float
-    n: int
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, a: dict[int, float], b: dict[int, float]) -> Paired | None:
-        seeds = sorted(set(a) & set(b))
-        diffs = [b[s] - a[s] for s in seeds]
-        if not diffs:
-            return None
-        mean = float(np.mean(diffs))
-        if len(diffs) == 1:
-            return cls(mean, 0.0, 1, math.nan, math.nan)
-        from scipy.stats import t
-
-        std = float(np.std(diffs, ddof=1))
-        half = float(t.ppf(0.975, len(diffs) - 1)) * std / math.sqrt(len(diffs))
-        return cls(mean, std, len(diffs), mean - half, mean + half)
-
-    @property
-    def beyond_noise(self) -> bool:
-        """The 95 % interval excludes 0."""
-        return self.n > 1 and (self.low > 0 or self.high < 0)
-
-    def fmt(self, digits: int = 2) -> str:
-        if self.n == 1:
-            return f"{self.mean:+.{digits}f} (1 seed)"
-        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
-
-
-def fmt_paired(p: Paired | None, digits: int = 2) -> str:
-    return "—" if p is None else p.fmt(digits)
-
-
-def by_seed(runs: list[RunData], key: str) -> dict[int, float]:
-    """seed -> score `key` (runs without it are left out)."""
-    return {r.seed: float(r.scores[key]) for r in runs if r.scores.get(key) is not None}
-
-
-def paired(a: list[RunData], b: list[RunData], key: str) -> Paired | None:
-    """b - a on `key`, paired by seed (same seed: same batches and dropout stream)."""
-    return Paired.of(by_seed(a, key), by_seed(b, key))
-
-
-def fmt(stat: Stat | None, digits: int = 2) -> str:
-    return "—" if stat is None else stat.fmt(digits)
-
-
-def fmt_num(value: float | None, digits: int = 2, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-
-
-@dataclass
-class RunData:
-    """One (run, place) pair of an experiment: labels, STS test scores, run folder.
-
-    `scores` are the best model's STS test scores plus `dev`, the best STS-B dev score the run
-    selected its model by (absent for runs without dev evaluation); `before` the starting model's
-    STS test scores (results.json "before"; empty when the run has none)."""
-
-    labels: dict[str, Any]
-    scores: dict[str, float]
-    run_dir: Path
-    seed: int
-    before: dict[str, float] = field(default_factory=dict)
-
-
-def load_runs(registry: Registry, experiment: str, scale: str | None) -> tuple[list[RunData], int]:
-    """Complete runs of `experiment` (optionally one scale) and the count of incomplete ones."""
-    runs, incomplete = [], 0
-    for row, labels in registry.experiment_runs(experiment):
-        if scale is not None and labels.get("scale") != scale:
-            continue
-        if row["status"] != "complete":
-            incomplete += 1
-            continue
-        results = json.loads(row["results_json"])
-        run_dir = Path(row["run_id"])
-        run_dir = run_dir if run_dir.is_absolute() else registry.root / run_dir
-        scores = dict(results.get("after") or {})
-        for kind, value in (results.get("rte_test") or {}).items():  # DualCSE / SimCSE-sup on INLI
-            scores[f"rte_{kind}"] = value
-        if results.get("best_dev_metric") is not None:
-            scores["dev"] = float(results["best_dev_metric"])
-        before = dict(results.get("before") or {})
-        search = results.get("retrieval") or {}  # run.test_retrieval: x 100, as the STS scores
-        for key, value in (search.get("after") or {}).items():
-            scores[f"retrieval_{key}"] = float(value)
-        for key, value in (search.get("before") or {}).items():
-            before[f"retrieval_{key}"] = float(value)
-        runs.append(RunData(labels, scores, run_dir, int(row["seed"]), before))
-    return runs, incomplete
-
-
-def group(runs: list[RunData], *keys: str) -> dict[tuple[Any, ...], list[RunData]]:
-    out: dict[tuple[Any, ...], list[RunData]] = defaultdict(list)
-    for run in runs:
-        out[tuple(run.labels.get(k) for k in keys)].append(run)
-    return dict(out)
-
-
-def stat(runs: list[RunData], key: str) -> Stat | None:
-    return Stat.of(r.scores.get(key) for r in runs)
-
-
-def _as_stat(d: Paired | None) -> Stat | None:
-    """A paired difference as a bar: mean, with the 95 % half-width as its error bar."""
-    if d is None:
-        return None
-    return Stat(d.mean, 0.0 if d.n == 1 else d.high - d.mean, d.n)
-
-
-# ---- blocks -----------------------------------------------------------------------------------
-@dataclass
-class Report:
-    title: str
-    blocks: list[tuple[str, Any]]
-
-    def heading(self, text: str) -> None:
-        self.blocks.append(("h2", text))
-
-    def text(self, text: str) -> None:
-        self.blocks.append(("p", text))
-
-    def table(self, header: list[str], rows: list[list[str]]) -> None:
-        self.blocks.append(("table", (header, rows)))
-
-    def image(self, path: Path, alt: str) -> None:
-        self.blocks.append(("img", (path, alt)))
-
-    def markdown(self) -> str:
-        lines = [f"# {self.title}", ""]
-        for kind, value in self.blocks:
-            if kind == "h2":
-                lines += [f"## {value}", ""]
-            elif kind == "p":
-                lines += [value, ""]
-            elif kind == "table":
-                header, rows = value
-                lines.append("| " + " | ".join(header) + " |")
-                lines.append("| " + " | ".join("---" for _ in header) + " |")
-                lines += ["| " + " | ".join(row) + " |" for row in rows]
-                lines.append("")
-            elif kind == "img":
-                path, alt = value
-                lines += [f"![{alt}]({path.name})", ""]
-        return "\n".join(lines)
-
-    def html(self) -> str:
-        parts = [
-            "<!doctype html><html><head><meta charset='utf-8'>",
-            f"<title>{html.escape(self.title)}</title><style>body{{font-family:sans-serif;"
-            "max-width:60em;margin:2em auto}table{border-collapse:collapse}td,th{border:1px "
-            "solid #ccc;padding:.2em .6em;text-align:right}img{max-width:100%}</style></head><body>",
-            f"<h1>{html.escape(self.title)}</h1>",
-        ]
-        for kind, value in self.blocks:
-            if kind == "h2":
-                parts.append(f"<h2>{html.escape(value)}</h2>")
-            elif kind == "p":
-                parts.append(f"<p>{html.escape(value)}</p>")
-            elif kind == "table":
-                header, rows = value
-                parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header))
-                for row in rows:
-                    cells = "".join(f"<td>{html.escape(c)}</td>" for c in row)
-                    parts.append(f"<tr>{cells}</tr>")
-                parts.append("</table>")
-            elif kind == "img":
-                path, alt = value
-                data = base64.b64encode(Path(path).read_bytes()).decode()
-                parts.append(f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>")
-        parts.append("</body></html>")
-        return "\n".join(parts)
-
-
-# ---- plots ------------------------------------------------------------------------------------
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    _pyplot().close(fig)
-    return path
-
-
-def _bars(
-    path: Path,
-    title: str,
-    labels: list[str],
-    series: Mapping[str, Sequence[Stat | None]],
-    ylabel: str,
-    zoom: bool = False,
-) -> Path:
-    """Grouped bars with std error bars; a series named 'paper' is drawn hatched grey.
-
-    `zoom`: the y axis spans the data (not from 0), for scores that differ by tenths; the title
-    says so."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(labels) + 2), 4))
-    width = 0.8 / max(1, len(series))
-    x = np.arange(len(labels))
-    for i, (name, stats) in enumerate(series.items()):
-        means = [s.mean if s else np.nan for s in stats]
-        key = name.split(" ")[0].lower()
-        errs = None if key == "paper" else [s.std if s else 0 for s in stats]  # one number
-        ax.bar(
-            x + (i - (len(series) - 1) / 2) * width,
-            means,
-            width,
-            yerr=errs,
-            capsize=3,
-            label=name,
-            color=COLORS.get(key),
-            hatch="//" if key == "paper" else None,
-            edgecolor="black",
-            linewidth=0.5,
-        )
-    long = any(len(label) > 12 for label in labels)
-    ax.set_xticks(x, labels, rotation=20 if long else 0, ha="right" if long else "center")
-    ax.set_title(title)
-    values = [s.mean + sign * s.std for stats in series.values() for s in stats if s
-              for sign in (-1, 1)]  # fmt: skip
-    if zoom and values:
-        low, high = min(values), max(values)
-        margin = max(0.5, 0.15 * (high - low))
-        ax.set_ylim(low - margin, high + margin)
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{title} (y axis zoomed: it does not start at 0)", fontsize=10)
-    else:
-        ax.set_ylabel(ylabel)
-        ax.axhline(0, color="black", linewidth=0.5)
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
 
 
 # ---- sections ---------------------------------------------------------------------------------
@@ -744,29 +484,6 @@ def section_search(rep: Report, runs: list[RunData], out: Path) -> None:
     rep.table(["trial", *params, "STS-B", "SICK-R", "avg"], rows)
 
 
-# Smallest difference (Spearman x 100) called "above" / "below": the tables' resolution is 0.01,
-# and a 0.004 shift whose interval excludes 0 is real but of no practical size.
-PRACTICAL_DELTA = 0.05
-DENSE_LABELS = {
-    "simcse": "SimCSE",
-    "simcse_no_dup": "SimCSE, no duplicates in a batch",
-    "dclr": "DCLR (paper form)",
-    "dclr_no_noise": "DCLR w/o noise negatives",
-    "dclr_no_weighting": "DCLR w/o instance weighting",
-    "dclr_calibrated": "DCLR, calibrated φ",
-    "dclr_self": "DCLR, self weighting",
-}
-DENSE_COLORS = dict(
-    zip(
-        DENSE_LABELS,
-        ("#1f77b4", "#17becf", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"),
-        strict=True,
-    )
-)
-DENSE_SETTING_NAMES = {
-    "cls_head": "[CLS] + MLP head (the recipes' setting)",
-    "mean": "mean pooling, no head (the sentence-transformers setting)",
-}
 DENSE_TASKS = ("avg", "STSBenchmark", "SICKRelatedness")
 
 
@@ -778,14 +495,6 @@ def mean_logged(run: RunData, key: str) -> float | None:
 
 def _setting(run: RunData) -> str:
     return str(run.labels.get("setting", "cls_head"))  # runs before issue 23 had one setting
-
-
-def versus_start(runs: list[RunData], key: str) -> Paired | None:
-    """after - before on `key`, by seed (the starting model's score is the same for every seed)."""
-    return Paired.of(
-        {r.seed: float(r.before[key]) for r in runs if key in r.before},
-        {r.seed: float(r.scores[key]) for r in runs if key in r.scores},
-    )
 
 
 def _verdict(d: Paired) -> str:
@@ -1009,14 +718,8 @@ SECTIONS = {
     "consert-augmentations": section_consert_augmentations,
     "consert-few-shot": section_consert_few_shot,
     "dualcse-inli": section_dualcse_inli,
-    "retrieval-indomain": lambda rep, runs, out: _retrieval().section(rep, runs, out),
+    "retrieval-indomain": report_retrieval.section,
 }
-
-
-def _retrieval() -> Any:
-    from dclr.experiments import report_retrieval  # it builds on this module's helpers
-
-    return report_retrieval
 
 
 def _sources(experiment: str) -> str:

@@ -9,22 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.report import (
-    DENSE_COLORS,
-    DENSE_LABELS,
-    DENSE_SETTING_NAMES,
-    PRACTICAL_DELTA,
-    Paired,
-    Report,
-    RunData,
-    _pyplot,
-    _save,
-    fmt,
-    fmt_paired,
-    paired,
-    stat,
-    versus_start,
-)
+from dclr.experiments.names import DENSE_COLORS, DENSE_LABELS, DENSE_SETTING_NAMES, PRACTICAL_DELTA
+from dclr.experiments.plots import _pyplot, _save
+from dclr.experiments.render import Report
+from dclr.experiments.stats import Paired, RunData, fmt, fmt_paired, paired, stat, versus_start
 
 METRICS = {"retrieval_ndcg@10": "nDCG@10", "retrieval_recall@10": "Recall@10"}
 

@@ -1,0 +1,27 @@
+"""What the reports call the experiments' variants and settings, and their plot colours."""
+
+from __future__ import annotations
+
+# Smallest difference (Spearman x 100) called "above" / "below": the tables' resolution is 0.01,
+# and a 0.004 shift whose interval excludes 0 is real but of no practical size.
+PRACTICAL_DELTA = 0.05
+DENSE_LABELS = {
+    "simcse": "SimCSE",
+    "simcse_no_dup": "SimCSE, no duplicates in a batch",
+    "dclr": "DCLR (paper form)",
+    "dclr_no_noise": "DCLR w/o noise negatives",
+    "dclr_no_weighting": "DCLR w/o instance weighting",
+    "dclr_calibrated": "DCLR, calibrated φ",
+    "dclr_self": "DCLR, self weighting",
+}
+DENSE_COLORS = dict(
+    zip(
+        DENSE_LABELS,
+        ("#1f77b4", "#17becf", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"),
+        strict=True,
+    )
+)
+DENSE_SETTING_NAMES = {
+    "cls_head": "[CLS] + MLP head (the recipes' setting)",
+    "mean": "mean pooling, no head (the sentence-transformers setting)",
+}
