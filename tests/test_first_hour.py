@@ -120,7 +120,7 @@ def test_offline_hub_id_fails_at_once_and_leaves_no_run_folder(tmp_path, monkeyp
 
 
 def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
-    import dclr.models.encoder as encoder_module
+    import dclr.models.resolve as encoder_module
 
     with socket.socket() as probe:  # a port that nothing listens on
         probe.bind(("127.0.0.1", 0))

@@ -31,7 +31,8 @@ from dclr.dualcse.data import (
     read_inli,
 )
 from dclr.dualcse.model import DualEncoder, check_semantics, is_dualcse_folder
-from dclr.models.encoder import SentenceEncoder, resolve_model
+from dclr.models.encoder import SentenceEncoder
+from dclr.models.resolve import resolve_model
 
 PERCENT = 100.0  # accuracies are reported x100, as in the paper's tables
 

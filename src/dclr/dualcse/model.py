@@ -29,8 +29,9 @@ from torch import nn
 
 from dclr.atomic import staged_folder
 from dclr.errors import ConfigError, InputError
-from dclr.models.encoder import SentenceEncoder, model_limit, resolve_model
+from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.models.export import save_encoder
+from dclr.models.resolve import resolve_model
 from dclr.progress import progress_bar
 
 EncoderKind = Literal["cross", "bi"]

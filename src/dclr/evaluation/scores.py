@@ -38,7 +38,7 @@ def sts_scores_key(model: str, pooler: str, data_dir: str | None) -> str:
 
 def scores_key(model: str, pooler: str, *data: str) -> str:
     """`sts_scores_key` with the data named by the caller (e.g. a retrieval folder's files)."""
-    from dclr.models.encoder import resolve_model
+    from dclr.models.resolve import resolve_model
 
     parts = [__version__, model, pooler, *data]
     folder = Path(resolve_model(model))

@@ -49,7 +49,7 @@ def dropout_overrides(config: TrainConfig) -> dict[str, Any]:
         return {}
     from transformers import AutoConfig
 
-    from dclr.models.encoder import resolve_model
+    from dclr.models.resolve import resolve_model
 
     hf = AutoConfig.from_pretrained(resolve_model(config.model.name), trust_remote_code=False)
     return {k: config.model.dropout for k in DROPOUT_KEYS if hasattr(hf, k)}

