@@ -19,7 +19,7 @@ import asyncio
 import base64
 import contextlib
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
@@ -268,6 +268,21 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     app.add_middleware(GuardMiddleware, security=security)  # outermost: runs first
 
+    _add_error_handlers(app)
+    embed = _embedder(batcher)
+    _add_embedding_routes(app, encoder, model_name, limits, embed)
+    _add_search_route(app, index, model_name, limits, embed, batcher)
+    _add_health_route(app, encoder, model_name, fingerprint, index, limits, batcher)
+    _add_page_routes(app)
+    return app
+
+
+Embed = Callable[[list[str], Request], Awaitable[tuple[np.ndarray, np.ndarray]]]
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as OpenAI-style JSON (never plain text), each with its status."""
+
     @app.exception_handler(LimitError)
     async def _limit(_: Request, err: LimitError) -> Response:
         return _error(err.status, err.message, "invalid_request_error", err.param, err.code)
@@ -300,6 +315,10 @@ def create_app(
     async def _http(_: Request, err: StarletteHTTPException) -> Response:
         return _error(err.status_code, str(err.detail), "invalid_request_error", None, None)
 
+
+def _embedder(batcher: EmbeddingBatcher) -> Embed:
+    """A request's texts through the shared batcher, dropped from the queue if its client goes."""
+
     async def embed(texts: list[str], raw: Request) -> tuple[np.ndarray, np.ndarray]:
         """This request's (vectors, token counts); dropped from the queue if its client leaves."""
         job = asyncio.ensure_future(batcher.submit(texts, client_timeout_s(raw.headers)))
@@ -321,6 +340,14 @@ def create_app(
                 f"the encoder failed on this request's texts ({type(err).__name__}: {err})"
             ) from err
         return vectors, tokens
+
+    return embed
+
+
+def _add_embedding_routes(
+    app: FastAPI, encoder: SentenceEncoder, model_name: str, limits: Limits, embed: Embed
+) -> None:
+    """POST /v1/embeddings (OpenAI-compatible) and POST /similarity."""
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS)
     async def embeddings(request: EmbeddingsRequest, raw: Request) -> Response:
@@ -365,6 +392,17 @@ def create_app(
         matrix = vectors @ vectors.T  # (n, n)
         return JSONResponse({"model": model_name, "matrix": matrix.tolist()})
 
+
+def _add_search_route(
+    app: FastAPI,
+    index: SearchIndex | None,
+    model_name: str,
+    limits: Limits,
+    embed: Embed,
+    batcher: EmbeddingBatcher,
+) -> None:
+    """POST /search over the loaded index (404 without one)."""
+
     @app.post("/search", response_model=SearchResponse, responses={**ERRORS, 404: ERRORS[422]})
     async def search(request: SearchRequest, raw: Request) -> Response:
         """Top-k texts of the loaded index by cosine similarity to the query."""
@@ -384,6 +422,18 @@ def create_app(
         results = [{"rank": r + 1, **asdict(hit)} for r, hit in enumerate(hits)]
         return JSONResponse({"model": model_name, "query": request.query, "results": results})
 
+
+def _add_health_route(
+    app: FastAPI,
+    encoder: SentenceEncoder,
+    model_name: str,
+    fingerprint: str,
+    index: SearchIndex | None,
+    limits: Limits,
+    batcher: EmbeddingBatcher,
+) -> None:
+    """GET /health: liveness, what is served, the limits and the batcher's counters."""
+
     @app.get("/health", response_model=HealthResponse)
     async def health() -> HealthResponse:
         """Liveness, the model and index served, the limits, and batching counters."""
@@ -399,6 +449,10 @@ def create_app(
             batcher=asdict(batcher.stats),
         )
 
+
+def _add_page_routes(app: FastAPI) -> None:
+    """The search page, its static files and an empty favicon."""
+
     @app.get("/", include_in_schema=False)
     async def page() -> Response:
         return Response(_static("index.html"), media_type="text/html", headers=PAGE_HEADERS)
@@ -412,8 +466,6 @@ def create_app(
         if name not in STATIC_FILES:
             return _error(404, "not found", "invalid_request_error", None, None)
         return Response(_static(name), media_type=STATIC_FILES[name], headers=PAGE_HEADERS)
-
-    return app
 
 
 class EncodeFailed(Exception):
