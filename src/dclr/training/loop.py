@@ -19,6 +19,7 @@ import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,31 @@ def _texts_of(row: Any) -> list[str]:
     return texts
 
 
+@dataclass
+class _RunState:
+    """What `Trainer.train` carries from step to step (and what a checkpoint restores)."""
+
+    objective: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    extra: dict[str, torch.nn.Module]
+    scaler: torch.amp.GradScaler | None
+    start: int = 0
+    best: float | None = None
+    best_step: int | None = None
+    last_ckpt: str | None = None
+    train_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+@dataclass
+class _Meter:
+    """Examples seen since the last training record, and when that was."""
+
+    tic: float
+    seen: int = 0
+
+
 class Trainer:
     """Runs `config` with `method` (the plugin of `config.method`, resolved by the caller:
     `dclr.driver.trainer_for(config)`); `model`, `data` and `evaluator` may be injected (tests,
@@ -234,16 +260,63 @@ class Trainer:
 
     # ---- loop ---------------------------------------------------------------------------------
     def train(self, resume: bool = False, stop_at_step: int | None = None) -> TrainResult:
-        """Train to `total_steps` (or stop after `stop_at_step`, leaving a checkpoint)."""
-        cfg, main = self.config, self.rank == 0
-        opt, run = cfg.optimisation, cfg.run
+        """Train to `total_steps` (or stop after `stop_at_step`, leaving a checkpoint): set up,
+        resume, then step / log / evaluate / checkpoint until the end, then export."""
+        main = self.rank == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        state = self._setup()
+        self._resume(state, resume)
+        if main:
+            self.config.save(self.run_dir / "config.yaml")
+        log = MetricsLog(self.run_dir, resume_step=state.start, tensorboard=main) if main else None
+        if log is not None and state.start == 0 and isinstance(state.objective, HasStartRecords):
+            for kind, values in state.objective.start_records.items():  # measured before step 1
+                log.log(0, kind, values)
+        end = min(self.total_steps, stop_at_step or self.total_steps)
+        work = self._announce_steps(end - state.start) if main else 0.0
+        seconds_before = state.train_seconds
+        bar = progress_bar(
+            total=self.total_steps, initial=state.start, desc="train", unit="step", enabled=main
+        )
+        self.model.train()
+        meter = _Meter(time.perf_counter())
+        stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
+        try:
+            for step in range(state.start, end):
+                parts, local = self._step(state, step)
+                done = step + 1
+                meter.seen += local * self.world
+                bar.update(1)
+                bar.set_postfix(loss=f"{parts['loss'].item():.4f}")
+                is_last = done == self.total_steps
+                self._maybe_log(state, log, meter, parts, done, is_last)
+                self._maybe_evaluate(state, log, done, is_last)
+                every = self.config.run.checkpoint_every
+                if done % every == 0 or done == end or is_last or stop.requested:
+                    self._checkpoint(state, done)
+                    if stop.requested and not is_last:
+                        raise TrainingStopped(done, str(state.last_ckpt), str(self.run_dir))
+        finally:
+            stop.restore()
+            bar.close()
+            if log is not None:
+                log.close()
+        if work:
+            seconds = state.train_seconds - seconds_before
+            record(f"train:{self.config.method}", work, seconds, self.device)
+        return self._finish(state, end)
+
+    # ---- the named steps of `train` ---------------------------------------------------------
+    def _setup(self) -> _RunState:
+        """The objective (the method builds it: its caches, its calibration), the optimizer over
+        the model and the objective's own trained modules, and the schedule."""
+        opt = self.config.optimisation
         model: Any = self.model
         if self.world > 1:
             model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        objective = self.method.build_objective(cfg, model, self.data, self.device)
+        objective = self.method.build_objective(self.config, model, self.data, self.device)
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}
         groups = param_groups(self.model, opt.weight_decay)
@@ -253,133 +326,147 @@ class Trainer:
         scheduler = get_linear_schedule_with_warmup(
             optimizer, int(opt.warmup_ratio * self.total_steps), self.total_steps
         )
-        ckpt_root = self.run_dir / "checkpoints"
-        start, best, best_step, last_ckpt = 0, None, None, None
-        train_seconds, cpu_seconds = 0.0, 0.0
-        if resume:  # the newest intact checkpoint of this run (damaged ones are named, skipped)
-            last, state = resume_checkpoint(
-                ckpt_root, self.model, optimizer, scheduler, extra, run_id(self.run_dir)
-            )
-            start, best, best_step = state["step"], state.get("best_metric"), state.get("best_step")
-            train_seconds = state.get("train_seconds", 0.0)
-            cpu_seconds = state.get("cpu_seconds", 0.0)
-            last_ckpt = str(last)
-        else:
-            torch.manual_seed(run.seed + 1)  # dropout stream, distinct from the head's init
-        if main:
-            cfg.save(self.run_dir / "config.yaml")
-        log = MetricsLog(self.run_dir, resume_step=start, tensorboard=main) if main else None
-        if log is not None and start == 0 and isinstance(objective, HasStartRecords):
-            for kind, values in objective.start_records.items():  # measured before step 1
-                log.log(0, kind, values)
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
-        end = min(self.total_steps, stop_at_step or self.total_steps)
-        work = self._announce_steps(end - start) if main else 0.0
-        seconds_before = train_seconds
-        bar = progress_bar(
-            total=self.total_steps, initial=start, desc="train", unit="step", enabled=main
+        return _RunState(objective, optimizer, scheduler, extra, scaler)
+
+    def _resume(self, state: _RunState, resume: bool) -> None:
+        """From the newest intact checkpoint of this run (damaged ones are named, skipped), or
+        a fresh dropout stream, distinct from the head's initialisation."""
+        if not resume:
+            torch.manual_seed(self.config.run.seed + 1)
+            return
+        last, saved = resume_checkpoint(
+            self.run_dir / "checkpoints",
+            self.model,
+            state.optimizer,
+            state.scheduler,
+            state.extra,
+            run_id(self.run_dir),
         )
-        self.model.train()
-        tic, seen = time.perf_counter(), 0
-        stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
-        try:
-            for step in range(start, end):
-                step_start, step_cpu = time.perf_counter(), time.process_time()
-                batch, local = self.batch(step)
-                # DDP averages gradients while every rank's loss is already global: scale by W.
-                backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
-                with self._autocast():
-                    if opt.grad_cache_chunk:
-                        parts = GradCache(objective, opt.grad_cache_chunk, backward_scale)(batch)
-                    else:
-                        parts = objective(batch)
-                loss = parts["loss"]
-                if not torch.isfinite(loss):
-                    raise TrainingDiverged(step + 1, last_ckpt)
-                if not opt.grad_cache_chunk:  # GradCache ran backward itself
-                    (loss * backward_scale).backward()
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                if opt.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), opt.max_grad_norm)
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                done = step + 1
-                seen += local * self.world
-                train_seconds += time.perf_counter() - step_start
-                cpu_seconds += time.process_time() - step_cpu  # all threads: robust to sharing
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.4f}")
-                is_last = done == self.total_steps
-                if log is not None and (done % run.log_steps == 0 or is_last):
-                    elapsed = time.perf_counter() - tic
-                    log.log(
-                        done,
-                        "train",
-                        {
-                            **{k: v.item() for k, v in parts.items()},
-                            "lr": scheduler.get_last_lr()[0],
-                            "epoch": done / self.steps_per_epoch,
-                            "examples_per_s": seen / elapsed if elapsed else 0.0,
-                            "train_seconds": train_seconds,
-                            "cpu_seconds": cpu_seconds,
-                        },
-                    )
-                    tic, seen = time.perf_counter(), 0
-                if run.eval_steps and (done % run.eval_steps == 0 or is_last):
-                    if main and self.evaluator is not None:
-                        assert log is not None
-                        results = self.evaluator(self.model)
-                        log.log(done, "eval", results)
-                        if best is None or results["metric"] > best:
-                            best, best_step = results["metric"], done
-                            meta = {"step": done, "metric": best}
-                            self.method.export(self.model, self.run_dir / "best", meta)
-                        self.model.train()
-                    self._barrier()
-                if done % run.checkpoint_every == 0 or done == end or is_last or stop.requested:
-                    if main:
-                        state = {
-                            "best_metric": best,
-                            "best_step": best_step,
-                            "train_seconds": train_seconds,
-                            "cpu_seconds": cpu_seconds,
-                            "config": cfg.to_dict(),
-                            "run_id": run_id(self.run_dir),
-                        }
-                        path = save_checkpoint(
-                            ckpt_root,
-                            done,
-                            self.model,
-                            optimizer,
-                            scheduler,
-                            state,
-                            keep=run.keep_checkpoints,
-                            extra=extra,
-                        )
-                        last_ckpt = str(path)
-                    self._barrier()
-                    if stop.requested and not is_last:
-                        raise TrainingStopped(done, str(last_ckpt), str(self.run_dir))
-        finally:
-            stop.restore()
-            bar.close()
-            if log is not None:
-                log.close()
-        if work:
-            record(f"train:{cfg.method}", work, train_seconds - seconds_before, self.device)
+        state.start, state.best = saved["step"], saved.get("best_metric")
+        state.best_step = saved.get("best_step")
+        state.train_seconds = saved.get("train_seconds", 0.0)
+        state.cpu_seconds = saved.get("cpu_seconds", 0.0)
+        state.last_ckpt = str(last)
+
+    def _step(self, state: _RunState, step: int) -> tuple[dict[str, torch.Tensor], int]:
+        """One optimizer step on batch `step`: (the objective's parts, this rank's examples)."""
+        opt, scaler, optimizer = self.config.optimisation, state.scaler, state.optimizer
+        step_start, step_cpu = time.perf_counter(), time.process_time()
+        batch, local = self.batch(step)
+        # DDP averages gradients while every rank's loss is already global: scale by W.
+        backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
+        with self._autocast():
+            if opt.grad_cache_chunk:
+                parts = GradCache(state.objective, opt.grad_cache_chunk, backward_scale)(batch)
+            else:
+                parts = state.objective(batch)
+        loss = parts["loss"]
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(step + 1, state.last_ckpt)
+        if not opt.grad_cache_chunk:  # GradCache ran backward itself
+            (loss * backward_scale).backward()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if opt.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), opt.max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        state.scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.train_seconds += time.perf_counter() - step_start
+        state.cpu_seconds += time.process_time() - step_cpu  # all threads: robust to sharing
+        return parts, local
+
+    def _maybe_log(
+        self,
+        state: _RunState,
+        log: MetricsLog | None,
+        meter: _Meter,
+        parts: dict[str, torch.Tensor],
+        done: int,
+        is_last: bool,
+    ) -> None:
+        """The training record every `run.log_steps` (and at the last step)."""
+        if log is None or not (done % self.config.run.log_steps == 0 or is_last):
+            return
+        elapsed = time.perf_counter() - meter.tic
+        log.log(
+            done,
+            "train",
+            {
+                **{k: v.item() for k, v in parts.items()},
+                "lr": state.scheduler.get_last_lr()[0],
+                "epoch": done / self.steps_per_epoch,
+                "examples_per_s": meter.seen / elapsed if elapsed else 0.0,
+                "train_seconds": state.train_seconds,
+                "cpu_seconds": state.cpu_seconds,
+            },
+        )
+        meter.tic, meter.seen = time.perf_counter(), 0
+
+    def _maybe_evaluate(
+        self, state: _RunState, log: MetricsLog | None, done: int, is_last: bool
+    ) -> None:
+        """The dev evaluation every `run.eval_steps` (rank 0); a new best is exported."""
+        eval_steps = self.config.run.eval_steps
+        if not eval_steps or not (done % eval_steps == 0 or is_last):
+            return
+        if self.rank == 0 and self.evaluator is not None:
+            assert log is not None
+            results = self.evaluator(self.model)
+            log.log(done, "eval", results)
+            if state.best is None or results["metric"] > state.best:
+                state.best, state.best_step = results["metric"], done
+                meta = {"step": done, "metric": state.best}
+                self.method.export(self.model, self.run_dir / "best", meta)
+            self.model.train()
+        self._barrier()
+
+    def _checkpoint(self, state: _RunState, done: int) -> None:
+        """Model, optimizer, schedule and progress, written atomically (rank 0)."""
+        if self.rank == 0:
+            saved = {
+                "best_metric": state.best,
+                "best_step": state.best_step,
+                "train_seconds": state.train_seconds,
+                "cpu_seconds": state.cpu_seconds,
+                "config": self.config.to_dict(),
+                "run_id": run_id(self.run_dir),
+            }
+            path = save_checkpoint(
+                self.run_dir / "checkpoints",
+                done,
+                self.model,
+                state.optimizer,
+                state.scheduler,
+                saved,
+                keep=self.config.run.keep_checkpoints,
+                extra=state.extra,
+            )
+            state.last_ckpt = str(path)
+        self._barrier()
+
+    def _finish(self, state: _RunState, end: int) -> TrainResult:
+        """final/ (and best/ when never evaluated) once the last step is done."""
         final_dir, best_dir = self.run_dir / "final", self.run_dir / "best"
-        result = TrainResult(end, final_dir, best_dir, best, best_step, train_seconds, cpu_seconds)
+        result = TrainResult(
+            end,
+            final_dir,
+            best_dir,
+            state.best,
+            state.best_step,
+            state.train_seconds,
+            state.cpu_seconds,
+        )
         if end < self.total_steps:  # stopped early on purpose: resume later
             return result
-        if main:
+        if self.rank == 0:
             self.method.export(self.model, final_dir, {"step": self.total_steps})
-            if best is None:  # never evaluated: the final model is the one to use
+            if state.best is None:  # never evaluated: the final model is the one to use
                 self.method.export(self.model, best_dir, {"step": self.total_steps})
         self._barrier()
         return result
