@@ -118,4 +118,6 @@ def test_the_report_pairs_each_method_with_the_start_and_simcse(tmp_path):
     # DCLR - SimCSE by seed: +2.0, +1.0 -> mean +1.50, t(0.975, 1) * 0.707 / 1.414 = 6.35
     assert "+3.00 [+3.00, +3.00]" in dclr and "+1.50 [-4.85, +7.85]" in dclr
     assert "5 queries, 50 passages" in md
+    overall = "the best refined model, DCLR (paper form) in the mean setting, scores nDCG@10 43.00"
+    assert f"{overall}, above the stock model" in md
     assert (tmp_path / "r" / "retrieval-indomain.png").read_bytes().startswith(b"\x89PNG")

@@ -737,7 +737,7 @@ CPU_SCALE_DATA = {
     "dup-corpus": "duplicate-rich corpora built from train / dev splits",
     "consert-few-shot": "n texts of ConSERT's 89,192 STS texts",
     "dualcse-inli": "INLI train",
-    "retrieval-indomain": "the paraphrase retrieval task's 10k unlabelled test passages",
+    "retrieval-indomain": "the paraphrase retrieval task's 8,388 unlabelled test passages",
 }
 
 

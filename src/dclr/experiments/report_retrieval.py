@@ -25,14 +25,14 @@ def _groups(runs: list[RunData]) -> dict[tuple[str, str], list[RunData]]:
 
 
 def verdict(d: Paired | None) -> str:
-    """A paired difference in words (retrieval scores x 100)."""
+    """A paired difference in words (retrieval scores x 100), as "X is <verdict> Y"."""
     if d is None:
-        return "not measured"
+        return "not measured against"
     if d.beyond_noise and abs(d.mean) >= PRACTICAL_DELTA:
-        return "higher" if d.mean > 0 else "lower"
+        return "above" if d.mean > 0 else "below"
     if d.beyond_noise:
-        return f"within {PRACTICAL_DELTA} (real but of no practical size)"
-    return "not distinguishable (the interval holds 0)"
+        return f"within {PRACTICAL_DELTA} of"
+    return "not distinguishable from"
 
 
 def section(rep: Report, runs: list[RunData], out: Path) -> None:
@@ -72,18 +72,20 @@ def section(rep: Report, runs: list[RunData], out: Path) -> None:
                 row += [fmt(stat(group, key)), fmt_paired(d_start), fmt_paired(d_simcse)]
                 if name == "nDCG@10":
                     lines.append(f"{DENSE_LABELS[variant]} ({setting}): nDCG@10 "
-                                 f"{verdict(d_start)} than the starting model"
+                                 f"{verdict(d_start)} the starting model"
                                  + ("" if d_start is None else f" (Δ {d_start.fmt()})")
-                                 + ("" if d_simcse is None else f", {verdict(d_simcse)} than "
+                                 + ("" if d_simcse is None else f", {verdict(d_simcse)} "
                                     f"SimCSE (Δ {d_simcse.fmt()})") + ".")  # fmt: skip
             rows.append(row)
         rep.table(header, rows)
     if lines:
         rep.text(" ".join(lines))
+    rep.text(_answer(groups))
     rep.image(_plot(groups, settings, out / "retrieval-indomain.png"), "in-domain search")
     rep.text(
-        "One panel per metric: the change against the starting model per setting and method, "
-        "each seed a dot, the bar the mean and the whisker its 95 % interval."
+        "One panel per metric: the change against the starting model per setting and method "
+        "(the starting model with that setting's pooler), each seed a dot, the bar the mean and "
+        "the whisker its 95 % interval."
     )
 
 
@@ -116,3 +118,20 @@ def _plot(groups: dict[tuple[str, str], list[RunData]], settings: list[str], pat
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _answer(groups: dict[tuple[str, str], list[RunData]]) -> str:
+    """Does unsupervised refinement help search here? The best trained cell against the stock
+    model as users load it (mean pooling), in words."""
+    key = "retrieval_ndcg@10"
+    stock = next((r.before[key] for (s, _), rs in groups.items() if s == "mean" for r in rs
+                  if key in r.before), None)  # fmt: skip
+    cells = {k: stat(rs, key) for k, rs in groups.items()}
+    measured = {k: v for k, v in cells.items() if v is not None}
+    if stock is None or not measured:
+        return "The stock model's mean-pooled score is not in these runs: no overall answer."
+    (setting, variant), best = max(measured.items(), key=lambda kv: kv[1].mean)
+    side = "above" if best.mean > stock else "below"
+    return (f"Overall: the best refined model, {DENSE_LABELS[variant]} in the {setting} "
+            f"setting, scores nDCG@10 {best.mean:.2f}, {side} the stock model as "
+            f"sentence-transformers users load it (mean pooling, {stock:.2f}).")  # fmt: skip
