@@ -98,6 +98,7 @@ def shared_start_scores(
         max_length=limit,
         normalize=True,
         show_progress=True,
+        progress_label="encode corpus once (before-eval + complementary cache)",
     )
     CachedComplementary.save(cache, vectors[encoder.pooler], expected)
     before = dict(zip(corpus, vectors[pooler], strict=True))
