@@ -116,3 +116,15 @@ def train_one_and_two_ranks(options: dict, out: Path) -> tuple[Path, Path]:
         )
         assert done.returncode == 0, done.stderr[-3000:]
     return out / "one", out / "two"
+
+
+def write_beir_folder(folder: Path, passages: list[str], queries: list[str], pairs, split: str):
+    """A BEIR folder of passages d<i>, queries q<j> and (query, passage) index pairs judged 1,
+    written by dclr's own `write_beir`."""
+    from dclr.data.beir import write_beir
+
+    qrels: dict[str, dict[str, int]] = {}
+    for q, d in pairs:
+        qrels.setdefault(f"q{q}", {})[f"d{d}"] = 1
+    return write_beir(folder, {f"d{i}": t for i, t in enumerate(passages)},
+                      {f"q{i}": t for i, t in enumerate(queries)}, qrels, split)  # fmt: skip

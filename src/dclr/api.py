@@ -77,11 +77,7 @@ def evaluate_retrieval(
     `data_dir`'s test or dev splits). With `index` (a `dclr index build` of the folder's
     corpus.jsonl), the queries are searched in that index instead of by exact search, so an int8 or
     approximate index is measured as it is served. See docs/retrieval.md."""
-    import tempfile
-
-    from dclr.data.paths import resolve_data_dir
-    from dclr.data.retrieval_tasks import write_task
-    from dclr.evaluation.retrieval_eval import evaluate
+    from dclr.evaluation.retrieval_eval import evaluate_target
     from dclr.serving.fingerprint import model_fingerprint
 
     if (folder is None) == (task is None):
@@ -91,12 +87,8 @@ def evaluate_retrieval(
     def encode(texts: list[str]) -> Any:
         return encoder.encode(texts, batch_size=batch_size)
 
-    with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
-        if task is not None:
-            folder, _ = write_task(task, resolve_data_dir(data_dir), Path(tmp) / task, split)
-        assert folder is not None
-        fingerprint = model_fingerprint(encoder) if index is not None else None
-        return evaluate(folder, encode, split, index, fingerprint)
+    fingerprint = model_fingerprint(encoder) if index is not None else None
+    return evaluate_target(encode, folder, task, split, data_dir, index, fingerprint)
 
 
 def train(

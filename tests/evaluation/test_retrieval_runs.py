@@ -2,11 +2,15 @@
 of a built-in task as training text, and the in-domain experiment's report (issue 26 item 4)."""
 
 import json
-from pathlib import Path
 
 import pytest
 from experiment_runs import write_run
-from helpers import make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
+from helpers import (
+    make_tiny_model_dir,
+    tiny_run_overrides,
+    write_beir_folder,
+    write_pseudo_corpus,
+)
 
 from dclr.data.corpus import load_corpus
 from dclr.data.retrieval_tasks import build_task
@@ -17,16 +21,6 @@ from dclr.experiments.specs import experiment_specs
 from dclr.recipe import load_config
 
 METRICS = ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10", "recall@100")
-
-
-def write_beir(folder: Path, passages: list[str], queries: list[str], qrels, split="test"):
-    (folder / "qrels").mkdir(parents=True)
-    rows = [{"_id": f"d{i}", "title": "", "text": t} for i, t in enumerate(passages)]
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rows = [{"_id": f"q{i}", "text": t} for i, t in enumerate(queries)]
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    lines = ["query-id\tcorpus-id\tscore"] + [f"q{q}\td{d}\t1" for q, d in qrels]
-    (folder / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
 
 
 def test_the_corpus_side_of_a_task_is_its_passages_only(data_dir):
@@ -51,7 +45,9 @@ def test_a_run_records_retrieval_before_and_after(tmp_path, monkeypatch):
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 200)
     lines = corpus.read_text().splitlines()
     folder = tmp_path / "search"
-    write_beir(folder, lines[:60], lines[60:75], [(i, (7 * i) % 60) for i in range(15)])
+    write_beir_folder(
+        folder, lines[:60], lines[60:75], [(i, (7 * i) % 60) for i in range(15)], "test"
+    )
     from dclr.driver import run_training
     from dclr.evaluation import retrieval_runs
 

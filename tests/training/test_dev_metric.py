@@ -1,9 +1,12 @@
 """`run.eval_metric`: which dev number picks best/, including the user's own retrieval folder."""
 
-import json
-
 import pytest
-from helpers import make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
+from helpers import (
+    make_tiny_model_dir,
+    tiny_run_overrides,
+    write_beir_folder,
+    write_pseudo_corpus,
+)
 
 from dclr.errors import ConfigError
 from dclr.methods.base import dev_metric, retrieval_dev_scores
@@ -32,16 +35,6 @@ def test_retrieval_metric_needs_a_folder():
         load_config(None, {"model": "m", "eval_metric": "retrieval"})
 
 
-def write_beir(folder, passages, queries, qrels):
-    (folder / "qrels").mkdir(parents=True)
-    rows = [{"_id": f"d{i}", "title": "", "text": t} for i, t in enumerate(passages)]
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rows = [{"_id": f"q{i}", "text": t} for i, t in enumerate(queries)]
-    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    lines = ["query-id\tcorpus-id\tscore"] + [f"q{q}\td{d}\t1" for q, d in qrels]
-    (folder / "qrels" / "dev.tsv").write_text("\n".join(lines) + "\n")
-
-
 def test_best_is_chosen_by_the_dev_queries(tmp_path):
     """A tiny run evaluated on a BEIR dev folder only: every eval record holds the six metrics
     (x 100) and no STS key, `metric` is nDCG@10, and best/ is the step with the highest one."""
@@ -49,7 +42,9 @@ def test_best_is_chosen_by_the_dev_queries(tmp_path):
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 200)
     lines = corpus.read_text().splitlines()
     folder = tmp_path / "search"
-    write_beir(folder, lines[:40], lines[40:50], [(i, (7 * i) % 40) for i in range(10)])
+    write_beir_folder(
+        folder, lines[:40], lines[40:50], [(i, (7 * i) % 40) for i in range(10)], "dev"
+    )
     options = {"max_steps": 6, "eval_steps": 2, "eval_metric": "retrieval",
                "eval_retrieval": str(folder)}  # fmt: skip
     out = tmp_path / "run"

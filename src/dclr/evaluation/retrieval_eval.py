@@ -168,3 +168,29 @@ def evaluate(
     if index is not None:
         return evaluate_index(index, folder, encode, split, fingerprint)
     return RetrievalEvaluator(folder, split)(encode)
+
+
+def evaluate_target(
+    encode: EncodeFn,
+    folder: str | Path | None = None,
+    task: str | None = None,
+    split: str = "test",
+    data_dir: str | Path | None = None,
+    index: str | Path | None = None,
+    fingerprint: str | None = None,
+) -> dict[str, float]:
+    """`evaluate` on a BEIR folder, or on a built-in `task` (built from `data_dir`'s `split` into
+    a temporary folder first)."""
+    import tempfile
+
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.retrieval_tasks import write_task
+    from dclr.errors import ConfigError
+
+    if (folder is None) == (task is None):
+        raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")
+    with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
+        if task is not None:
+            folder, _ = write_task(task, resolve_data_dir(data_dir), Path(tmp) / task, split)
+        assert folder is not None
+        return evaluate(folder, encode, split, index, fingerprint)

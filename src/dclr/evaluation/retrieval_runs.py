@@ -9,7 +9,6 @@ by the task, so the runs of an experiment evaluate it once.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,10 +37,8 @@ def retrieval_test_scores(
     model: str, pooler: str, target: str, data_dir: str | None, label: str
 ) -> dict[str, float]:
     """nDCG@10, MRR@10, MAP@100, Recall@{1,10,100} x 100 of the model at `model` on `target`."""
-    from dclr.data.paths import resolve_data_dir
-    from dclr.data.retrieval_tasks import write_task
     from dclr.evaluation.retrieval import METRICS
-    from dclr.evaluation.retrieval_eval import RetrievalEvaluator
+    from dclr.evaluation.retrieval_eval import evaluate_target
     from dclr.models.encoder import SentenceEncoder
 
     encoder = SentenceEncoder.from_pretrained(
@@ -51,11 +48,10 @@ def retrieval_test_scores(
     def encode(texts: list[str]) -> np.ndarray:
         return encoder.encode(texts, show_progress=True, progress_label=label)
 
-    with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
-        folder: str | Path = target
-        if target in BUILTIN:
-            folder, _ = write_task(target, resolve_data_dir(data_dir), Path(tmp) / target)
-        scores = RetrievalEvaluator(folder, TEST_SPLIT)(encode)
+    builtin = target in BUILTIN
+    scores = evaluate_target(
+        encode, None if builtin else target, target if builtin else None, TEST_SPLIT, data_dir
+    )
     out = {name: 100 * scores[name] for name in METRICS}
     out["n_queries"] = scores.get("n_queries", 0.0)
     out["n_passages"] = scores["n_passages"]

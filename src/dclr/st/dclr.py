@@ -193,7 +193,8 @@ class DCLRLoss(nn.Module):
         vectors = [embed(self.guide, c) for c in guide_columns]  # (n_local, d_guide) each
         anchors = dist.gather_with_grad(vectors[0].float())
         positives = anchors if len(vectors) == 1 else dist.gather_with_grad(vectors[1].float())
-        self._anchors = torch.nn.functional.normalize(anchors, dim=-1)
+        if self.objective.noise_weighting == "complementary":  # only then are they scored
+            self._anchors = torch.nn.functional.normalize(anchors, dim=-1)
         return cosine_matrix(anchors, positives)
 
     def _decode(self, features: dict[str, torch.Tensor]) -> list[str]:
