@@ -224,6 +224,7 @@ def test_every_long_phase_says_how_much_and_how_long(model_dir, data_dir, tmp_pa
     from helpers import write_pseudo_corpus
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # CI sets it; this test looks at a bar
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
     texts = []
     for name in ("a", "b"):
