@@ -4,7 +4,6 @@ and the STS scores table. Presentation only: the core (training, evaluation) nev
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import NoReturn
 
 import typer
@@ -81,53 +80,19 @@ def rte_table(title: str, columns: dict[str, dict[str, float]]) -> Table:
     return table
 
 
-def section_fields_from_source(files: list[Path], classes: dict[str, str]) -> dict[str, list[str]]:
-    """{section: field names} of the dataclasses `classes` ({section: class name}) read from the
-    source `files` without importing them (importing the config imports torch: seconds for a
-    `--help`). Fields inherited from a base class defined in `files` come first, as in
-    `dataclasses.fields`."""
-    import ast
-
-    bodies: dict[str, ast.ClassDef] = {}
-    for file in files:
-        for node in ast.parse(file.read_text()).body:
-            if isinstance(node, ast.ClassDef):
-                bodies[node.name] = node
-
-    def fields(name: str) -> list[str]:
-        node = bodies.get(name)
-        if node is None:
-            return []
-        inherited: list[str] = []  # as dataclasses orders them: the last base's fields first
-        for base in reversed(node.bases):
-            if isinstance(base, ast.Name):
-                inherited += [f for f in fields(base.id) if f not in inherited]
-        own = [
-            item.target.id
-            for item in node.body
-            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-        ]
-        return inherited + [f for f in own if f not in inherited]
-
-    return {section: fields(cls) for section, cls in classes.items()}
-
-
-# Section -> dataclass of every core and built-in method section, for `train --help`;
-# tests/test_first_hour.py checks this against the registered sections.
-HELP_SECTIONS = {
-    "model": "ModelSection", "data": "DataSection", "optimisation": "OptimisationSection",
-    "run": "RunSection", "simcse": "ContrastiveSection", "dclr": "DCLRSection",
-    "consert": "ConSERTSection", "nli": "NLISection", "dualcse": "DualCSESection",
-    "simcse_sup": "SupervisedINLISection",
-}  # fmt: skip
-
-
 def train_keys_help() -> str:
-    """Every `--set` key by section, read from the source (see `section_fields_from_source`)."""
-    root = Path(__file__).parent
-    files = [root / "training" / "config.py", *sorted((root / "methods").glob("*.py"))]
-    keys = section_fields_from_source(files, HELP_SECTIONS)
-    return "; ".join(f"{section}: {', '.join(names)}" for section, names in keys.items())
+    """Every `--set` key by section: the core sections, then each method's (the registry's
+    `section_classes`: the built-ins' option modules are torch-free, so `--help` stays fast)."""
+    import dataclasses
+
+    from dclr.methods.registry import section_classes
+    from dclr.training.config import CORE_SECTIONS
+
+    sections = {**CORE_SECTIONS, **section_classes()}
+    return "; ".join(
+        f"{name}: {', '.join(f.name for f in dataclasses.fields(cls))}"
+        for name, cls in sections.items()
+    )
 
 
 def reflow(doc: str) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import torch
-
 from dclr.errors import ConfigError
 
 FewShotSampling = Literal["first", "random"]
@@ -45,6 +43,8 @@ def few_shot_indices(
         raise ConfigError(f"few_shot_sentences {count} is more than the corpus's {size} sentences")
     if sampling == "first":
         return list(range(count))
+    import torch  # here: the config imports this module's names, and must stay torch-free
+
     gen = torch.Generator().manual_seed(seed)
     return sorted(torch.randperm(size, generator=gen)[:count].tolist())
 

@@ -15,19 +15,9 @@ Both are pure functions of similarity values, here and tested on hand-made numbe
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
-from dclr.errors import ConfigError
-
-PhiCalibration = Literal["none", "random_pairs", "paraphrase_recall"]
-
-
-def check_target(mode: str, target: float) -> float:
-    if mode != "none" and not 0 < target < 1:
-        raise ConfigError(f"phi_calibration_target must be in (0, 1) for {mode!r}, got {target}")
-    return target
+from dclr.methods.dclr_options import check_target
 
 
 def phi_from_random_pairs(vectors: np.ndarray, drop_fraction: float) -> float:

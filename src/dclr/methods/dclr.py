@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,42 +12,12 @@ import torch
 from torch import nn
 
 from dclr import distributed as dist
-from dclr.errors import ConfigError
-from dclr.losses.calibration import PhiCalibration, check_target
-from dclr.methods.dclr_options import ComplementaryMode, DCLROptions
-from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection, build_views
-from dclr.models.pooling import POOLERS, PoolerName
+from dclr.methods.contrastive_options import ContrastiveSection
+from dclr.methods.dclr_options import DCLRSection
+from dclr.methods.simcse import ContrastiveMethod, build_views
 
 if TYPE_CHECKING:
     from dclr.training.config import TrainConfig
-
-
-@dataclass
-class DCLRSection(DCLROptions, ContrastiveSection):
-    """`dclr:` in a recipe: the objective's options (`DCLROptions`, declared once in
-    `dclr.methods.dclr_options`), the two positive views, and where the complementary model's
-    scores come from. Field comments are the documentation."""
-
-    complementary_model: str | None = None  # frozen scorer (None: the starting model itself)
-    complementary_pooler: PoolerName | None = None  # its pooler (None: what its folder records)
-    complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
-    complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
-    phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
-    phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
-
-    def validate(self, config: TrainConfig) -> None:
-        super().validate(config)  # ContrastiveSection: temperature, the views
-        self.check_options()
-        if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
-            raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
-        check_target(self.phi_calibration, self.phi_calibration_target)
-        if self.phi_calibration != "none" and (
-            config.method != "dclr" or self.weighting != "complementary"
-        ):
-            raise ConfigError(
-                "phi_calibration derives phi from the complementary model: it needs "
-                "method: dclr with weighting: complementary"
-            )
 
 
 def build_complementary(

@@ -1,8 +1,8 @@
-"""DCLR's loss options, declared once and torch-free (issue 24 item 2).
+"""DCLR's options, declared once and torch-free.
 
 `DCLROptions` is what the objective takes (`dclr.losses.dclr.DCLRLoss`), what `dclr train`'s
-`dclr:` section extends (`dclr.methods.dclr.DCLRSection` adds the complementary model, its cache
-and the phi calibration, which decide *where* the scores come from), and what the
+`dclr:` section extends (`DCLRSection` adds the two positive views, the complementary model, its
+cache and the phi calibration, which decide *where* the scores come from), and what the
 sentence-transformers face builds from its keyword arguments (`dclr.st.DCLRLoss`), so the three
 cannot drift. Field comments are the documentation (`dclr train --help` lists the fields).
 """
@@ -10,9 +10,14 @@ cannot drift. Field comments are the documentation (`dclr train --help` lists th
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from dclr.errors import ConfigError
+from dclr.methods.contrastive_options import ContrastiveSection
+from dclr.models.pooler_names import POOLERS, PoolerName
+
+if TYPE_CHECKING:
+    from dclr.training.config import TrainConfig
 
 LossForm = Literal["paper", "official"]
 NoiseMode = Literal["optimized", "random", "none"]
@@ -21,6 +26,8 @@ ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 # how noise negatives are weighted (dclr.txt l.94: alpha for "any negative"; docs/dclr-loss-forms.md)
 NoiseWeighting = Literal["none", "complementary"]
 NEEDS_SCORER = ("complementary", "distill")  # weightings that need a complementary model
+# where phi comes from: as set, or calibrated on the complementary model (dclr.losses.calibration)
+PhiCalibration = Literal["none", "random_pairs", "paraphrase_recall"]
 
 
 @dataclass
@@ -95,3 +102,38 @@ _LITERALS: dict[str, tuple[str, ...]] = {
 def option_names() -> list[str]:
     """The objective's option names, in declaration order."""
     return [f.name for f in fields(DCLROptions)]
+
+
+def check_target(mode: str, target: float) -> float:
+    """A calibration's target (a dropped share or a recall) in (0, 1); ConfigError otherwise."""
+    if mode != "none" and not 0 < target < 1:
+        raise ConfigError(f"phi_calibration_target must be in (0, 1) for {mode!r}, got {target}")
+    return target
+
+
+@dataclass
+class DCLRSection(DCLROptions, ContrastiveSection):
+    """`dclr:` in a recipe: the objective's options (`DCLROptions`), the two positive views, and
+    where the complementary model's scores come from. Field comments are the documentation."""
+
+    complementary_model: str | None = None  # frozen scorer (None: the starting model itself)
+    complementary_pooler: PoolerName | None = None  # its pooler (None: what its folder records)
+    complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
+    complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
+    phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
+    phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
+
+    def validate(self, config: TrainConfig) -> None:
+        super().validate(config)  # ContrastiveSection: temperature, the views
+        self.check_options()
+        if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
+            raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
+        check_target(self.phi_calibration, self.phi_calibration_target)
+        if self.phi_calibration != "none" and self.weighting != "complementary":
+            raise ConfigError(PHI_CALIBRATION_NEEDS)
+
+
+PHI_CALIBRATION_NEEDS = (
+    "phi_calibration derives phi from the complementary model: it needs method: dclr with "
+    "weighting: complementary"
+)

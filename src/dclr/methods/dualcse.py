@@ -8,62 +8,25 @@ INLI test. Their recipes live in recipes/dualcse/.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from dclr.dualcse.model import EncoderKind
-from dclr.errors import ConfigError
 from dclr.methods.base import Method, build_encoder, dropout_overrides
+from dclr.methods.dualcse_options import DualCSESection, SupervisedINLISection
 
 if TYPE_CHECKING:
     from dclr.contract import TrainResult
     from dclr.training.config import TrainConfig
 
-SupPositives = Literal["both", "explicit", "implied"]
 # Every DualCSE-family recipe starts from these (the DualCSE paper's setting; no STS evaluation).
 INLI_DEFAULTS: dict[str, Any] = {
     "model": {"pooler": "mean", "mlp_head": False, "max_length": 80, "packing": "off"},
     "optimisation": {"learning_rate": 5e-5},  # paper: 5e-5 cross, 3e-5 bi
     "run": {"eval_steps": 0, "test_eval": False, "save_steps": 100, "output_dir": "runs/dualcse"},
 }
-MIN_LENGTH = 8  # room for [CLS] s [SEP] prompt [SEP] with s non-empty
-
-
-@dataclass
-class INLISection:
-    """Options shared by the INLI methods."""
-
-    temperature: float = 0.05  # tau of every InfoNCE term (paper: 0.05)
-    rte_eval: bool = True  # after training: RTE threshold on INLI val, accuracies on INLI test
-    eval_batch_size: int = 128  # sentences per forward pass when evaluating
-
-    def validate(self, config: TrainConfig) -> None:
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
-        if config.model.max_length < MIN_LENGTH:
-            raise ConfigError(f"max_length must be >= {MIN_LENGTH}, got {config.model.max_length}")
-        if self.eval_batch_size < 1:
-            raise ConfigError("eval_batch_size must be >= 1")
-
-
-@dataclass
-class DualCSESection(INLISection):
-    """DualCSE's options. Field comments are the documentation."""
-
-    encoder: EncoderKind = "cross"  # cross (one encoder, prompt word) | bi (two encoders)
-    contradiction_negatives: bool = True  # contradictions as negatives + their intra term
-    intra_sentence: bool = True  # the three r/u terms within a hypothesis
-
-
-@dataclass
-class SupervisedINLISection(INLISection):
-    """Supervised SimCSE on INLI: premise anchor, entailment positive, contradiction negative."""
-
-    sup_positives: SupPositives = "both"  # entailments used as positives (both: 2 triples)
 
 
 def column_major(items: Sequence[tuple[str, ...]]) -> list[str]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -19,75 +18,13 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.methods.base import Method
-from dclr.methods.simcse import ContrastiveMethod, ContrastiveSection
+from dclr.methods.contrastive_options import ADVERSARIAL_NEEDS_LABELS, ContrastiveSection
+from dclr.methods.dclr_options import PHI_CALIBRATION_NEEDS
+from dclr.methods.nli_options import SUPERVISED_STAGE, TWO_STAGE, NLISection
+from dclr.methods.simcse import ContrastiveMethod
 
 if TYPE_CHECKING:
     from dclr.training.config import TrainConfig
-
-Schedule = Literal["sup", "joint", "sup_then_unsup", "joint_then_unsup"]
-SupervisedLoss = Literal["simcse", "nli_head"]
-Contrastive = Literal["simcse", "consert", "dclr"]
-# The supervised stage of each schedule (the two-stage ones add an unsupervised stage).
-SUPERVISED_STAGE = {
-    "sup": "sup",
-    "joint": "joint",
-    "sup_then_unsup": "sup",
-    "joint_then_unsup": "joint",
-}
-TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
-
-
-@dataclass
-class NLISection:
-    """Supervised NLI options (SimCSE-supervised; ConSERT's schedules)."""
-
-    schedule: Schedule = "sup"  # sup | joint | sup_then_unsup | joint_then_unsup
-    supervised_loss: SupervisedLoss = "simcse"  # sup: simcse (triples) | nli_head (u, v, |u-v|)
-    nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
-    nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
-    temperature: float = 0.05  # tau of supervised SimCSE
-    # alpha in joint: L = L_nli_head + alpha * L_contrastive. 1.0 keeps older runs unchanged;
-    # ConSERT's released scripts use 0.15 (`--cl_rate 0.15`), the paper-scale recipes too.
-    joint_weight: float = 1.0
-    adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (joint only)
-    contrastive: Contrastive = "simcse"  # the joint part / second stage: its section configures it
-    # Stage 2 of sup_then_unsup / joint_then_unsup (None: stage 1's value). ConSERT's released
-    # stage 2 trains 25 epochs at lr 5e-7 after a stage 1 at 2e-5 for 1 epoch.
-    second_stage_learning_rate: float | None = None
-    second_stage_epochs: float | None = None  # stage 2 counts epochs (stage 1's max_steps dropped)
-
-    def validate(self, config: TrainConfig) -> None:
-        if not self.nli_data:
-            raise ConfigError(f"schedule {self.schedule!r} needs nli_data (labelled NLI data)")
-        if self.schedule in ("joint", "joint_then_unsup") and self.supervised_loss != "nli_head":
-            raise ConfigError(
-                "the joint schedules train the NLI head: set supervised_loss: nli_head"
-            )
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
-        if not self.joint_weight >= 0:
-            raise ConfigError(f"joint_weight must be >= 0, got {self.joint_weight}")
-        for name in ("second_stage_learning_rate", "second_stage_epochs"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"{name} must be > 0, got {value}")
-            if value is not None and self.schedule not in TWO_STAGE:
-                raise ConfigError(
-                    f"{name} applies to the two-stage schedules ({', '.join(TWO_STAGE)}), "
-                    f"not {self.schedule!r}"
-                )
-        if not self.adversarial_epsilon >= 0:
-            raise ConfigError(f"adversarial_epsilon must be >= 0, got {self.adversarial_epsilon}")
-        views = config.section(self.contrastive)
-        if "adversarial" in (views.view1, views.view2) and not self.adversarial_epsilon > 0:
-            raise ConfigError("an adversarial view needs adversarial_epsilon > 0")
-        if self.schedule in ("joint", "joint_then_unsup") and getattr(
-            views, "needs_complementary", False
-        ):
-            raise ConfigError(
-                "joint training with DCLR supports weighting 'self' or 'none' (the complementary "
-                "model scores a fixed unlabelled corpus)"
-            )
 
 
 def load_nli_examples(config: TrainConfig) -> list[Any]:
@@ -202,6 +139,16 @@ class NLI(Method):
     def section_names(self, values: dict[str, Any]) -> list[str]:
         contrastive = (values.get("nli") or {}).get("contrastive", "simcse")
         return ["nli", str(contrastive)]
+
+    def validate(self, config: TrainConfig) -> None:
+        """The contrastive part's options that only NLI training can judge: an adversarial view
+        needs the joint schedule's labels; phi calibration needs method: dclr itself."""
+        section: NLISection = config.section("nli")
+        contrastive = config.section(section.contrastive)
+        if contrastive.adversarial and section.schedule != "joint":
+            raise ConfigError(ADVERSARIAL_NEEDS_LABELS)
+        if getattr(contrastive, "phi_calibration", "none") != "none":
+            raise ConfigError(PHI_CALIBRATION_NEEDS)
 
     def load_data(self, config: TrainConfig) -> Sequence[Any]:
         return load_nli_examples(config)

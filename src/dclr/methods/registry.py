@@ -2,7 +2,8 @@
 loop (`dclr.recipe`, `dclr.driver`); the loop and the core config never import this module.
 
 Where methods come from, in order:
-* the built-in methods, `BUILTIN` (name -> "module:attribute" of its `Method` instance);
+* the built-in methods, `BUILTIN` (name -> where its `Method` instance is, and where its torch-free
+  section dataclass is, so `dclr train --help` lists every option without importing torch);
 * installed packages, through the entry-point group `dclr.methods` (`ENTRY_POINT_GROUP`):
   a package declares `[project.entry-points."dclr.methods"] mymethod = "mypkg.plugin:METHOD"`
   and `dclr train recipe.yaml` with `method: mymethod` trains it, with no edit to dclr;
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dclr.errors import ConfigError
 
@@ -24,14 +25,31 @@ if TYPE_CHECKING:
     from dclr.methods.base import Method
 
 ENTRY_POINT_GROUP = "dclr.methods"
-# The built-in methods: name -> "module:attribute" of the Method instance.
+
+
+class Builtin(NamedTuple):
+    """Where a built-in method lives: its `Method` instance and its section dataclass (a
+    torch-free module; `Method.section` is the same class, tests/methods/test_registry.py)."""
+
+    method: str  # "module:attribute"
+    section: str  # "module:attribute"
+
+
 BUILTIN = {
-    "simcse": "dclr.methods.simcse:SIMCSE",
-    "consert": "dclr.methods.consert:CONSERT",
-    "dclr": "dclr.methods.dclr:DCLR_METHOD",
-    "nli": "dclr.methods.nli:NLI_METHOD",
-    "dualcse": "dclr.methods.dualcse:DUALCSE",
-    "simcse_sup": "dclr.methods.dualcse:SIMCSE_SUP_INLI",
+    "simcse": Builtin(
+        "dclr.methods.simcse:SIMCSE", "dclr.methods.contrastive_options:ContrastiveSection"
+    ),
+    "consert": Builtin(
+        "dclr.methods.consert:CONSERT", "dclr.methods.contrastive_options:ConSERTSection"
+    ),
+    "dclr": Builtin("dclr.methods.dclr:DCLR_METHOD", "dclr.methods.dclr_options:DCLRSection"),
+    "nli": Builtin("dclr.methods.nli:NLI_METHOD", "dclr.methods.nli_options:NLISection"),
+    "dualcse": Builtin(
+        "dclr.methods.dualcse:DUALCSE", "dclr.methods.dualcse_options:DualCSESection"
+    ),
+    "simcse_sup": Builtin(
+        "dclr.methods.dualcse:SIMCSE_SUP_INLI", "dclr.methods.dualcse_options:SupervisedINLISection"
+    ),
 }
 
 _METHODS: dict[str, Method] = {}
@@ -50,11 +68,15 @@ def unregister(name: str) -> None:
     _METHODS.pop(name, None)
 
 
+def _attribute(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 def _load(target: str, origin: str) -> Method:
     from dclr.methods.base import Method
 
-    module, _, attribute = target.partition(":")
-    method = getattr(importlib.import_module(module), attribute)
+    method = _attribute(target)
     if not isinstance(method, Method):
         raise ConfigError(f"{origin} {target!r} is not a dclr Method instance")
     return method
@@ -66,8 +88,8 @@ def _load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    for name, target in BUILTIN.items():
-        _METHODS.setdefault(name, _load(target, "built-in method"))
+    for name, builtin in BUILTIN.items():
+        _METHODS.setdefault(name, _load(builtin.method, "built-in method"))
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name not in _METHODS:
             _METHODS[point.name] = _load(point.value, f"entry point {point.name!r}")
@@ -87,6 +109,18 @@ def method_sections(method: str, values: dict[str, Any]) -> dict[str, type]:
     so far (a `dclr.training.config.SectionTypes`); an unknown method fails, naming the known."""
     names = get_method(method).section_names(values)
     return {name: get_method(name).section for name in names}
+
+
+def section_classes() -> dict[str, type]:
+    """{method: its section dataclass} of every method: built-ins from their torch-free option
+    modules (no method module imported), then installed and registered ones (those are loaded)."""
+    sections = {name: _attribute(builtin.section) for name, builtin in BUILTIN.items()}
+    for name, method in _METHODS.items():
+        sections.setdefault(name, method.section)
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in sections:
+            sections[point.name] = get_method(point.name).section
+    return sections
 
 
 def available_methods() -> list[str]:

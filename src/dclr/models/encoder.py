@@ -29,7 +29,8 @@ from dclr.models.packing import (
     segment_mean,
     unpad,
 )
-from dclr.models.pooling import POOLERS, MLPHead, check_pooler, needs_hidden_states, pool
+from dclr.models.pooler_names import POOLERS, check_pooler
+from dclr.models.pooling import MLPHead, needs_hidden_states, pool
 from dclr.models.resolve import (
     check_model_folder,
     load_backbone,

@@ -36,7 +36,7 @@ import yaml
 from dclr.configfile import check_choices, check_known, field_types, from_dict, unknown_option_error
 from dclr.data.sampling import FewShotSampling
 from dclr.errors import ConfigError
-from dclr.models.pooling import PoolerName, check_pooler
+from dclr.models.pooler_names import PoolerName, check_pooler
 
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]

@@ -10,9 +10,6 @@ forked. Special tokens ([CLS], [SEP], <s>, ...) and padding are never cut or shu
 - `adversarial`: an FGSM-style perturbation of the input embeddings from a loss gradient.
 - `strategies`: the option names and their validation.
 - `pair`: `PositiveViews`, two strategies (view 1 / view 2) encoded by a model.
+
+Import from the modules (`dclr.views.strategies` is torch-free: the config and `--help` read it).
 """
-
-from dclr.views.pair import PositiveViews, ViewSpec
-from dclr.views.strategies import VIEW_STRATEGIES, ViewStrategy, check_view
-
-__all__ = ["VIEW_STRATEGIES", "PositiveViews", "ViewSpec", "ViewStrategy", "check_view"]
