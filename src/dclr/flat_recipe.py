@@ -12,6 +12,7 @@ Nothing else in dclr reads the flat form.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from dclr.errors import ConfigError
@@ -57,22 +58,39 @@ def has_target(nested: dict[str, Any], key: str) -> bool:
     return any(key in field_names(cls) for cls in sections.values())
 
 
-# Every option of the flat (pre-sections) TrainConfig and DualCSEConfig, with its default: an old
-# config.yaml lists them all, whatever the method, so those that do not apply are dropped when
-# they hold their default (they had no effect) and refused otherwise.
-LEGACY_DEFAULTS: dict[str, Any] = {
-    "noise_ratio": 1.0, "noise_std": 1.0, "noise_steps": 4, "noise_step_size": 1e-3,
-    "noise_temperature": None, "noise_mode": "optimized", "false_negative_threshold": 0.9,
-    "weighting": "complementary", "dclr_form": "paper", "complementary_model": None,
-    "complementary_pooler": None, "complementary_mode": "cached", "complementary_cache": None,
-    "view1": "dropout", "view1_rate": 0.0, "view2": "dropout", "view2_rate": 0.0,
-    "schedule": "unsup", "supervised_loss": "simcse", "nli_data": None, "nli_split": "train",
-    "joint_weight": 1.0, "adversarial_epsilon": 0.0, "corpus": "sts", "mlp_head": True,
-    "encoder": "cross", "contradiction_negatives": True, "intra_sentence": True,
-    "sup_positives": "both", "rte_eval": True, "eval_batch_size": 128, "temperature": 0.05,
-    "phi_calibration": "none", "phi_calibration_target": 0.001,
-    "paraphrase_density": 0.0, "paraphrase_sources": "mrpc,stsb,sick",
-}  # fmt: skip
+# Every option of the flat (pre-sections) TrainConfig and DualCSEConfig: an old config.yaml lists
+# them all, whatever the method, so those that do not apply are dropped when they hold their
+# default (they had no effect) and refused otherwise. The defaults are read from the sections
+# (`legacy_defaults`); tests/training/test_config.py checks them against the flat format's values.
+LEGACY_KEYS = (
+    "noise_ratio", "noise_std", "noise_steps", "noise_step_size", "noise_temperature",
+    "noise_mode", "false_negative_threshold", "weighting", "dclr_form", "complementary_model",
+    "complementary_pooler", "complementary_mode", "complementary_cache", "view1", "view1_rate",
+    "view2", "view2_rate", "schedule", "supervised_loss", "nli_data", "nli_split", "joint_weight",
+    "adversarial_epsilon", "corpus", "mlp_head", "encoder", "contradiction_negatives",
+    "intra_sentence", "sup_positives", "rte_eval", "eval_batch_size", "temperature",
+    "phi_calibration", "phi_calibration_target", "paraphrase_density", "paraphrase_sources",
+)  # fmt: skip
+# The one flat default no section holds: no `schedule` meant unsupervised (NLISection's is `sup`).
+FLAT_ONLY_DEFAULTS: dict[str, Any] = {"schedule": "unsup"}
+
+
+def legacy_defaults() -> dict[str, Any]:
+    """{flat option: its default} of `LEGACY_KEYS`, from the built-in method sections, then the
+    core sections, then `FLAT_ONLY_DEFAULTS` (a name several sections share has one default)."""
+    from dclr.methods.registry import builtin_sections
+    from dclr.training.config import CORE_SECTIONS
+
+    found: dict[str, Any] = {}
+    for cls in [*builtin_sections().values(), *CORE_SECTIONS.values()]:
+        for item in dataclasses.fields(cls):
+            if item.default is not dataclasses.MISSING:
+                found.setdefault(item.name, item.default)
+    found.update(FLAT_ONLY_DEFAULTS)
+    return {key: found[key] for key in LEGACY_KEYS}
+
+
+LEGACY_DEFAULTS: dict[str, Any] = legacy_defaults()
 NLI_OWNER = "an option of supervised NLI training (schedule: sup | joint), which needs labels"
 LEGACY_OWNER = {
     **{k: NLI_OWNER for k in ("supervised_loss", "nli_data", "nli_split", "joint_weight",

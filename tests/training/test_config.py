@@ -115,3 +115,35 @@ def test_the_saved_config_round_trips(tmp_path):
     config = load_config(REPO_ROOT / "recipes" / "consert_joint_snli_minilm_cpu.yaml")
     config.save(tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml").to_dict() == config.to_dict()
+
+
+# The flat format's defaults as they were written by hand before the sections held them (kept
+# here, literally, so a changed section default that would silently re-read old configs fails).
+HISTORICAL_FLAT_DEFAULTS = {
+    "noise_ratio": 1.0, "noise_std": 1.0, "noise_steps": 4, "noise_step_size": 1e-3,
+    "noise_temperature": None, "noise_mode": "optimized", "false_negative_threshold": 0.9,
+    "weighting": "complementary", "dclr_form": "paper", "complementary_model": None,
+    "complementary_pooler": None, "complementary_mode": "cached", "complementary_cache": None,
+    "view1": "dropout", "view1_rate": 0.0, "view2": "dropout", "view2_rate": 0.0,
+    "schedule": "unsup", "supervised_loss": "simcse", "nli_data": None, "nli_split": "train",
+    "joint_weight": 1.0, "adversarial_epsilon": 0.0, "corpus": "sts", "mlp_head": True,
+    "encoder": "cross", "contradiction_negatives": True, "intra_sentence": True,
+    "sup_positives": "both", "rte_eval": True, "eval_batch_size": 128, "temperature": 0.05,
+    "phi_calibration": "none", "phi_calibration_target": 0.001,
+    "paraphrase_density": 0.0, "paraphrase_sources": "mrpc,stsb,sick",
+}  # fmt: skip
+
+
+def test_the_flat_defaults_are_read_from_the_sections_and_equal_the_historical_ones():
+    import dataclasses
+
+    from dclr.flat_recipe import FLAT_ONLY_DEFAULTS, LEGACY_DEFAULTS, legacy_defaults
+    from dclr.methods.registry import builtin_sections
+    from dclr.training.config import CORE_SECTIONS
+
+    assert legacy_defaults() == LEGACY_DEFAULTS == HISTORICAL_FLAT_DEFAULTS
+    # one default per name: every section that declares a flat option agrees on it
+    for cls in [*builtin_sections().values(), *CORE_SECTIONS.values()]:
+        for item in dataclasses.fields(cls):
+            if item.name in LEGACY_DEFAULTS and item.name not in FLAT_ONLY_DEFAULTS:
+                assert item.default == LEGACY_DEFAULTS[item.name], (cls.__name__, item.name)

@@ -111,10 +111,15 @@ def method_sections(method: str, values: dict[str, Any]) -> dict[str, type]:
     return {name: get_method(name).section for name in names}
 
 
+def builtin_sections() -> dict[str, type]:
+    """{method: its section dataclass} of the built-in methods, from their torch-free modules."""
+    return {name: _attribute(builtin.section) for name, builtin in BUILTIN.items()}
+
+
 def section_classes() -> dict[str, type]:
     """{method: its section dataclass} of every method: built-ins from their torch-free option
     modules (no method module imported), then installed and registered ones (those are loaded)."""
-    sections = {name: _attribute(builtin.section) for name, builtin in BUILTIN.items()}
+    sections = builtin_sections()
     for name, method in _METHODS.items():
         sections.setdefault(name, method.section)
     for point in entry_points(group=ENTRY_POINT_GROUP):
