@@ -29,7 +29,7 @@ ENTRY_POINT_GROUP = "dclr.methods"
 
 class Builtin(NamedTuple):
     """Where a built-in method lives: its `Method` instance and its section dataclass (a
-    torch-free module; `Method.section` is the same class, tests/methods/test_registry.py)."""
+    torch-free module; `Method.section` is the same class, tests/methods/test_method_registry.py)."""
 
     method: str  # "module:attribute"
     section: str  # "module:attribute"
