@@ -25,3 +25,15 @@ DENSE_SETTING_NAMES = {
     "cls_head": "[CLS] + MLP head (the recipes' setting)",
     "mean": "mean pooling, no head (the sentence-transformers setting)",
 }
+
+
+def method_label(name: str) -> str:
+    """A method's short name in reports (`Method.label`, declared by the method); a name no
+    method is registered under is shown as it is."""
+    from dclr.errors import ConfigError
+    from dclr.methods.registry import get_method
+
+    try:
+        return get_method(name).label or name
+    except ConfigError:
+        return name

@@ -24,6 +24,7 @@ from dclr.experiments.names import (
     DENSE_LABELS,
     DENSE_SETTING_NAMES,
     PRACTICAL_DELTA,
+    method_label,
 )
 from dclr.experiments.plots import COLORS, _bars, _pyplot, _save
 from dclr.experiments.registry import Registry
@@ -46,7 +47,6 @@ from dclr.experiments.stats import (
 from dclr.training.tracking import read_metrics
 
 TASK_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
-METHOD_NAMES = {"simcse": "SimCSE", "dclr": "DCLR"}
 
 
 # ---- sections ---------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def section_main(rep: Report, runs: list[RunData], out: Path) -> None:
     rows, groups = [], group(runs, "backbone", "method")
     for (backbone, method), members in sorted(groups.items()):
         cells = [fmt(stat(members, t)) for t in (*STS_TASKS, "avg")]
-        rows.append([backbone, METHOD_NAMES.get(method, method), str(len(members)), *cells])
+        rows.append([backbone, method_label(method), str(len(members)), *cells])
     rep.table(header, rows)
     rep.heading("Ours next to the paper (7-task avg)")
     ours: dict[str, list[Stat | None]]
@@ -166,7 +166,7 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
     rows = []
     for method, (steps, stats) in curves.items():
         for step, s in zip(steps, stats, strict=True):
-            rows.append([METHOD_NAMES.get(method, method), str(step), fmt(s, 3)])
+            rows.append([method_label(method), str(step), fmt(s, 3)])
     rep.table(["method", "step", "ℓ_uniform (mean ± std)"], rows)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -174,7 +174,7 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
         # Stat.of gives None only for a step without a finite value
         mean = np.array([cast(Stat, s).mean for s in stats])
         std = np.array([cast(Stat, s).std for s in stats])
-        ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=METHOD_NAMES[method],
+        ax.plot(steps, mean, marker="o", color=COLORS.get(method), label=method_label(method),
                 linestyle="--" if method == "simcse" else "-", alpha=0.85)  # fmt: skip
         ax.fill_between(steps, mean - std, mean + std, color=COLORS.get(method), alpha=0.2)
     ax.set_xlabel("training step (optimizer updates)")
@@ -201,7 +201,7 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
         simcse, dclr = groups.get((f, "simcse"), []), groups.get((f, "dclr"), [])
         row += [fmt_paired(paired(simcse, dclr, t)) for t in ("STSBenchmark", "SICKRelatedness")]
         rows.append(row)
-    header = ["fraction"] + [f"{METHOD_NAMES.get(m, m)} {t}" for m in methods
+    header = ["fraction"] + [f"{method_label(m)} {t}" for m in methods
                              for t in ("STS-B", "SICK-R")]  # fmt: skip
     header += ["Δ STS-B (DCLR − SimCSE, paired)", "Δ SICK-R (paired)"]
     rep.table(header, rows)
@@ -216,7 +216,7 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
                     xs.append(100 * f)
                     stats.append(s)
             ax.errorbar(xs, [s.mean for s in stats], yerr=[s.std for s in stats], marker="o",
-                        capsize=3, color=COLORS.get(m), label=METHOD_NAMES.get(m, m))  # fmt: skip
+                        capsize=3, color=COLORS.get(m), label=method_label(m))  # fmt: skip
         ax.set_xscale("log")
         ticks = sorted(100 * f for f in fractions)
         ax.set_xticks(ticks, [f"{t:g}%" for t in ticks])
@@ -234,7 +234,7 @@ def section_few_shot(rep: Report, runs: list[RunData], out: Path) -> None:
             for task in ("STSBenchmark", "SICKRelatedness"):
                 a, b = stat(groups.get((full, m), []), task), stat(groups.get((least, m), []), task)
                 if a and b:
-                    drops.append(f"{METHOD_NAMES.get(m, m)} {_short(task)} "
+                    drops.append(f"{method_label(m)} {_short(task)} "
                                  f"{100 * (b.mean - a.mean) / a.mean:+.1f} %")  # fmt: skip
         if drops:
             rep.text(f"Ours, {100 * least:g}% vs {100 * full:g}% of the data (relative change of "
@@ -299,10 +299,10 @@ def section_augmentations(rep: Report, runs: list[RunData], out: Path) -> None:
             row += [fmt(stat(members, "dev")), fmt(stat(members, "avg"))]
         delta = paired(groups.get((v, "simcse"), []), groups.get((v, "dclr"), []), "dev")
         rows.append([*row, fmt_paired(delta)])
-    header = ["view"] + [f"{METHOD_NAMES.get(m, m)} {c}" for m in methods
+    header = ["view"] + [f"{method_label(m)} {c}" for m in methods
                          for c in ("STS-B dev", "avg")]  # fmt: skip
     rep.table([*header, "Δ dev (DCLR − SimCSE, paired) [95 % CI]"], rows)
-    series = {METHOD_NAMES.get(m, m): [stat(groups.get((v, m), []), "dev") for v in views]
+    series = {method_label(m): [stat(groups.get((v, m), []), "dev") for v in views]
               for m in methods}  # fmt: skip
     path = _bars(out / "augmentations.png", "STS-B dev per positive view (view 1 = dropout)",
                  views, series, "STS-B dev Spearman × 100", zoom=True)  # fmt: skip

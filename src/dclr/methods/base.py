@@ -120,6 +120,7 @@ class Method:
 
     name: str = ""
     title: str = ""  # what a model card calls it (default: the name)
+    label: str = ""  # its short name in report tables and plots (default: the name)
     section: type = object  # the config section dataclass
     supports_grad_cache: bool = False  # objective has `.model` and `.objective(z1, z2, batch)`
     distributed: bool = True  # trains under torchrun (DDP)

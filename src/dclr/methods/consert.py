@@ -11,6 +11,7 @@ from dclr.methods.simcse import ContrastiveMethod
 class ConSERT(ContrastiveMethod):
     name = "consert"
     title = "ConSERT (Yan et al., ACL 2021)"
+    label = "ConSERT"
     section = ConSERTSection
     loss_class = ConSERTLoss
 

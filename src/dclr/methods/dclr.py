@@ -86,6 +86,7 @@ def calibrate(
 class DCLR(ContrastiveMethod):
     name = "dclr"
     title = "DCLR, debiased contrastive learning (Zhou et al., ACL 2022)"
+    label = "DCLR"
     section = DCLRSection
 
     def loss_module(

@@ -73,6 +73,7 @@ class INLIMethod(Method):
 class DualCSE(INLIMethod):
     name = "dualcse"
     title = "DualCSE, explicit and implicit sentence embeddings"
+    label = "DualCSE"
     section = DualCSESection
 
     def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:
@@ -119,6 +120,7 @@ class DualCSE(INLIMethod):
 class SupervisedSimCSEOnINLI(INLIMethod):
     name = "simcse_sup"
     title = "supervised SimCSE on INLI (Gao et al., EMNLP 2021)"
+    label = "supervised SimCSE (INLI)"
     section = SupervisedINLISection
 
     def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:

@@ -133,6 +133,7 @@ def supervised_objective(
 class NLI(Method):
     name = "nli"
     title = "NLI-supervised contrastive learning (ConSERT / SimCSE)"
+    label = "NLI-supervised"
     section = NLISection
     distributed = False  # one process (no DDP support yet)
 

@@ -72,6 +72,7 @@ class ContrastiveMethod(Method):
 class SimCSE(ContrastiveMethod):
     name = "simcse"
     title = "unsupervised SimCSE (Gao et al., EMNLP 2021)"
+    label = "SimCSE"
     section = ContrastiveSection
     loss_class = SimCSELoss
 
