@@ -24,7 +24,8 @@ from typing import Any
 from dclr.data.sampling import few_shot_indices
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, config_hash, set_labels
-from dclr.experiments.specs import RunSpec, default_recipes_dir, experiment_specs
+from dclr.experiments.runspec import RunSpec, default_recipes_dir
+from dclr.experiments.specs import experiment_specs
 from dclr.recipe import load_config
 from dclr.runlock import LockHeld
 from dclr.training.checkpoint import latest_checkpoint

@@ -16,30 +16,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from dclr.errors import ConfigError
+from dclr.experiments.runspec import (
+    ANALYSIS_BACKBONE,
+    BACKBONES,
+    BASE_SEED,
+    SCALE_OVERRIDES,
+    SCALES,
+    ExperimentUnavailable,
+    RunSpec,
+    pair_spec,
+    recipe_file,
+)
+from dclr.experiments.studies import dense, retrieval_indomain
 from dclr.recipe import flat_hints
 from dclr.views.strategies import RATED
-
-Scale = Literal["cpu", "paper"]
-SCALES: tuple[str, ...] = get_args(Scale)
-BASE_SEED = 42  # the recipes' seed; seed i of an experiment is BASE_SEED + i
-
-# backbone label -> recipe stem; recipes/{method}_{stem}.yaml
-BACKBONES: dict[str, dict[str, str]] = {
-    "cpu": {"minilm": "minilm_cpu"},
-    "paper": {
-        "bert-base": "bert_base",
-        "roberta-base": "roberta_base",
-        "bert-large": "bert_large",
-        "roberta-large": "roberta_large",
-    },
-}
-# The backbone of the single-backbone experiments (the paper's analyses use BERT-base).
-ANALYSIS_BACKBONE = {"cpu": "minilm", "paper": "bert-base"}
 
 # Table 6 rows: variant -> DCLR overrides.
 ABLATIONS: dict[str, dict[str, Any]] = {
@@ -57,11 +50,6 @@ SWEEPS: dict[str, tuple[float, ...]] = {
     "false_negative_threshold": (0.5, 0.7, 0.8, 0.9, 0.95),
     "noise_ratio": (0.25, 0.5, 1.0, 2.0, 4.0),
 }
-# Every CPU run evaluates every 10 of its 60 steps (the recipes: 20), so each run's metrics draw a
-# uniformity curve and the uniformity experiment reuses the main table's runs. Paper scale keeps
-# the recipes' 150: "Models were evaluated every 150 training steps on the STS-B and SICK-R
-# development sets" (../shared/papers/dclr.txt l.103).
-SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 10}, "paper": {}}
 # The TrainConfig field of the second view's strategy (dclr.views); the first stays dropout.
 VIEW_FIELD = "view2"
 # Cut fraction for the cutoff and embedding-dropout views: within ConSERT's 0.1-0.2 range (our
@@ -71,56 +59,9 @@ CUTOFF_RATE = 0.15
 UNSUPERVISED_EXCLUDED = ("adversarial",)
 
 
-class ExperimentUnavailable(ConfigError):
-    """The experiment needs an option this version of dclr does not have yet."""
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run of an experiment, before it is resolved into a TrainConfig.
-
-    `labels` place the run in the experiment's tables ({"method": "dclr", "variant": ...});
-    `corpus_fraction` < 1 trains on a seeded random subset of the recipe's corpus;
-    `complementary_from` names a SimCSE spec whose best/ model is DCLR's complementary model.
-    """
-
-    recipe: str  # file name under the recipes folder
-    seed: int
-    labels: dict[str, Any]
-    overrides: dict[str, Any] = field(default_factory=dict)
-    corpus_fraction: float = 1.0
-    complementary_from: RunSpec | None = None
-
-
-def _recipe(method: str, scale: str, backbone: str) -> str:
-    return f"{method}_{BACKBONES[scale][backbone]}.yaml"
-
-
-def _pair(
-    scale: str, backbone: str, seed: int, method: str, overrides: dict[str, Any] | None = None
-) -> RunSpec:
-    """A SimCSE or DCLR run of `backbone`; at paper scale DCLR's complementary model is SimCSE."""
-    overrides = {**SCALE_OVERRIDES[scale], **(overrides or {})}
-    complementary = None
-    if method == "dclr" and scale == "paper":
-        complementary = RunSpec(
-            _recipe("simcse", scale, backbone),
-            seed,
-            {"role": "complementary"},
-            dict(SCALE_OVERRIDES[scale]),
-        )
-    return RunSpec(
-        _recipe(method, scale, backbone),
-        seed,
-        {"backbone": backbone, "method": method},
-        overrides,
-        complementary_from=complementary,
-    )
-
-
 def _main(scale: str, seeds: list[int]) -> list[RunSpec]:
     return [
-        _pair(scale, backbone, seed, method)
+        pair_spec(scale, backbone, seed, method)
         for backbone in BACKBONES[scale]
         for method in ("simcse", "dclr")
         for seed in seeds
@@ -132,14 +73,16 @@ def _ablation(scale: str, seeds: list[int]) -> list[RunSpec]:
     specs = []
     for variant, overrides in ABLATIONS.items():
         for seed in seeds:
-            spec = _pair(scale, backbone, seed, "dclr", overrides)
+            spec = pair_spec(scale, backbone, seed, "dclr", overrides)
             specs.append(dataclasses.replace(spec, labels={**spec.labels, "variant": variant}))
     return specs
 
 
 def _uniformity(scale: str, seeds: list[int]) -> list[RunSpec]:
     backbone = ANALYSIS_BACKBONE[scale]
-    return [_pair(scale, backbone, seed, method) for method in ("simcse", "dclr") for seed in seeds]
+    return [
+        pair_spec(scale, backbone, seed, method) for method in ("simcse", "dclr") for seed in seeds
+    ]
 
 
 def _few_shot(scale: str, seeds: list[int]) -> list[RunSpec]:
@@ -148,7 +91,7 @@ def _few_shot(scale: str, seeds: list[int]) -> list[RunSpec]:
     for fraction in FEW_SHOT_FRACTIONS:
         for method in ("simcse", "dclr"):
             for seed in seeds:
-                spec = _pair(scale, backbone, seed, method)
+                spec = pair_spec(scale, backbone, seed, method)
                 specs.append(
                     dataclasses.replace(
                         spec,
@@ -165,7 +108,7 @@ def _sensitivity(scale: str, seeds: list[int]) -> list[RunSpec]:
     for param, values in SWEEPS.items():
         for value in values:
             for seed in seeds:
-                spec = _pair(scale, backbone, seed, "dclr", {param: value})
+                spec = pair_spec(scale, backbone, seed, "dclr", {param: value})
                 labels = {**spec.labels, "param": param, "value": value}
                 specs.append(dataclasses.replace(spec, labels=labels))
     return specs
@@ -201,122 +144,8 @@ def _augmentations(scale: str, seeds: list[int]) -> list[RunSpec]:
         for view in view_strategies()
         for method in ("simcse", "dclr")
         for seed in seeds
-        for spec in [_pair(scale, backbone, seed, method)]
+        for spec in [pair_spec(scale, backbone, seed, method)]
     ]
-
-
-# Paraphrase-dense batches (issues 12, 23): rho = share of each batch made of gold paraphrase
-# pairs; rho x batch / 2 must be whole (batch 64: 4, 8 and 16 pairs).
-DENSITIES = (0.0, 0.125, 0.25, 0.5)
-# Two training settings (issue 23): the recipes' [CLS] + SimCSE's train-only MLP head, and the
-# one sentence-transformers users train in (mean pooling, no head; `dclr.st.DCLRLoss`). Both
-# keep the recipes' 60 steps at lr 3e-5, so the committed [CLS] cells and the new ones share
-# one budget.
-DENSE_SETTINGS: dict[str, dict[str, Any]] = {
-    "cls_head": {},
-    "mean": {"pooler": "mean", "mlp_head": False},
-}
-# variant -> (method, overrides): SimCSE, DCLR as the paper writes it, and DCLR without each part.
-DENSE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "simcse": ("simcse", {}),
-    "dclr": ("dclr", {}),
-    "dclr_no_noise": ("dclr", {"noise_mode": "none"}),
-    "dclr_no_weighting": ("dclr", {"weighting": "none"}),
-    # phi from MiniLM-mean's own random-pair cosines (top 0.1 % dropped: phi ~ 0.52), the
-    # calibration the audit (docs/results/cpu-scale/audit) finds to transfer across scorers.
-    "dclr_calibrated": (
-        "dclr",
-        {"phi_calibration": "random_pairs", "phi_calibration_target": 0.001},
-    ),
-    # the model being trained scores its own negatives (no complementary model)
-    "dclr_self": ("dclr", {"weighting": "self"}),
-    # the cheap fix a user tries first: SimCSE with no two equal lines in a batch
-    "simcse_no_dup": ("simcse", {"no_duplicates": True}),
-}
-# The variants of each setting. "Without noise" equals the paper form to 0.01 at the paper's
-# sigma and beta, and "without weighting" equalled SimCSE to 0.00 at every rho of the issue-12
-# [CLS] table (docs/results/cpu-scale/dense-cls-head-issue12), so neither setting repeats them
-# (the ablation experiment keeps both, at rho = 0).
-DENSE_SETTING_VARIANTS: dict[str, tuple[str, ...]] = {
-    "cls_head": ("simcse", "dclr", "dclr_calibrated", "simcse_no_dup"),
-    "mean": ("simcse", "dclr", "dclr_calibrated", "dclr_self", "simcse_no_dup"),
-}
-# Variants run at some densities only (CPU budget), per setting: in [CLS], calibrated phi where
-# there are no gold false negatives (does it cost anything?) and where they are densest.
-DENSE_VARIANT_DENSITIES: dict[tuple[str, str], tuple[float, ...]] = {
-    ("cls_head", "dclr_calibrated"): (0.0, 0.5),
-}
-# The dense runs skip dev evaluation (best/ = final/, the model after a fixed budget): the
-# table compares models at equal steps, and dev evaluations would add ~40 % to a CPU run.
-DENSE_SCALE_OVERRIDES: dict[str, dict[str, Any]] = {"cpu": {"eval_steps": 0}, "paper": {}}
-
-
-def _dense(scale: str, seeds: list[int]) -> list[RunSpec]:
-    backbone = ANALYSIS_BACKBONE[scale]
-    specs = []
-    for seed in seeds:  # seed-major: each finished seed is a complete paired comparison
-        for setting, setting_overrides in DENSE_SETTINGS.items():
-            for density in DENSITIES:
-                for variant in DENSE_SETTING_VARIANTS[setting]:
-                    wanted = DENSE_VARIANT_DENSITIES.get((setting, variant), DENSITIES)
-                    if density not in wanted:
-                        continue
-                    method, overrides = DENSE_VARIANTS[variant]
-                    extra = {
-                        **DENSE_SCALE_OVERRIDES[scale],
-                        **setting_overrides,
-                        **overrides,
-                        "paraphrase_density": density,
-                    }
-                    spec = _pair(scale, backbone, seed, method, extra)
-                    labels = {**spec.labels, "setting": setting, "variant": variant,
-                              "density": density}  # fmt: skip
-                    specs.append(dataclasses.replace(spec, labels=labels))
-    return specs
-
-
-# Duplicate-rich corpora a user could meet (issue 23; dclr.data.realistic), in the
-# sentence-transformers setting: SimCSE, the duplicate-free sampler and DCLR (paper form and
-# calibrated phi), at the dense experiment's budget.
-DUP_CORPORA = ("scraped", "clusters")
-DUP_CORPUS_VARIANTS = ("simcse", "simcse_no_dup", "dclr", "dclr_calibrated")
-
-
-def _dup_corpus(scale: str, seeds: list[int]) -> list[RunSpec]:
-    backbone = ANALYSIS_BACKBONE[scale]
-    specs = []
-    for seed in seeds:
-        for corpus in DUP_CORPORA:
-            for variant in DUP_CORPUS_VARIANTS:
-                method, overrides = DENSE_VARIANTS[variant]
-                extra = {**DENSE_SCALE_OVERRIDES[scale], **DENSE_SETTINGS["mean"], **overrides,
-                         "corpus": corpus}  # fmt: skip
-                spec = _pair(scale, backbone, seed, method, extra)
-                labels = {**spec.labels, "setting": "mean", "variant": variant, "corpus": corpus}
-                specs.append(dataclasses.replace(spec, labels=labels))
-    return specs
-
-
-# Noise-based negatives where they change the loss (issue 23 item 6): sigma = 0.1, beta = 1
-# turns each noise vector ~80-94 degrees in t = 4 steps and gives the noise ~60-70 % of the
-# loss's denominator (docs/results/cpu-scale/noise-sweep, both settings), against the paper's
-# sigma = 1, beta = 1e-3 (0.01 degrees, a 4e-6 share). rho = 0, the sentence-transformers
-# setting, DCLR otherwise in its paper form; noise_mode optimized vs random (t = 0) vs none.
-NOISE_MODE_OVERRIDES: dict[str, Any] = {"noise_std": 0.1, "noise_step_size": 1.0}
-NOISE_MODES = ("optimized", "random", "none")
-
-
-def _noise_mode(scale: str, seeds: list[int]) -> list[RunSpec]:
-    backbone = ANALYSIS_BACKBONE[scale]
-    specs = []
-    for seed in seeds:
-        for mode in NOISE_MODES:
-            extra = {**DENSE_SCALE_OVERRIDES[scale], **DENSE_SETTINGS["mean"],
-                     **NOISE_MODE_OVERRIDES, "noise_mode": mode, "paraphrase_density": 0.0}  # fmt: skip
-            spec = _pair(scale, backbone, seed, "dclr", extra)
-            labels = {**spec.labels, "setting": "mean", "noise_mode": mode}
-            specs.append(dataclasses.replace(spec, labels=labels))
-    return specs
 
 
 # ---- ConSERT (issue 16): its augmentations and few-shot study, with its own settings ----------
@@ -347,7 +176,7 @@ CONSERT_FEW_SHOT_TEXTS = (1, 10, 100, 1000)
 
 def _consert(scale: str, seed: int, labels: dict[str, Any], overrides: dict[str, Any]) -> RunSpec:
     base = {**SCALE_OVERRIDES[scale], **CONSERT_SETTINGS[scale], **overrides}
-    return RunSpec(_recipe("consert", scale, ANALYSIS_BACKBONE[scale]), seed,
+    return RunSpec(recipe_file("consert", scale, ANALYSIS_BACKBONE[scale]), seed,
                    {"backbone": ANALYSIS_BACKBONE[scale], "method": "consert", **labels}, base)  # fmt: skip
 
 
@@ -400,35 +229,6 @@ def _dualcse_inli(scale: str, seeds: list[int]) -> list[RunSpec]:
     ]
 
 
-# In-domain refinement for search (issue 26 item 4): SimCSE and DCLR trained on the passages of
-# the built-in paraphrase retrieval task (its test split's corpus side: no queries, no
-# judgements), in both settings, at the dense experiment's budget; scored by that task's nDCG@10
-# and Recall@10 against the starting model. The STS table is not evaluated (the question is
-# search), which halves a CPU run.
-RETRIEVAL_TASK = "paraphrase"
-RETRIEVAL_VARIANTS: dict[str, tuple[str, ...]] = {
-    "mean": ("simcse", "dclr", "dclr_calibrated"),  # calibrated: the quickstart's setting
-    "cls_head": ("simcse", "dclr"),
-}
-
-
-def _retrieval_indomain(scale: str, seeds: list[int]) -> list[RunSpec]:
-    backbone = ANALYSIS_BACKBONE[scale]
-    specs = []
-    for seed in seeds:
-        for setting, variants in RETRIEVAL_VARIANTS.items():
-            for variant in variants:
-                method, overrides = DENSE_VARIANTS[variant]
-                extra = {**DENSE_SCALE_OVERRIDES[scale], **DENSE_SETTINGS[setting], **overrides,
-                         "corpus": f"retrieval-{RETRIEVAL_TASK}", "test_eval": False,
-                         "test_retrieval": RETRIEVAL_TASK}  # fmt: skip
-                spec = _pair(scale, backbone, seed, method, extra)
-                labels = {**spec.labels, "setting": setting, "variant": variant,
-                          "task": RETRIEVAL_TASK}  # fmt: skip
-                specs.append(dataclasses.replace(spec, labels=labels))
-    return specs
-
-
 EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = {
     "main": (_main, "SimCSE vs DCLR per backbone: the 7-task STS table"),
     "ablation": (_ablation, "Table 6: DCLR without each of its parts, and alternatives"),
@@ -437,17 +237,17 @@ EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = 
     "sensitivity": (_sensitivity, "sweeps of phi (false_negative_threshold) and noise ratio k"),
     "augmentations": (_augmentations, "each positive-view strategy with and without DCLR"),
     "dense": (
-        _dense,
+        dense.specs,
         "paraphrase-dense batches in two settings ([CLS] + MLP head; mean pooling, no head): "
         "SimCSE vs DCLR and its parts at rho = 0, 0.125, 0.25, 0.5",
     ),
     "dup-corpus": (
-        _dup_corpus,
+        dense.dup_corpus_specs,
         "duplicate-rich corpora (scraped copies; paraphrase clusters), mean pooling, no head: "
         "SimCSE vs its duplicate-free sampler vs DCLR",
     ),
     "noise-mode": (
-        _noise_mode,
+        dense.noise_mode_specs,
         "noise negatives where they change the loss (sigma 0.1, beta 1), mean pooling, no head: "
         "optimized vs random vs none",
     ),
@@ -460,7 +260,7 @@ EXPERIMENTS: dict[str, tuple[Callable[[str, list[int]], list[RunSpec]], str]] = 
         "ConSERT trained on 1, 10, 100, 1000 of its 89,192 unlabelled STS texts",
     ),
     "retrieval-indomain": (
-        _retrieval_indomain,
+        retrieval_indomain.specs,
         "in-domain refinement for search: SimCSE and DCLR on the paraphrase retrieval task's "
         "unlabelled passages, both settings, nDCG@10 and Recall@10 against the starting model",
     ),
@@ -481,9 +281,3 @@ def experiment_specs(name: str, scale: str = "cpu", n_seeds: int = 1) -> list[Ru
         raise ConfigError(f"--seeds must be >= 1, got {n_seeds}")
     build, _ = EXPERIMENTS[name]
     return build(scale, [BASE_SEED + i for i in range(n_seeds)])
-
-
-def default_recipes_dir() -> Path:
-    """./recipes when it exists, else the recipes folder of this source checkout."""
-    here = Path.cwd() / "recipes"
-    return here if here.is_dir() else Path(__file__).resolve().parents[3] / "recipes"
