@@ -29,3 +29,19 @@ def test_a_registered_method_is_in_the_sections(monkeypatch):
 
     monkeypatch.setitem(registry._METHODS, "toy_registry", Toy())
     assert section_classes()["toy_registry"] is ToySection
+
+
+def test_an_installed_method_is_listed_without_loading_the_builtin_methods(monkeypatch):
+    """`--help` with a plugin installed loads that plugin only (the built-ins' sections come
+    from their torch-free modules)."""
+    from importlib.metadata import EntryPoint
+
+    from dclr.methods import registry
+    from dclr.methods.contrastive_options import ContrastiveSection
+
+    point = EntryPoint("toy_ep", "dclr.methods.simcse:SIMCSE", registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [point])
+    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(registry, "_METHODS", {})
+    assert section_classes()["toy_ep"] is ContrastiveSection
+    assert registry._loaded is False and registry._METHODS == {}  # no built-in was loaded

@@ -111,6 +111,12 @@ def check_target(mode: str, target: float) -> float:
     return target
 
 
+PHI_CALIBRATION_NEEDS = (
+    "phi_calibration derives phi from the complementary model: it needs method: dclr with "
+    "weighting: complementary"
+)
+
+
 @dataclass
 class DCLRSection(DCLROptions, ContrastiveSection):
     """`dclr:` in a recipe: the objective's options (`DCLROptions`), the two positive views, and
@@ -131,9 +137,3 @@ class DCLRSection(DCLROptions, ContrastiveSection):
         check_target(self.phi_calibration, self.phi_calibration_target)
         if self.phi_calibration != "none" and self.weighting != "complementary":
             raise ConfigError(PHI_CALIBRATION_NEEDS)
-
-
-PHI_CALIBRATION_NEEDS = (
-    "phi_calibration derives phi from the complementary model: it needs method: dclr with "
-    "weighting: complementary"
-)

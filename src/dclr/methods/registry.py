@@ -123,8 +123,8 @@ def section_classes() -> dict[str, type]:
     for name, method in _METHODS.items():
         sections.setdefault(name, method.section)
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name not in sections:
-            sections[point.name] = get_method(point.name).section
+        if point.name not in sections:  # that package's method alone, not every built-in too
+            sections[point.name] = _load(point.value, f"entry point {point.name!r}").section
     return sections
 
 
