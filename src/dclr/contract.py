@@ -91,6 +91,14 @@ class HasStartRecords(Protocol):
 
 
 @runtime_checkable
+class UsesBatchPlan(Protocol):
+    """An objective that prepares for the rows the run's batches will hold (every step's, known in
+    advance from (seed, step)): e.g. DCLR's sampled-rows complementary cache encodes them."""
+
+    def prefill_batch_plan(self, rows: Sequence[int]) -> None: ...
+
+
+@runtime_checkable
 class SupportsGradCache(Protocol):
     """A two-view loss split into its encoder (`model`) and its objective on the embeddings
     (`objective(z1, z2, batch)`), so GradCache can encode in chunks."""

@@ -438,8 +438,8 @@ def test_the_st_face_takes_every_option_dclr_train_takes():
 
     train_only = {  # the positive views and the source of the guide's scores: ST has its own
         "view1", "view1_rate", "view2", "view2_rate", "complementary_model",
-        "complementary_pooler", "complementary_mode", "complementary_cache", "phi_calibration",
-        "phi_calibration_target",
+        "complementary_pooler", "complementary_mode", "complementary_cache", "complementary_rows",
+        "phi_calibration", "phi_calibration_target",
     }  # fmt: skip
     section = {f.name for f in dataclasses.fields(DCLRSection)}
     assert section - train_only == set(option_names())

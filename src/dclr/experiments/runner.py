@@ -60,6 +60,7 @@ HASH_NEUTRAL_DEFAULTS: dict[str, object] = {
     "eval_retrieval": None,
     "eval_retrieval_split": "dev",
     "test_retrieval": None,
+    "complementary_rows": "auto",  # the same vectors either way: a run's numbers do not change
 }
 
 

@@ -6,6 +6,13 @@ run under `no_grad`) and passed to the loss. Three ways to get its cosine simila
 * `CachedComplementary` (default): its embeddings of the whole training corpus are computed once
   and stored as a memory-mapped fp16 `.npy` beside a JSON fingerprint of the corpus and model, so
   a DCLR step costs no extra forward pass.
+* `PlannedComplementary`: the same vectors for only the rows the run samples, encoded up front
+  from the batch plan (`prefill`, called by the loop) or, for a row the plan did not name, when a
+  step first needs it. Both caches encode with `by_length` batches (one token length per batch,
+  see `SentenceEncoder.encode_poolers`), so a row's vector does not depend on which rows are
+  encoded with it: the planned and whole-corpus caches hold the same bits and a run trains the
+  same trajectory with either (`tests/losses/test_planned_complementary.py`). On a corpus much
+  larger than the run's steps x batch (a user's own text) it encodes a fraction of it.
 * `OnTheFlyComplementary`: encodes each batch (eval mode, no dropout).
 * `TwoViewComplementary`: the released code's structure, two dropout views per step.
 """
@@ -71,8 +78,35 @@ def default_cache_root() -> Path:
     return default_cache_dir().parent / "complementary"
 
 
-# Sentences per forward when the cache is built (the shared start pass uses the same batches).
-CACHE_BATCH_SIZE = 256
+# Sentences per forward when the cache is built (the shared start pass uses the same batches):
+# every forward holds exactly this many sentences of one token length (`by_length`), so a short
+# last batch of a length is filled up; 64 keeps that filler small for a few thousand sampled rows
+# (~30 lengths x 32 on average) and the matrix products large enough (64 x length tokens) to run
+# near full speed.
+CACHE_BATCH_SIZE = 64
+# How the cache's batches are formed, recorded in its metadata: caches built before the batches
+# held one token length each (their bits differ by float rounding) are rebuilt, not mixed.
+CACHE_BATCHING = "by_length"
+
+
+def encode_rows(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    max_length: int,
+    show_progress: bool,
+    label: str,
+) -> np.ndarray:
+    """(n, d) fp16 unit vectors, as every complementary cache stores them (one length a batch)."""
+    vectors = encoder.encode(
+        list(sentences),
+        batch_size=CACHE_BATCH_SIZE,
+        max_length=max_length,
+        normalize=True,
+        show_progress=show_progress,
+        progress_label=label,
+        by_length=True,
+    )
+    return vectors.astype(np.float16)
 
 
 class CachedComplementary:
@@ -91,7 +125,6 @@ class CachedComplementary:
         model_id: str,
         max_length: int,
         device: torch.device | str = "cpu",
-        batch_size: int = CACHE_BATCH_SIZE,
         show_progress: bool = True,
     ) -> CachedComplementary:
         """Load `cache` if it matches (corpus, model, pooler, max_length), else build it.
@@ -103,14 +136,8 @@ class CachedComplementary:
         if cls.exists(cache):
             return cls.load(cache, expected, device)
         freeze(encoder)
-        vectors = encoder.encode(
-            list(corpus),
-            batch_size=batch_size,
-            max_length=max_length,
-            normalize=True,
-            show_progress=show_progress,
-            progress_label="encode corpus (complementary model, once)",
-        )
+        label = "encode corpus (complementary model, once)"
+        vectors = encode_rows(encoder, corpus, max_length, show_progress, label)
         cls.save(cache, vectors, expected)
         return cls.load(cache, expected, device)
 
@@ -128,6 +155,7 @@ class CachedComplementary:
             "model": model_id,
             "pooler": pooler,
             "max_length": max_length,
+            "batching": CACHE_BATCHING,
         }
         if cache is None:
             key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:20]
@@ -182,6 +210,59 @@ class CachedComplementary:
         """(n, d) the cached vectors of the batch sentences."""
         rows = torch.from_numpy(np.asarray(self.vectors[indices.cpu().numpy()], dtype=np.float32))
         return rows.to(self.device)  # (n, d), unit norm up to fp16 rounding
+
+    def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        rows = self.anchor_vectors(indices, sentences)
+        return cosine_matrix(rows, rows)
+
+
+class PlannedComplementary:
+    """The cache's vectors of only the rows a run samples (in memory; module docstring).
+
+    `prefill(rows)` encodes the named rows up front (the loop passes every row of its batch plan);
+    a row not filled yet is encoded when a step first asks for it. Either way each vector equals
+    the whole-corpus cache's row bit for bit, so the trajectory does not depend on the route.
+    """
+
+    def __init__(
+        self,
+        encoder: SentenceEncoder,
+        corpus: Sequence[str],
+        max_length: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.encoder = freeze(encoder)
+        self.corpus = corpus
+        self.max_length = max_length
+        self.device = torch.device(device)
+        self._slot = np.full(len(corpus), -1, dtype=np.int64)  # row -> index in _vectors
+        self._vectors = np.empty((0, encoder.hidden_size), dtype=np.float16)
+
+    @property
+    def filled(self) -> int:
+        """Rows encoded so far."""
+        return int(self._vectors.shape[0])
+
+    def prefill(self, rows: Sequence[int] | np.ndarray, show_progress: bool = True) -> None:
+        """Encode every row of `rows` not encoded yet (one pass, batches of one length)."""
+        self._fill(np.asarray(rows, dtype=np.int64), show_progress)
+
+    def _fill(self, rows: np.ndarray, show_progress: bool) -> None:
+        missing = np.unique(rows[self._slot[rows] < 0])
+        if missing.size == 0:
+            return
+        label = "encode the rows the run samples (complementary model)"
+        texts = [self.corpus[int(i)] for i in missing]
+        vectors = encode_rows(self.encoder, texts, self.max_length, show_progress, label)
+        self._slot[missing] = self._vectors.shape[0] + np.arange(missing.size)
+        self._vectors = np.concatenate([self._vectors, vectors])
+
+    def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
+        """(n, d) the batch rows' vectors (encoded now if the plan did not name them)."""
+        rows = indices.cpu().numpy().astype(np.int64)
+        self._fill(rows, show_progress=False)
+        found = self._vectors[self._slot[rows]]
+        return torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)
 
     def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
         rows = self.anchor_vectors(indices, sentences)

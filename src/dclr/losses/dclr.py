@@ -29,6 +29,7 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -252,6 +253,13 @@ class DCLRLoss(torch.nn.Module):
     ) -> DCLRLoss:  # fmt: skip
         """The loss from option keywords (`DCLROptions` field names), for scripts and tests."""
         return cls(model, complementary, DCLROptions(**options), seed=seed, views=views)
+
+    def prefill_batch_plan(self, rows: Sequence[int]) -> None:
+        """Let the complementary model encode, up front, the rows the run will sample (a
+        sampled-rows cache does; the others have nothing to prepare)."""
+        prefill = getattr(self.complementary, "prefill", None)
+        if prefill is not None:
+            prefill(rows)
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
         k = round(self.noise_ratio * z1.shape[0])

@@ -14,6 +14,7 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.methods.contrastive_options import ContrastiveSection
 from dclr.methods.dclr_options import DCLRSection
+from dclr.methods.dclr_rows import sample_rows_only
 from dclr.methods.simcse import ContrastiveMethod, build_views
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def build_complementary(
     from dclr.losses.complementary import (
         CachedComplementary,
         OnTheFlyComplementary,
+        PlannedComplementary,
         TwoViewComplementary,
     )
     from dclr.models.encoder import SentenceEncoder
@@ -45,6 +47,8 @@ def build_complementary(
         from dclr.training.phases import phase
 
         cache = Path(section.complementary_cache) if section.complementary_cache else None
+        if sample_rows_only(config, section, corpus, cache, encoder.pooler, spec):
+            return PlannedComplementary(encoder, corpus, limit, device=device)
         with phase("complementary_cache"):
             return CachedComplementary.build_or_load(
                 cache, encoder, corpus, spec, limit, device=device, show_progress=show_progress

@@ -23,6 +23,7 @@ LossForm = Literal["paper", "official"]
 NoiseMode = Literal["optimized", "random", "none"]
 Weighting = Literal["complementary", "self", "none", "distill"]
 ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
+ComplementaryRows = Literal["auto", "all", "sampled"]
 # how noise negatives are weighted (dclr.txt l.94: alpha for "any negative"; docs/dclr-loss-forms.md)
 NoiseWeighting = Literal["none", "complementary"]
 NEEDS_SCORER = ("complementary", "distill")  # weightings that need a complementary model
@@ -126,6 +127,10 @@ class DCLRSection(DCLROptions, ContrastiveSection):
     complementary_pooler: PoolerName | None = None  # its pooler (None: what its folder records)
     complementary_mode: ComplementaryMode = "cached"  # cached | on_the_fly | two_views
     complementary_cache: str | None = None  # .npy path (None: ~/.cache/dclr/complementary/<key>)
+    # cached mode: all (every corpus row, on disk, shared by later runs) | sampled (only the rows
+    # this run's batches hold, in memory: same vectors, same trajectory) | auto (sampled when the
+    # steps x batch cover under half the corpus and no whole-corpus cache exists yet)
+    complementary_rows: ComplementaryRows = "auto"
     phi_calibration: PhiCalibration = "none"  # none (phi as set) | random_pairs | paraphrase_recall
     phi_calibration_target: float = 0.001  # random_pairs: q dropped; paraphrase_recall: r of pairs
 
@@ -135,5 +140,10 @@ class DCLRSection(DCLROptions, ContrastiveSection):
         if self.complementary_pooler is not None and self.complementary_pooler not in POOLERS:
             raise ConfigError(f"unknown complementary_pooler {self.complementary_pooler!r}")
         check_target(self.phi_calibration, self.phi_calibration_target)
+        if self.complementary_rows not in get_args(ComplementaryRows):
+            choices = ", ".join(get_args(ComplementaryRows))
+            raise ConfigError(f"complementary_rows must be one of {choices}")
+        if self.complementary_rows == "sampled" and self.complementary_mode != "cached":
+            raise ConfigError("complementary_rows: sampled needs complementary_mode: cached")
         if self.phi_calibration != "none" and self.weighting != "complementary":
             raise ConfigError(PHI_CALIBRATION_NEEDS)

@@ -5,8 +5,9 @@ With empty caches, `dclr train` on a DCLR recipe whose complementary model is th
 table, then the whole training corpus with the same model for the complementary cache. On the
 built-in STS corpus the test sentences are part of the corpus, so half of that work is repeated.
 
-`shared_start_scores` makes one pass instead: the cache's own batches (`CACHE_BATCH_SIZE`, its
-`max_length`, its device and layout) through `SentenceEncoder.encode_poolers`, which returns the
+`shared_start_scores` makes one pass instead: the cache's own batches (`CACHE_BATCH_SIZE`, one
+token length per batch, its `max_length`, its device and layout) through
+`SentenceEncoder.encode_poolers`, which returns the
 complementary pooler's vectors exactly as `CachedComplementary.build_or_load` computes them (the
 same batches and operations, so the cache file is bit-identical; tested) and, from the same
 forwards, the before-eval pooler's vectors. Test sentences that are not in the corpus, or longer
@@ -15,7 +16,9 @@ full length. The before scores then differ from a separate evaluation only by fl
 padded vs packed batches (~1e-6 on the vectors). Both results are written where the separate
 paths would write them (the complementary cache and the starting-scores cache), so the run then
 loads them as usual. It steps aside (returns None) whenever the two do not coincide: another
-complementary model, a mode other than `cached`, either result already cached, or no test eval.
+complementary model, a mode other than `cached`, either result already cached, no test eval, or a
+run whose cache holds only the rows it samples (`complementary_rows`; then the before-eval is
+`dclr eval`'s own and the cache a few thousand rows).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+from dclr.methods.dclr_rows import sample_rows_only
 
 if TYPE_CHECKING:
     from dclr.methods.base import Method
@@ -77,6 +82,8 @@ def shared_start_scores(
     if pooler == "cls" and encoder.packing:
         return None
     cache_arg = Path(section.complementary_cache) if section.complementary_cache else None
+    if sample_rows_only(config, section, corpus, cache_arg, encoder.pooler, spec):
+        return None  # the run encodes only the rows it samples: no corpus pass to share
     limit = config.model.max_length
     cache, expected = CachedComplementary.locate(cache_arg, encoder.pooler, corpus, spec, limit)
     if CachedComplementary.exists(cache):
@@ -99,6 +106,7 @@ def shared_start_scores(
         normalize=True,
         show_progress=True,
         progress_label="encode corpus once (before-eval + complementary cache)",
+        by_length=True,  # the cache's batches (`dclr.losses.complementary.encode_rows`)
     )
     CachedComplementary.save(cache, vectors[encoder.pooler], expected)
     before = dict(zip(corpus, vectors[pooler], strict=True))

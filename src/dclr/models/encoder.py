@@ -338,14 +338,23 @@ class SentenceEncoder(nn.Module):
         normalize: bool = False,
         show_progress: bool = False,
         progress_label: str = "encode",
+        by_length: bool = False,
     ) -> np.ndarray:
         """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length.
 
         Pools with the eval-mode pooler (`eval_pooler` if set); `progress_label` names the
-        progress bar (several encodes in one command stay apart)."""
+        progress bar (several encodes in one command stay apart); `by_length`: see
+        `encode_poolers`."""
         pooler = self.eval_pooler or self.pooler
         vectors = self.encode_poolers(
-            sentences, (pooler,), batch_size, max_length, normalize, show_progress, progress_label
+            sentences,
+            (pooler,),
+            batch_size,
+            max_length,
+            normalize,
+            show_progress,
+            progress_label,
+            by_length,
         )
         return vectors[pooler]
 
@@ -359,6 +368,7 @@ class SentenceEncoder(nn.Module):
         normalize: bool = False,
         show_progress: bool = False,
         progress_label: str = "encode",
+        by_length: bool = False,
     ) -> dict[str, np.ndarray]:
         """`encode` for several poolers at once: one forward per batch serves all of them.
 
@@ -366,6 +376,16 @@ class SentenceEncoder(nn.Module):
         batches and operations), the others what an encoder with that pooler would return up to
         float rounding. Lets one pass over a corpus give, e.g., a mean-pooled cache and [CLS]
         vectors (`dclr.methods.dclr_start`).
+
+        `by_length`: every forward has the same shape for a given token length: `batch_size`
+        sentences of that one length (longest first, in order of appearance within a length; a
+        short last batch is filled up with copies of its first sentence, whose outputs are
+        dropped). No sentence shares a row with padding or a packed neighbour, and the matrix
+        products always see the same shapes, so a vector's bits do not depend on which other
+        sentences are encoded in the same call (the kernels pick their blocking by shape; with
+        varying batch sizes a row can change in its last bit: checked by
+        `tests/losses/test_planned_complementary.py`). That lets the complementary cache encode
+        only the rows a run samples (`dclr.losses.complementary`).
         """
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
@@ -375,7 +395,7 @@ class SentenceEncoder(nn.Module):
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
-        order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
+        batches = length_batches(ids, batch_size, by_length)
         out = {p: np.empty((len(distinct), self.hidden_size), dtype=np.float32) for p in poolers}
         flops, tic = 0.0, time.perf_counter()
         if show_progress:  # long work: say how much, and how long it should take
@@ -387,13 +407,15 @@ class SentenceEncoder(nn.Module):
         bar = progress_bar(
             total=len(distinct), desc=progress_label, unit="sent", enabled=show_progress
         )
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
+        for batch_rows in batches:
+            rows = batch_rows[batch_rows >= 0]  # by_length: -1 marks a filler slot
+            if len(rows) < len(batch_rows):  # filler: copies of the first row, outputs dropped
+                batch_rows = np.where(batch_rows >= 0, batch_rows, rows[0])
             if self.packing:  # straight from token ids: no pad-then-unpad round trip
-                pooled = self._forward_ids_pooled([ids[i] for i in rows], poolers)
+                pooled = self._forward_ids_pooled([ids[i] for i in batch_rows], poolers)
             else:
                 batch = self.tokenizer.pad(
-                    {"input_ids": [ids[i] for i in rows]}, return_tensors="pt"
+                    {"input_ids": [ids[i] for i in batch_rows]}, return_tensors="pt"
                 )
                 features = {k: v.to(self.device) for k, v in batch.items()}
                 pooled = self._forward_padded_pooled(poolers, **features)
@@ -401,7 +423,7 @@ class SentenceEncoder(nn.Module):
                 vectors = vectors.float()
                 if normalize:
                     vectors = torch.nn.functional.normalize(vectors, dim=-1)
-                out[pooler][rows] = vectors.cpu().numpy()
+                out[pooler][rows] = vectors[: len(rows)].cpu().numpy()
             bar.update(len(rows))
         bar.close()
         if flops:
@@ -410,6 +432,27 @@ class SentenceEncoder(nn.Module):
         index = {s: i for i, s in enumerate(distinct)}
         take = [index[s] for s in sentences]
         return {p: vectors[take] for p, vectors in out.items()}
+
+
+def length_batches(
+    ids: Sequence[Sequence[int]], batch_size: int, by_length: bool
+) -> list[np.ndarray]:
+    """Row indices of `ids` per batch, longest first: consecutive slices of `batch_size` of the
+    stable order by decreasing length, or (`by_length`) exactly `batch_size` slots of one length
+    each, -1 marking the filler slots of a length's last batch."""
+    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")[::-1]
+    if not by_length:
+        return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    # order by (length descending, position ascending): a stable sort of -length
+    order = np.argsort(-lengths, kind="stable")
+    cuts = np.flatnonzero(np.diff(lengths[order])) + 1  # where the length changes
+    batches = []
+    for group in np.split(order, cuts):
+        for start in range(0, len(group), batch_size):
+            rows = group[start : start + batch_size]
+            batches.append(np.pad(rows, (0, batch_size - len(rows)), constant_values=-1))
+    return batches
 
 
 def model_limit(tokenizer: object) -> int:

@@ -34,6 +34,7 @@ from dclr.contract import (
     HasTrainingModules,
     MethodPlugin,
     TrainResult,
+    UsesBatchPlan,
 )
 from dclr.data.sampler import training_batches
 from dclr.data.sampling import few_shot_indices, repeat_to, take
@@ -43,6 +44,7 @@ from dclr.progress import announce, progress_bar
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.config import TrainConfig
 from dclr.training.gradcache import GradCache
+from dclr.training.phases import phase
 from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
 
@@ -243,6 +245,13 @@ class Trainer:
         """Data indices of the global batch of 0-based `step`, (batch_size,)."""
         return self.sampler.global_batch(step)
 
+    def planned_rows(self) -> list[int]:
+        """Every data index some step of the run samples, each once, in order of first use."""
+        seen: dict[int, None] = {}
+        for step in range(self.total_steps):
+            seen.update(dict.fromkeys(int(i) for i in self.global_batch(step)))
+        return list(seen)
+
     def batch(self, step: int) -> tuple[Batch, int]:
         """The `Batch` of 0-based `step` on this rank, and its number of local examples."""
         ids = self.global_batch(step)
@@ -317,6 +326,9 @@ class Trainer:
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         objective = self.method.build_objective(self.config, model, self.data, self.device)
+        if isinstance(objective, UsesBatchPlan):  # e.g. encode the rows the steps will sample
+            with phase("complementary_cache"):
+                objective.prefill_batch_plan(self.planned_rows())
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}
         groups = param_groups(self.model, opt.weight_decay)

@@ -1,0 +1,38 @@
+"""Which rows of the corpus DCLR's cached complementary model encodes (`complementary_rows`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dclr.methods.dclr_options import DCLRSection
+    from dclr.training.config import TrainConfig
+
+# auto: encode only the sampled rows when the run's steps x batch reach under this share of the
+# corpus (above it most rows are encoded anyway, and a whole-corpus cache serves later runs too).
+SAMPLED_ROWS_SHARE = 0.5
+
+
+def sample_rows_only(
+    config: TrainConfig,
+    section: DCLRSection,
+    corpus: Sequence[str],
+    cache: Path | None,
+    pooler: str,
+    spec: str,
+) -> bool:
+    """Whether the cached complementary model encodes only the rows the run samples
+    (`complementary_rows`; auto: a short run on a large corpus, and no whole-corpus cache yet)."""
+    from dclr.losses.complementary import CachedComplementary  # torch: only when deciding
+
+    if section.complementary_rows != "auto":
+        return section.complementary_rows == "sampled"
+    opt = config.optimisation
+    batch = opt.batch_size
+    steps = opt.max_steps or opt.epochs * max(len(corpus) // batch, 1)
+    if steps * batch >= SAMPLED_ROWS_SHARE * len(corpus):
+        return False
+    path, _ = CachedComplementary.locate(cache, pooler, corpus, spec, config.model.max_length)
+    return not CachedComplementary.exists(path)
