@@ -84,9 +84,10 @@ def default_cache_root() -> Path:
 # (~30 lengths x 32 on average) and the matrix products large enough (64 x length tokens) to run
 # near full speed.
 CACHE_BATCH_SIZE = 64
-# How the cache's batches are formed, recorded in its metadata: caches built before the batches
-# held one token length each (their bits differ by float rounding) are rebuilt, not mixed.
-CACHE_BATCHING = "by_length"
+# How the cache's batches are formed, recorded in its metadata: a cache built with other batches
+# (before they held one token length each, or with another size: its bits differ by float
+# rounding) is rebuilt, not mixed with rows encoded now.
+CACHE_BATCHING = f"by_length/{CACHE_BATCH_SIZE}"
 
 
 def encode_rows(
