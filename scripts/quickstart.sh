@@ -12,6 +12,14 @@ export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 VENV="${DCLR_VENV:-.venv}"
 RUN_DIR="runs/dclr-minilm-mean-cpu"
 
+# No data, no run: say so before minutes of installing (and link nothing to a missing folder).
+if [ ! -d "$DCLR_DATA_DIR/senteval" ]; then
+    echo "error: no evaluation data in $DCLR_DATA_DIR (looked for $DCLR_DATA_DIR/senteval)" >&2
+    echo "  fix: set DCLR_DATA_DIR to the folder that holds senteval/ (a clone beside shared/" >&2
+    echo "  finds ../shared/data), or fetch it once: dclr data download --data-dir DIR" >&2
+    exit 2
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
@@ -23,6 +31,9 @@ bash scripts/install_torch_cpu.sh "$PY"
 # Later `dclr eval` / `dclr encode` calls find the data without flags: the default data folder
 # (~/.cache/dclr/data) points at this one unless it already exists.
 CACHE_DATA="${XDG_CACHE_HOME:-$HOME/.cache}/dclr/data"
+if [ -L "$CACHE_DATA" ] && [ ! -e "$CACHE_DATA" ]; then
+    rm "$CACHE_DATA"  # a link to a folder that is gone (an earlier data dir): point it anew
+fi
 if [ ! -e "$CACHE_DATA" ]; then
     mkdir -p "$(dirname "$CACHE_DATA")"
     ln -s "$DCLR_DATA_DIR" "$CACHE_DATA"

@@ -4,6 +4,7 @@ tables that say which way is better, encode that keeps one row per line."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import subprocess
 import sys
@@ -219,3 +220,25 @@ def test_torch_install_skips_an_unreachable_index(tmp_path, torch_ok, index_ok, 
     assert calls == ([] if expected is None else [expected])
     if not index_ok and not torch_ok:
         assert "is not reachable" in done.stdout
+
+
+def test_quickstart_without_data_stops_at_once_and_links_nothing(tmp_path):
+    """A clone away from shared/ (or a wrong DCLR_DATA_DIR) is told where the data must be before
+    any install, and no dangling ~/.cache/dclr/data link is left for later commands."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "DCLR_DATA_DIR": str(tmp_path / "nowhere"),
+        "DCLR_VENV": str(tmp_path / "venv"),
+    }
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "quickstart.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "no evaluation data" in done.stderr and "fix:" in done.stderr
+    assert not (tmp_path / "venv").exists()
+    assert not (tmp_path / "home" / ".cache" / "dclr" / "data").is_symlink()
