@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -24,6 +24,9 @@ from dclr.clitools import (
     train_keys_help,
 )
 from dclr.errors import ConfigError, DclrError
+
+if TYPE_CHECKING:
+    from dclr.evaluation.sts import EncodeFn
 
 app = typer.Typer(
     help="Train, evaluate and use sentence encoders (SimCSE, DCLR, ...).",
@@ -202,7 +205,7 @@ def eval_cmd(
         if precision != "fp32":
             results["precision"] = precision
 
-        def encoding(label: str):  # noqa: ANN202
+        def encoding(label: str) -> EncodeFn:
             return lambda s: encoder.encode(
                 s, batch_size=batch_size, show_progress=True, progress_label=label
             )

@@ -16,8 +16,8 @@ import dataclasses
 from typing import Any
 
 from dclr.errors import ConfigError
-from dclr.methods.registry import get_method, method_sections
-from dclr.training.config import core_field, field_names, set_flat
+from dclr.methods.registry import builtin_sections, get_method, method_sections
+from dclr.training.config import CORE_SECTIONS, core_field, field_names, set_flat
 
 
 def convert_flat(values: dict[str, Any], source: str = "config") -> dict[str, Any]:
@@ -78,9 +78,6 @@ FLAT_ONLY_DEFAULTS: dict[str, Any] = {"schedule": "unsup"}
 def legacy_defaults() -> dict[str, Any]:
     """{flat option: its default} of `LEGACY_KEYS`, from the built-in method sections, then the
     core sections, then `FLAT_ONLY_DEFAULTS` (a name several sections share has one default)."""
-    from dclr.methods.registry import builtin_sections
-    from dclr.training.config import CORE_SECTIONS
-
     found: dict[str, Any] = {}
     for cls in [*builtin_sections().values(), *CORE_SECTIONS.values()]:
         for item in dataclasses.fields(cls):

@@ -18,13 +18,11 @@ from dclr.experiments.runner import (
     run_experiment,
     subset_corpus,
 )
+from dclr.experiments.runspec import ExperimentUnavailable
 from dclr.experiments.search import SearchSpace, run_search
-from dclr.experiments.specs import (
-    ABLATIONS,
-    VIEW_FIELD,
-    ExperimentUnavailable,
-    experiment_specs,
-)
+from dclr.experiments.specs import experiment_specs
+from dclr.experiments.studies.augmentations import VIEW_FIELD
+from dclr.experiments.studies.dclr_paper import ABLATIONS
 from dclr.recipe import config_from_dict, load_config
 from dclr.training.config import TrainConfig
 from dclr.views.strategies import RATED

@@ -334,16 +334,16 @@ def test_consert_tables_keep_view_order_and_sort_texts_as_numbers(tmp_path: Path
 
 
 def test_no_starting_row_when_runs_start_from_different_models(tmp_path: Path) -> None:
-    from dclr.experiments.report import _shared_start
     from dclr.experiments.stats import RunData
+    from dclr.experiments.studies.shared import shared_start
 
     same = [
         RunData({}, {}, tmp_path, 42, {"avg": 60.0}),
         RunData({}, {}, tmp_path, 43, {"avg": 60.0}),
     ]
-    assert _shared_start(same) == {"avg": 60.0}
-    assert _shared_start([*same, RunData({}, {}, tmp_path, 44, {"avg": 61.0})]) is None
-    assert _shared_start([*same, RunData({}, {}, tmp_path, 44)]) is None
+    assert shared_start(same) == {"avg": 60.0}
+    assert shared_start([*same, RunData({}, {}, tmp_path, 44, {"avg": 61.0})]) is None
+    assert shared_start([*same, RunData({}, {}, tmp_path, 44)]) is None
 
 
 def test_dualcse_report_pairs_by_seed_next_to_the_paper(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dualcse import DUALCSE_TERMS, DualCSELoss, DualEmbeddings, dualcse_loss
 from dclr.losses.supervised import SupervisedNLILoss, supervised_simcse_loss
+from dclr.methods.dualcse_options import DualCSEOptions, DualCSESection
 
 PAPER_TAU = 0.05
 E1, E2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
@@ -137,7 +138,7 @@ class StubDual(torch.nn.Module):
 def test_module_embeds_four_blocks_and_calls_the_pure_function():
     model, n = StubDual(), 3
     x = torch.randn(4 * n, 6, generator=torch.Generator().manual_seed(2))
-    parts = DualCSELoss(model, temperature=PAPER_TAU)(
+    parts = DualCSELoss(model, DualCSEOptions(temperature=PAPER_TAU))(
         Batch({"explicit": {"x": x}, "implicit": {"x": x}})
     )
     r, u = model("explicit", x), model("implicit", x)
@@ -150,7 +151,24 @@ def test_module_embeds_four_blocks_and_calls_the_pure_function():
 
 def test_bad_temperature_is_rejected():
     with pytest.raises(ConfigError, match="temperature"):
-        DualCSELoss(StubDual(), temperature=0)
+        DualCSELoss(StubDual(), DualCSEOptions(temperature=0))
+
+
+def test_the_loss_takes_the_recipe_section_as_its_options():
+    """`dualcse:`'s section extends the loss's options: each is declared once, with one default,
+    and the loss keeps just its own (not the encoder kind or the RTE evaluation)."""
+    import dataclasses
+
+    section = DualCSESection(temperature=0.1, intra_sentence=False, encoder="bi", rte_eval=False)
+    loss = DualCSELoss(StubDual(), section)
+    assert loss.options == DualCSEOptions(temperature=0.1, intra_sentence=False)
+    assert loss.temperature == 0.1
+    defaults = {f.name: f.default for f in dataclasses.fields(DualCSEOptions)}
+    assert {k: getattr(DualCSESection(), k) for k in defaults} == defaults
+    assert DualCSELoss(StubDual()).options == DualCSEOptions() == DualCSEOptions(PAPER_TAU)
+    x = torch.randn(12, 6, generator=torch.Generator().manual_seed(2))
+    parts = loss(Batch({"explicit": {"x": x}, "implicit": {"x": x}}))
+    assert list(parts) == ["loss", "explicit", "implicit"]  # intra_sentence off
 
 
 def test_supervised_simcse_equals_its_formula():

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +142,7 @@ class LogisticRegression:
 
 
 @contextmanager
-def single_thread():
+def single_thread() -> Iterator[None]:
     """One torch thread while the classifiers train: a (d -> classes) linear layer on batches of
     64-128 rows gains nothing from more, and extra threads only spin-wait on a busy machine."""
     threads = torch.get_num_threads()
@@ -153,7 +153,7 @@ def single_thread():
         torch.set_num_threads(threads)
 
 
-def _folds(x: np.ndarray, y: np.ndarray, k: int):
+def _folds(x: np.ndarray, y: np.ndarray, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     from sklearn.model_selection import StratifiedKFold
 
     return StratifiedKFold(n_splits=k, shuffle=True, random_state=SEED).split(x, y)

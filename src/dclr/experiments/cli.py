@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dclr.clitools import console, fail, out, quiet_hf, scores_table
-from dclr.errors import DclrError
+from dclr.errors import ConfigError, DclrError
 
 if TYPE_CHECKING:
     import sqlite3
@@ -361,8 +361,6 @@ def plan_summary(planned: list) -> str:
 
 
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
-    from dclr.errors import ConfigError
-
     if text is None:
         return None
     try:

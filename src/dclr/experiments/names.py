@@ -21,10 +21,17 @@ DENSE_COLORS = dict(
         strict=True,
     )
 )
+# STS tasks whose class name is long, as the tables' columns call them.
+TASK_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
 DENSE_SETTING_NAMES = {
     "cls_head": "[CLS] + MLP head (the recipes' setting)",
     "mean": "mean pooling, no head (the sentence-transformers setting)",
 }
+
+
+def task_label(task: str) -> str:
+    """An STS task's short name in reports (STS-B, SICK-R; the others as they are)."""
+    return TASK_NAMES.get(task, task)
 
 
 def method_label(name: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.stats import Stat
+from dclr.experiments.stats import Paired, Stat
 
 COLORS = {"simcse": "#1f77b4", "dclr": "#d62728", "paper": "#7f7f7f"}
 DPI = 120  # readable on screen, small files
@@ -78,4 +78,24 @@ def _bars(
         ax.axhline(0, color="black", linewidth=0.5)
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _paired_bars(path: Path, title: str, xlabel: str, labels: list[str],
+                 deltas: list[Paired | None]) -> Path:  # fmt: skip
+    """Horizontal bars of paired differences with their 95 % t-intervals, zero marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(labels) + 1.5))
+    y = np.arange(len(labels))[::-1]
+    means = [d.mean if d else np.nan for d in deltas]
+    low = [d.mean - d.low if d and d.n > 1 else 0 for d in deltas]
+    high = [d.high - d.mean if d and d.n > 1 else 0 for d in deltas]
+    colors = ["#2ca02c" if d and d.n > 1 and d.low > 0 else "#d62728" if d and d.n > 1
+              and d.high < 0 else "#7f7f7f" for d in deltas]  # fmt: skip
+    ax.barh(y, means, xerr=[low, high], capsize=3, color=colors, edgecolor="black", linewidth=0.5)
+    ax.axvline(0, color="black", linewidth=0.7)
+    ax.set_yticks(y, labels)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)

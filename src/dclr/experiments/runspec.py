@@ -1,7 +1,6 @@
 """What every experiment's runs are made of: the scales and backbones, `RunSpec`, and the SimCSE /
-DCLR run of a backbone (`pair_spec`). The experiments themselves are `dclr.experiments.specs` (the
-DCLR paper's and ConSERT's / DualCSE's) and `dclr.experiments.studies` (each with its report
-section)."""
+DCLR run of a backbone (`pair_spec`). The experiments themselves are in `dclr.experiments.studies`
+(each with its report section), named in `dclr.experiments.specs.EXPERIMENTS`."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import yaml
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, set_labels
 from dclr.experiments.runner import action_for, run_dir_for
-from dclr.recipe import flat_hints, load_config
+from dclr.recipe import checked, config_from_dict, flat_hints, load_config
 from dclr.training.config import TrainConfig
 
 
@@ -123,7 +123,6 @@ def _train_one(values: dict[str, Any], resume: bool, threads: int) -> str:
     import torch
 
     from dclr.driver import run_training
-    from dclr.recipe import checked, config_from_dict
 
     torch.set_num_threads(threads)
     config = checked(config_from_dict(values))

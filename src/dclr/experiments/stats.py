@@ -1,5 +1,5 @@
 """The statistics of the experiment reports: per-seed runs, mean ± sample std, and paired
-differences with their 95 % t-interval (`dclr.experiments.report` renders them)."""
+differences with their 95 % t-interval (the studies' report sections render them)."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from torch import nn
 from dclr.contract import Batch
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
+from dclr.methods.dualcse_options import DualCSEOptions
 
 # The loss parts, in the order of the docstring; each is logged on its own.
 DUALCSE_TERMS = ("explicit", "implicit", "intra_explicit", "intra_implied", "intra_contradiction")
@@ -76,26 +77,21 @@ class DualCSELoss(nn.Module):
     Args:
         model: called as `model(semantics, **features)` with semantics "explicit" or "implicit",
             mapping tokenized features to (b, d) vectors (a `dclr.dualcse.model.DualEncoder`).
-        temperature: tau > 0 (paper: 0.05).
-        contradiction_negatives, intra_sentence: see `dualcse_loss`.
+        options: `DualCSEOptions` (`dclr.methods.dualcse_options`, where each is documented):
+            tau and the two switches of `dualcse_loss`; None: the paper's.
 
-    `forward(batch)` takes `batch.features` = {"explicit": ..., "implicit": ...}, each the tokenization (for that
-    semantics) of the 4n sentences [premises; explicit entailments; implied entailments;
-    contradictions], and returns the dict of `dualcse_loss`.
+    `forward(batch)` takes `batch.features` = {"explicit": ..., "implicit": ...}, each the
+    tokenization (for that semantics) of the 4n sentences [premises; explicit entailments; implied
+    entailments; contradictions], and returns the dict of `dualcse_loss`.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = 0.05,
-        contradiction_negatives: bool = True,
-        intra_sentence: bool = True,
-    ) -> None:
+    def __init__(self, model: nn.Module, options: DualCSEOptions | None = None) -> None:
         super().__init__()
+        options = (options or DualCSEOptions()).loss_options()
+        options.check_options()
+        self.options = options
         self.model = model
-        self.temperature = check_temperature(temperature)
-        self.contradiction_negatives = contradiction_negatives
-        self.intra_sentence = intra_sentence
+        self.temperature = check_temperature(options.temperature)
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         features = batch.features
@@ -110,6 +106,6 @@ class DualCSELoss(nn.Module):
             implied,
             contradiction,
             self.temperature,
-            contradiction_negatives=self.contradiction_negatives,
-            intra_sentence=self.intra_sentence,
+            contradiction_negatives=self.options.contradiction_negatives,
+            intra_sentence=self.options.intra_sentence,
         )

@@ -103,12 +103,7 @@ class DualCSE(INLIMethod):
         from dclr.losses.dualcse import DualCSELoss
 
         section: DualCSESection = config.section(self.name)
-        return DualCSELoss(
-            model,
-            temperature=section.temperature,
-            contradiction_negatives=section.contradiction_negatives,
-            intra_sentence=section.intra_sentence,
-        )
+        return DualCSELoss(model, section)
 
     def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
         return model.save(path, extra={**extra, "method": self.name})  # type: ignore[operator]

@@ -17,6 +17,8 @@ to float rounding (tested).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -88,7 +90,7 @@ def input_channel_max(
     """max |x_j| over every token of `sentences`, per input channel j of each backbone Linear."""
     stats: dict[str, torch.Tensor] = {}
 
-    def record(name: str):
+    def record(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
         def hook(_: nn.Module, inputs: tuple[torch.Tensor, ...], __: torch.Tensor) -> None:
             x = inputs[0].detach().abs().reshape(-1, inputs[0].shape[-1])  # (tokens, in)
             peak = x.amax(0)
