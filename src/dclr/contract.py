@@ -93,9 +93,10 @@ class HasStartRecords(Protocol):
 @runtime_checkable
 class UsesBatchPlan(Protocol):
     """An objective that prepares for the rows the run's batches will hold (every step's, known in
-    advance from (seed, step)): e.g. DCLR's sampled-rows complementary cache encodes them."""
+    advance from (seed, step)): e.g. DCLR's sampled-rows complementary cache encodes them.
+    `rows()` lists them; it is called only by an objective that needs them."""
 
-    def prefill_batch_plan(self, rows: Sequence[int]) -> None: ...
+    def prefill_batch_plan(self, rows: Callable[[], Sequence[int]]) -> None: ...
 
 
 @runtime_checkable

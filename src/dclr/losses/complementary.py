@@ -174,7 +174,7 @@ class CachedComplementary:
 
         def write(tmp: Path) -> None:  # a temp name of this process: shards may build at once
             with tmp.open("wb") as fh:
-                np.save(fh, vectors.astype(np.float16))
+                np.save(fh, vectors.astype(np.float16, copy=False))
 
         with atomic.storage_guard(cache, needed=vectors.size * 2):  # fp16
             atomic.write_with(cache, write)

@@ -29,7 +29,7 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -254,12 +254,12 @@ class DCLRLoss(torch.nn.Module):
         """The loss from option keywords (`DCLROptions` field names), for scripts and tests."""
         return cls(model, complementary, DCLROptions(**options), seed=seed, views=views)
 
-    def prefill_batch_plan(self, rows: Sequence[int]) -> None:
+    def prefill_batch_plan(self, rows: Callable[[], Sequence[int]]) -> None:
         """Let the complementary model encode, up front, the rows the run will sample (a
-        sampled-rows cache does; the others have nothing to prepare)."""
+        sampled-rows cache does; for the others the plan is not even listed)."""
         prefill = getattr(self.complementary, "prefill", None)
         if prefill is not None:
-            prefill(rows)
+            prefill(rows())
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
         k = round(self.noise_ratio * z1.shape[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +32,7 @@ def sample_rows_only(
         return section.complementary_rows == "sampled"
     opt = config.optimisation
     batch = opt.batch_size
-    steps = opt.max_steps or opt.epochs * max(len(corpus) // batch, 1)
+    steps = opt.max_steps or math.ceil(opt.epochs * (len(corpus) // batch))  # as `Trainer`
     if steps * batch >= SAMPLED_ROWS_SHARE * len(corpus):
         return False
     path, _ = CachedComplementary.locate(cache, pooler, corpus, spec, config.model.max_length)

@@ -441,8 +441,8 @@ def length_batches(
     stable order by decreasing length, or (`by_length`) exactly `batch_size` slots of one length
     each, -1 marking the filler slots of a length's last batch."""
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
-    order = np.argsort(lengths, kind="stable")[::-1]
     if not by_length:
+        order = np.argsort(lengths, kind="stable")[::-1]
         return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     # order by (length descending, position ascending): a stable sort of -length
     order = np.argsort(-lengths, kind="stable")

@@ -328,7 +328,7 @@ class Trainer:
         objective = self.method.build_objective(self.config, model, self.data, self.device)
         if isinstance(objective, UsesBatchPlan):  # e.g. encode the rows the steps will sample
             with phase("complementary_cache"):
-                objective.prefill_batch_plan(self.planned_rows())
+                objective.prefill_batch_plan(self.planned_rows)
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}
         groups = param_groups(self.model, opt.weight_decay)
