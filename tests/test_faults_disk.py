@@ -102,7 +102,7 @@ def test_export_on_a_full_disk(encoder, tmp_path, monkeypatch):
 
 
 def test_shard_on_a_full_disk(tmp_path, monkeypatch):
-    from dclr.serving import shards
+    from dclr.indexing import shards
 
     def full(path, array):
         Path(path).write_bytes(b"\x93NUMPY partial")
@@ -131,8 +131,8 @@ def test_complementary_cache_on_a_full_disk(tmp_path, monkeypatch):
 
 def test_index_on_a_full_disk(tmp_path, monkeypatch):
     pytest.importorskip("faiss")
-    from dclr.serving import index as index_module
-    from dclr.serving.readers import open_source
+    from dclr.data.readers import open_source
+    from dclr.indexing import index as index_module
 
     model = make_tiny_model_dir(tmp_path / "model", dropout=0.0)
     corpus = tmp_path / "corpus.txt"

@@ -19,8 +19,8 @@ from dclr.cli import app, split_tasks
 from dclr.clitools import scores_table, train_keys_help
 from dclr.errors import ConfigError, InputError
 from dclr.methods.registry import available_methods, get_method
+from dclr.options.config import CORE_SECTIONS
 from dclr.recipe import load_config
-from dclr.training.config import CORE_SECTIONS
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}  # help text on one line per option

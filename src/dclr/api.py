@@ -31,8 +31,8 @@ from dclr.methods.registry import available_methods as available_methods
 from dclr.methods.registry import get_method as get_method
 from dclr.methods.registry import register as register
 from dclr.models.encoder import SentenceEncoder
+from dclr.options.config import TrainConfig
 from dclr.recipe import load_config, updated
-from dclr.training.config import TrainConfig
 from dclr.training.loop import Trainer as Trainer
 
 __all__ = list(API)  # the names `import dclr` exposes (dclr.API)
@@ -78,7 +78,7 @@ def evaluate_retrieval(
     corpus.jsonl), the queries are searched in that index instead of by exact search, so an int8 or
     approximate index is measured as it is served. See docs/retrieval.md."""
     from dclr.evaluation.retrieval_eval import evaluate_target
-    from dclr.serving.fingerprint import model_fingerprint
+    from dclr.indexing.fingerprint import model_fingerprint
 
     if (folder is None) == (task is None):
         raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")

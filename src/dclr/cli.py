@@ -247,7 +247,7 @@ def eval_cmd(
 
 
 def _index_precision(index: Path) -> str:
-    from dclr.serving.index import read_meta
+    from dclr.indexing.index import read_meta
 
     return str(read_meta(index).get("precision", "fp32"))
 
@@ -267,7 +267,7 @@ def run_retrieval(
     from dclr.data.paths import resolve_data_dir
     from dclr.data.retrieval_tasks import BUILTIN, write_task
     from dclr.evaluation.retrieval_eval import evaluate
-    from dclr.serving.fingerprint import model_fingerprint
+    from dclr.indexing.fingerprint import model_fingerprint
 
     # one fingerprint (a probe encoding) for every folder searched in the index
     fingerprint = model_fingerprint(encoder) if index is not None else None  # type: ignore[arg-type]

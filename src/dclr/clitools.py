@@ -68,7 +68,7 @@ def scores_table(title: str, columns: dict[str, dict[str, float]], tasks: list[s
 
 def rte_table(title: str, columns: dict[str, dict[str, float]]) -> Table:
     """Accuracy x100 per hypothesis type (rows) for each model (columns)."""
-    from dclr.dualcse.data import HYPOTHESIS_TYPES
+    from dclr.data.inli import HYPOTHESIS_TYPES
 
     table = Table(title=escape(title))
     table.add_column("hypothesis")
@@ -86,7 +86,7 @@ def train_keys_help() -> str:
     import dataclasses
 
     from dclr.methods.registry import section_classes
-    from dclr.training.config import CORE_SECTIONS
+    from dclr.options.config import CORE_SECTIONS
 
     sections = {**CORE_SECTIONS, **section_classes()}
     return "; ".join(

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 Evaluator = Callable[[nn.Module], dict[str, float]]
 

@@ -26,9 +26,9 @@ from dclr.contract import MethodPlugin, TrainResult
 from dclr.evaluation.retrieval_runs import retrieval_test_scores, starting_retrieval
 from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
+from dclr.options.config import TrainConfig
 from dclr.training import runfolder
 from dclr.training.checkpoint import latest_checkpoint
-from dclr.training.config import TrainConfig
 from dclr.training.loop import Trainer
 from dclr.training.phases import PhaseTimes, breakdown, phase, timed
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from dclr.errors import ConfigError
 from dclr.methods.registry import builtin_sections, get_method, method_sections
-from dclr.training.config import CORE_SECTIONS, core_field, field_names, set_flat
+from dclr.options.config import CORE_SECTIONS, core_field, field_names, set_flat
 
 
 def convert_flat(values: dict[str, Any], source: str = "config") -> dict[str, Any]:

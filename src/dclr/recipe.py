@@ -2,7 +2,7 @@
 
 This is the layer above `dclr.training`: it looks each method up once (`dclr.methods.registry`) to
 learn which config sections it reads and their dataclasses, then hands those to the core config
-(`dclr.training.config`), which never looks a method up itself. Old flat recipes (every option at
+(`dclr.options.config`), which never looks a method up itself. Old flat recipes (every option at
 the top level) are converted by `dclr.flat_recipe` first.
 
     config = load_config("recipes/dclr_minilm_cpu.yaml", {"optimisation.max_steps": 10})
@@ -18,7 +18,7 @@ from dclr.configfile import field_types, read_recipe
 from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
 from dclr.flat_recipe import convert_flat
 from dclr.methods.registry import available_methods, get_method, method_sections
-from dclr.training.config import (
+from dclr.options.config import (
     CORE_SECTIONS,
     ModelSection,
     TrainConfig,

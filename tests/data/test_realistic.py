@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+import dclr.data.inli as inli
 import dclr.data.nli as nli
 import dclr.data.sts as sts
-import dclr.dualcse.data as inli
 from dclr.data.paraphrases import normalize_text
 from dclr.data.realistic import cluster_corpus, duplicate_share, scraped_corpus
 

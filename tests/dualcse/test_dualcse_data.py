@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO_ROOT
 from inli_data import HEADER, inli_rows, write_inli, write_inli_dir  # noqa: F401
 
-from dclr.dualcse.data import (
+from dclr.data.inli import (
     HYPOTHESIS_TYPES,
     eis_split,
     eis_split_sizes,

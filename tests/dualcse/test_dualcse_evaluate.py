@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from inli_data import write_inli_dir
 
-from dclr.dualcse.data import InliExample
+from dclr.data.inli import InliExample
 from dclr.dualcse.evaluate import (
     EisEvaluator,
     RteEvaluator,

@@ -234,10 +234,10 @@ def test_ndcg_equals_sentence_transformers_information_retrieval_evaluator(
 # ---- a built index -----------------------------------------------------------------------------
 def test_index_of_the_corpus_scores_as_exact_search(beir_folder, tiny_encoder, tmp_path):
     pytest.importorskip("faiss")
+    from dclr.data.readers import open_source
+    from dclr.indexing.index import IndexParams, build_index
     from dclr.models.encoder import SentenceEncoder
     from dclr.models.export import save_encoder
-    from dclr.serving.index import IndexParams, build_index
-    from dclr.serving.readers import open_source
 
     model = save_encoder(tiny_encoder("mean"), tmp_path / "model")
     source = open_source(beir_folder / "corpus.jsonl", "text")
@@ -251,11 +251,11 @@ def test_index_of_the_corpus_scores_as_exact_search(beir_folder, tiny_encoder, t
 
 def test_index_of_another_corpus_is_refused(beir_folder, tiny_encoder, tmp_path):
     pytest.importorskip("faiss")
+    from dclr.data.readers import open_source
     from dclr.errors import InputError
+    from dclr.indexing.index import IndexParams, build_index
     from dclr.models.encoder import SentenceEncoder
     from dclr.models.export import save_encoder
-    from dclr.serving.index import IndexParams, build_index
-    from dclr.serving.readers import open_source
 
     model = save_encoder(tiny_encoder("mean"), tmp_path / "model")
     other = tmp_path / "other.jsonl"

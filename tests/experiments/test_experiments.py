@@ -23,8 +23,8 @@ from dclr.experiments.search import SearchSpace, run_search
 from dclr.experiments.specs import experiment_specs
 from dclr.experiments.studies.augmentations import VIEW_FIELD
 from dclr.experiments.studies.dclr_paper import ABLATIONS
+from dclr.options.config import TrainConfig
 from dclr.recipe import config_from_dict, load_config
-from dclr.training.config import TrainConfig
 from dclr.views.strategies import RATED
 
 RECIPES = REPO_ROOT / "recipes"

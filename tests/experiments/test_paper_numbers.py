@@ -63,7 +63,7 @@ def _lines_of(relative: str) -> list[str]:
 
 
 def test_dualcse_rte_rows_match_their_lines() -> None:
-    from dclr.dualcse.data import HYPOTHESIS_TYPES
+    from dclr.data.inli import HYPOTHESIS_TYPES
 
     lines = _lines_of(paper.DUALCSE_TEXT)
     assert (*HYPOTHESIS_TYPES, "avg") == paper.HYPOTHESIS_COLUMNS

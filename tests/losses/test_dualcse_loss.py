@@ -11,7 +11,7 @@ from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dualcse import DUALCSE_TERMS, DualCSELoss, DualEmbeddings, dualcse_loss
 from dclr.losses.supervised import SupervisedNLILoss, supervised_simcse_loss
-from dclr.methods.dualcse_options import DualCSEOptions, DualCSESection
+from dclr.options.dualcse import DualCSEOptions, DualCSESection
 
 PAPER_TAU = 0.05
 E1, E2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])

@@ -12,18 +12,18 @@ from helpers import REPO_ROOT
 from inli_data import write_inli_dir
 
 import dclr.losses.dualcse as dualcse_module
+from dclr.data.inli import read_inli
 from dclr.data.sampler import build_sampler
 from dclr.driver import run_training
 from dclr.driver import trainer_for as DualCSETrainer  # one loop for every method
-from dclr.dualcse.data import read_inli
 from dclr.dualcse.evaluate import SingleEmbedding, load_embedder
 from dclr.dualcse.model import DualEncoder
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.losses.dualcse import DUALCSE_TERMS
 from dclr.methods.registry import get_method
+from dclr.options.config import TrainConfig
 from dclr.recipe import load_config
 from dclr.training.checkpoint import latest_checkpoint
-from dclr.training.config import TrainConfig
 from dclr.training.tracking import read_metrics
 
 

@@ -37,7 +37,7 @@ def test_an_installed_method_is_listed_without_loading_the_builtin_methods(monke
     from importlib.metadata import EntryPoint
 
     from dclr.methods import registry
-    from dclr.methods.contrastive_options import ContrastiveSection
+    from dclr.options.contrastive import ContrastiveSection
 
     point = EntryPoint("toy_ep", "dclr.methods.simcse:SIMCSE", registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(registry, "entry_points", lambda group: [point])

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from dclr.cli import app
 from dclr.errors import ConfigError
+from dclr.indexing.fingerprint import model_fingerprint
 from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.models.precision import check_precision, load_inference_encoder, quantize_int8
 from dclr.models.smoothing import SmoothedLinear, smooth_linears
-from dclr.serving.fingerprint import model_fingerprint
 
 SENTENCES = [
     "A man is playing a guitar.",

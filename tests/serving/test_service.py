@@ -19,10 +19,10 @@ pytest.importorskip("fastapi")
 pytest.importorskip("faiss")
 
 
+from dclr.data.readers import open_source  # noqa: E402
+from dclr.indexing.index import IndexParams, build_index  # noqa: E402
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
-from dclr.serving.index import IndexParams, build_index  # noqa: E402
 from dclr.serving.launch import process_memory, serve_process  # noqa: E402
-from dclr.serving.readers import open_source  # noqa: E402
 
 CORPUS = [
     "A man is playing a guitar.",
@@ -123,7 +123,7 @@ def test_the_model_folder_path_is_never_served(client, model_dir):
 
 
 def test_served_name_of_run_folders_hub_ids_and_packages(tmp_path):
-    from dclr.serving.cli import served_name
+    from dclr.models.resolve import served_name
 
     (tmp_path / "run-x" / "best").mkdir(parents=True)
     assert served_name(str(tmp_path / "run-x" / "best")) == "run-x/best"
@@ -278,7 +278,7 @@ def test_forward_passes_respect_the_token_budget(encoder, monkeypatch):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_heap_trimming_is_wired_on_linux():
-    from dclr.serving.memory import trim_heap
+    from dclr.indexing.memory import trim_heap
 
     assert trim_heap(min_interval_s=0) is True
     assert trim_heap(min_interval_s=3600) is False  # throttled: it just ran

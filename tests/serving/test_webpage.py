@@ -12,9 +12,9 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("faiss")
 
-from dclr.serving.index import IndexParams, build_index  # noqa: E402
+from dclr.data.readers import open_source  # noqa: E402
+from dclr.indexing.index import IndexParams, build_index  # noqa: E402
 from dclr.serving.launch import serve_process  # noqa: E402
-from dclr.serving.readers import open_source  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -434,7 +434,7 @@ def test_the_st_face_takes_every_option_dclr_train_takes():
     them plus where the scores come from, and the sentence-transformers face accepts each one."""
     import dataclasses
 
-    from dclr.methods.dclr_options import DCLROptions, DCLRSection, option_names
+    from dclr.options.dclr import DCLROptions, DCLRSection, option_names
 
     train_only = {  # the positive views and the source of the guide's scores: ST has its own
         "view1", "view1_rate", "view2", "view2_rate", "complementary_model",

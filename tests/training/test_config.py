@@ -4,8 +4,8 @@ import pytest
 from helpers import REPO_ROOT
 
 from dclr.errors import ConfigError
+from dclr.options.config import TrainConfig
 from dclr.recipe import load_config, parse_overrides
-from dclr.training.config import TrainConfig
 
 RECIPES = sorted((REPO_ROOT / "recipes").glob("*.yaml"))
 
@@ -139,7 +139,7 @@ def test_the_flat_defaults_are_read_from_the_sections_and_equal_the_historical_o
 
     from dclr.flat_recipe import FLAT_ONLY_DEFAULTS, LEGACY_DEFAULTS, legacy_defaults
     from dclr.methods.registry import builtin_sections
-    from dclr.training.config import CORE_SECTIONS
+    from dclr.options.config import CORE_SECTIONS
 
     assert legacy_defaults() == LEGACY_DEFAULTS == HISTORICAL_FLAT_DEFAULTS
     # one default per name: every section that declares a flat option agrees on it

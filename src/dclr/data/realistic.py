@@ -58,8 +58,8 @@ def scraped_corpus(root: Path, share: float = SCRAPED_SHARE, seed: int = SEED) -
 
 def cluster_corpus(root: Path, seed: int = SEED) -> list[str]:
     """SNLI dev premises + entailed hypotheses, INLI train premises + explicit entailments."""
+    from dclr.data.inli import read_inli
     from dclr.data.nli import read_senteval_nli
-    from dclr.dualcse.data import read_inli
 
     lines: list[str] = []
     for pair in read_senteval_nli(root / "senteval" / "SNLI", "dev"):

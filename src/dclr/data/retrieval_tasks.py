@@ -106,7 +106,7 @@ def paraphrase_task(root: Path, split: str = "test") -> BuiltTask:
 
 def inli_task(root: Path, split: str = "test") -> BuiltTask:
     """See the module docstring."""
-    from dclr.dualcse.data import inli_split, read_inli
+    from dclr.data.inli import inli_split, read_inli
 
     rows = read_inli(inli_split(root, "val" if split == "dev" else split))
     hypotheses = [h for r in rows for h in (r.explicit, r.implied, r.neutral, r.contradiction)]
@@ -138,3 +138,18 @@ def write_task(
 
     task = build_task(name, root, split)
     return write_beir(out, task.corpus, task.queries, task.qrels, split), task
+
+
+TEST_SPLIT = "test"  # the split a run's retrieval test scores are measured on
+
+
+def check_test_target(target: str) -> None:
+    """A built-in task name or a BEIR folder with qrels/test.tsv; else a ConfigError."""
+    if target in BUILTIN:
+        return
+    qrels = Path(target) / "qrels" / f"{TEST_SPLIT}.tsv"
+    if not qrels.is_file():
+        raise ConfigError(
+            f"run.test_retrieval {target!r} is neither a built-in task "
+            f"({', '.join(BUILTIN)}) nor a BEIR folder with {qrels}",
+        )

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dclr.dualcse.data import (
+from dclr.data.inli import (
     ENTAILED,
     HYPOTHESIS_TYPES,
     EisSplit,
@@ -197,7 +197,7 @@ def eis_accuracy(
 
 class EisEvaluator:
     """EIS on (more-implicit, more-explicit) pairs: a TSV, or ImpScore's published CSV
-    (`dclr.dualcse.data.read_eis_file`; `split` / `seed` pick DualCSE-sized parts of the CSV)."""
+    (`dclr.data.inli.read_eis_file`; `split` / `seed` pick DualCSE-sized parts of the CSV)."""
 
     primary_metric = "accuracy"
 

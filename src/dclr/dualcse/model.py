@@ -29,10 +29,10 @@ from torch import nn
 
 from dclr.atomic import staged_folder
 from dclr.errors import ConfigError, InputError
-from dclr.methods.dualcse_options import EncoderKind
 from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.models.export import save_encoder
 from dclr.models.resolve import resolve_model
+from dclr.options.dualcse import EncoderKind
 from dclr.progress import progress_bar
 
 ENCODER_KINDS: tuple[str, ...] = get_args(EncoderKind)

@@ -76,7 +76,7 @@ def indexed_texts(folder: Path, meta: dict) -> list[str]:
     """The text of every row of the file the index was built from, read as `dclr index build`
     read it; that file must be this folder's corpus.jsonl (an index's hits name input rows, BEIR's
     qrels name `_id`s, and corpus.jsonl's row i is its i-th `_id`)."""
-    from dclr.serving.readers import open_source
+    from dclr.data.readers import open_source
 
     recorded = meta.get("input", {})
     column = recorded.get("column")
@@ -101,9 +101,9 @@ def index_run(
 ) -> Run:
     """The run of `data`'s queries searched in a built index (`dclr index build` of the folder's
     corpus.jsonl); refuses an index whose rows or texts do not match that corpus and, given the
-    query encoder's `fingerprint` (`dclr.serving.fingerprint`), an index another model built."""
-    from dclr.serving.index import SearchIndex
-    from dclr.serving.readers import is_blank
+    query encoder's `fingerprint` (`dclr.indexing.fingerprint`), an index another model built."""
+    from dclr.data.readers import is_blank
+    from dclr.indexing.index import SearchIndex
 
     searcher = SearchIndex(index_dir)
     try:

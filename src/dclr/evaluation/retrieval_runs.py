@@ -15,22 +15,7 @@ import numpy as np
 import torch
 
 from dclr import atomic
-from dclr.data.retrieval_tasks import BUILTIN
-from dclr.errors import ConfigError
-
-TEST_SPLIT = "test"
-
-
-def check_target(target: str) -> None:
-    """A built-in task name or a BEIR folder with qrels/test.tsv; else a ConfigError."""
-    if target in BUILTIN:
-        return
-    qrels = Path(target) / "qrels" / f"{TEST_SPLIT}.tsv"
-    if not qrels.is_file():
-        raise ConfigError(
-            f"run.test_retrieval {target!r} is neither a built-in task "
-            f"({', '.join(BUILTIN)}) nor a BEIR folder with {qrels}",
-        )
+from dclr.data.retrieval_tasks import BUILTIN, TEST_SPLIT
 
 
 def retrieval_test_scores(

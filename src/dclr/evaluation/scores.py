@@ -30,7 +30,7 @@ def sts_scores_key(model: str, pooler: str, data_dir: str | None) -> str:
     """The cache key of the STS scores of (model, pooler, data): the spec, the resolved data
     folder, and the name, size and mtime of every file of a local model folder (so a retrained
     folder under the same path gets a new key). Hub ids are keyed by their name only.
-    (Not `dclr.serving.fingerprint.model_fingerprint`, which identifies an encoder's vectors.)"""
+    (Not `dclr.indexing.fingerprint.model_fingerprint`, which identifies an encoder's vectors.)"""
     from dclr.data.paths import resolve_data_dir
 
     return scores_key(model, pooler, str(resolve_data_dir(data_dir).resolve()))

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from dclr.data.sts import STS_TASKS
-from dclr.training.config import flat_config
+from dclr.options.config import flat_config
 
 INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"

@@ -26,10 +26,10 @@ from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, config_hash, set_labels
 from dclr.experiments.runspec import RunSpec, default_recipes_dir
 from dclr.experiments.specs import experiment_specs
+from dclr.options.config import TrainConfig
 from dclr.recipe import load_config
 from dclr.runlock import LockHeld
 from dclr.training.checkpoint import latest_checkpoint
-from dclr.training.config import TrainConfig
 
 RUNS_DIR = "runs"
 CORPORA_DIR = "corpora"

@@ -23,8 +23,8 @@ import yaml
 from dclr.errors import ConfigError
 from dclr.experiments.registry import Registry, set_labels
 from dclr.experiments.runner import action_for, run_dir_for
+from dclr.options.config import TrainConfig
 from dclr.recipe import checked, config_from_dict, flat_hints, load_config
-from dclr.training.config import TrainConfig
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dclr.methods.dclr_options import check_target
+from dclr.options.dclr import check_target
 
 
 def phi_from_random_pairs(vectors: np.ndarray, drop_fraction: float) -> float:

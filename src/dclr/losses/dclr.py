@@ -40,7 +40,7 @@ from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix, info_nce
 from dclr.losses.simcse import check_temperature, two_views
-from dclr.methods.dclr_options import DCLROptions
+from dclr.options.dclr import DCLROptions
 from dclr.views.pair import SEED_STRIDE
 
 # The released DCLR code compares teacher logits with `phi * 20`: 20 = 1 / 0.05, a hard-wired tau.
@@ -203,7 +203,7 @@ class DCLRLoss(torch.nn.Module):
         model: maps tokenized features to (n, d) vectors (under DDP, the wrapped model).
         complementary: frozen scorer of in-batch negatives (`dclr.losses.complementary`); needed
             for weighting 'complementary' and 'distill'.
-        options: `DCLROptions` (`dclr.methods.dclr_options`, where each is documented): tau,
+        options: `DCLROptions` (`dclr.options.dclr`, where each is documented): tau,
             the noise (k = ratio x batch, sigma, t, beta, tau_u, mode), phi, the weighting of
             in-batch and of noise negatives, and the loss form. A calibrated phi comes in here,
             as `options.false_negative_threshold`.

@@ -32,7 +32,7 @@ from torch import nn
 from dclr.contract import Batch
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
-from dclr.methods.dualcse_options import DualCSEOptions
+from dclr.options.dualcse import DualCSEOptions
 
 # The loss parts, in the order of the docstring; each is logged on its own.
 DUALCSE_TERMS = ("explicit", "implicit", "intra_explicit", "intra_implied", "intra_contradiction")
@@ -77,7 +77,7 @@ class DualCSELoss(nn.Module):
     Args:
         model: called as `model(semantics, **features)` with semantics "explicit" or "implicit",
             mapping tokenized features to (b, d) vectors (a `dclr.dualcse.model.DualEncoder`).
-        options: `DualCSEOptions` (`dclr.methods.dualcse_options`, where each is documented):
+        options: `DualCSEOptions` (`dclr.options.dualcse`, where each is documented):
             tau and the two switches of `dualcse_loss`; None: the paper's.
 
     `forward(batch)` takes `batch.features` = {"explicit": ..., "implicit": ...}, each the

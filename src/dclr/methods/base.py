@@ -32,7 +32,7 @@ from dclr.contract import Evaluator, TrainResult
 from dclr.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 # Config attributes that hold dropout probabilities in Hugging Face encoder configs.
 DROPOUT_KEYS = (

@@ -4,8 +4,8 @@ NT-Xent over the 2N views."""
 from __future__ import annotations
 
 from dclr.losses.consert import ConSERTLoss
-from dclr.methods.contrastive_options import ConSERTSection
 from dclr.methods.simcse import ContrastiveMethod
+from dclr.options.contrastive import ConSERTSection
 
 
 class ConSERT(ContrastiveMethod):

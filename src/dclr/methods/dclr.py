@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from dclr import distributed as dist
-from dclr.methods.contrastive_options import ContrastiveSection
-from dclr.methods.dclr_options import DCLRSection
 from dclr.methods.dclr_rows import sample_rows_only
 from dclr.methods.simcse import ContrastiveMethod, build_views
+from dclr.options.contrastive import ContrastiveSection
+from dclr.options.dclr import DCLRSection
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 
 def build_complementary(

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dclr.methods.dclr_options import DCLRSection
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
+    from dclr.options.dclr import DCLRSection
 
 # auto: encode only the sampled rows when the run's steps x batch reach under this share of the
 # corpus (above it most rows are encoded anyway, and a whole-corpus cache serves later runs too).

@@ -33,7 +33,7 @@ from dclr.methods.dclr_rows import sample_rows_only
 
 if TYPE_CHECKING:
     from dclr.methods.base import Method
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 
 def run_corpus(config: TrainConfig, method: Method) -> list[str]:

@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from dclr.methods.base import Method, build_encoder, dropout_overrides
-from dclr.methods.dualcse_options import DualCSESection, SupervisedINLISection
+from dclr.options.dualcse import DualCSESection, SupervisedINLISection
 
 if TYPE_CHECKING:
     from dclr.contract import TrainResult
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 # Every DualCSE-family recipe starts from these (the DualCSE paper's setting; no STS evaluation).
 INLI_DEFAULTS: dict[str, Any] = {
@@ -41,7 +41,7 @@ class INLIMethod(Method):
     defaults = INLI_DEFAULTS
 
     def load_data(self, config: TrainConfig) -> Sequence[Any]:
-        from dclr.dualcse.data import inli_split, read_inli
+        from dclr.data.inli import inli_split, read_inli
 
         return self.items(config, read_inli(inli_split(config.data.data_dir, "train")))
 

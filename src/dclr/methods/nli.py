@@ -18,13 +18,13 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.methods.base import Method
-from dclr.methods.contrastive_options import ADVERSARIAL_NEEDS_LABELS, ContrastiveSection
-from dclr.methods.dclr_options import PHI_CALIBRATION_NEEDS
-from dclr.methods.nli_options import SUPERVISED_STAGE, TWO_STAGE, NLISection
 from dclr.methods.simcse import ContrastiveMethod
+from dclr.options.contrastive import ADVERSARIAL_NEEDS_LABELS, ContrastiveSection
+from dclr.options.dclr import PHI_CALIBRATION_NEEDS
+from dclr.options.nli import SUPERVISED_STAGE, TWO_STAGE, NLISection
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 
 def load_nli_examples(config: TrainConfig) -> list[Any]:
@@ -181,7 +181,7 @@ class NLI(Method):
         """`sup_then_unsup` / `joint_then_unsup`: stage 1 (`sup` / `joint`) on the NLI data writes
         `<output_dir>/stage-1`; stage 2 trains the `contrastive` method from its final model on
         `data.corpus` in `<output_dir>/stage-2`. Other schedules are one stage."""
-        from dclr.training.config import build_config
+        from dclr.options.config import build_config
 
         section: NLISection = config.section("nli")
         if section.schedule not in TWO_STAGE:

@@ -36,19 +36,13 @@ class Builtin(NamedTuple):
 
 
 BUILTIN = {
-    "simcse": Builtin(
-        "dclr.methods.simcse:SIMCSE", "dclr.methods.contrastive_options:ContrastiveSection"
-    ),
-    "consert": Builtin(
-        "dclr.methods.consert:CONSERT", "dclr.methods.contrastive_options:ConSERTSection"
-    ),
-    "dclr": Builtin("dclr.methods.dclr:DCLR_METHOD", "dclr.methods.dclr_options:DCLRSection"),
-    "nli": Builtin("dclr.methods.nli:NLI_METHOD", "dclr.methods.nli_options:NLISection"),
-    "dualcse": Builtin(
-        "dclr.methods.dualcse:DUALCSE", "dclr.methods.dualcse_options:DualCSESection"
-    ),
+    "simcse": Builtin("dclr.methods.simcse:SIMCSE", "dclr.options.contrastive:ContrastiveSection"),
+    "consert": Builtin("dclr.methods.consert:CONSERT", "dclr.options.contrastive:ConSERTSection"),
+    "dclr": Builtin("dclr.methods.dclr:DCLR_METHOD", "dclr.options.dclr:DCLRSection"),
+    "nli": Builtin("dclr.methods.nli:NLI_METHOD", "dclr.options.nli:NLISection"),
+    "dualcse": Builtin("dclr.methods.dualcse:DUALCSE", "dclr.options.dualcse:DualCSESection"),
     "simcse_sup": Builtin(
-        "dclr.methods.dualcse:SIMCSE_SUP_INLI", "dclr.methods.dualcse_options:SupervisedINLISection"
+        "dclr.methods.dualcse:SIMCSE_SUP_INLI", "dclr.options.dualcse:SupervisedINLISection"
     ),
 }
 
@@ -106,7 +100,7 @@ def get_method(name: str) -> Method:
 
 def method_sections(method: str, values: dict[str, Any]) -> dict[str, type]:
     """{name: dataclass} of every config section `method` reads, given the nested config values
-    so far (a `dclr.training.config.SectionTypes`); an unknown method fails, naming the known."""
+    so far (a `dclr.options.config.SectionTypes`); an unknown method fails, naming the known."""
     names = get_method(method).section_names(values)
     return {name: get_method(name).section for name in names}
 

@@ -1,7 +1,7 @@
 """Unsupervised SimCSE (Gao et al., 2021) as a method: two views of each sentence, InfoNCE.
 
 Its section, `ContrastiveSection` (temperature + the two positive views, declared torch-free in
-`dclr.methods.contrastive_options`), is shared by the other view-based methods (ConSERT, DCLR),
+`dclr.options.contrastive`), is shared by the other view-based methods (ConSERT, DCLR),
 which subclass it.
 """
 
@@ -17,11 +17,11 @@ from dclr import distributed as dist
 from dclr.errors import ConfigError
 from dclr.losses.simcse import SimCSELoss
 from dclr.methods.base import Method
-from dclr.methods.contrastive_options import ADVERSARIAL_NEEDS_LABELS, ContrastiveSection
+from dclr.options.contrastive import ADVERSARIAL_NEEDS_LABELS, ContrastiveSection
 from dclr.views.pair import PositiveViews, ViewSpec
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 
 def build_views(section: ContrastiveSection, seed: int, rank: int = 0) -> PositiveViews | None:

@@ -9,7 +9,7 @@ the backbone `input_ids`, `position_ids` and a 4-D mask, none of which the quant
 
 The vectors change (quantisation error): `docs/performance.md` reports the STS scores of both
 precisions next to their speed (`benchmarks/int8_encode.py`). A quantised encoder records its
-precision (`encoder.precision`), which enters its fingerprint (`dclr.serving.fingerprint`), so an
+precision (`encoder.precision`), which enters its fingerprint (`dclr.indexing.fingerprint`), so an
 index, a bulk job or a cache built at one precision refuses the other. It is for inference only:
 `encoder.train()` refuses it, and it runs on the CPU only.
 

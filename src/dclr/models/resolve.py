@@ -162,3 +162,16 @@ def load_backbone(
             "local folder, or set HF_HOME to a cache that holds it",
         ) from None
     return model, tokenizer
+
+
+def served_name(model: str) -> str:
+    """What a server calls MODEL: a folder's base name (with its run folder's for a run's
+    `best`/`final`: `dclr-minilm/best`), never its path; a hub id or python-package:NAME as
+    given."""
+    path = Path(model)
+    if path.exists():
+        resolved = path.resolve()
+        if resolved.name in ("best", "final") and resolved.parent.name:
+            return f"{resolved.parent.name}/{resolved.name}"
+        return resolved.name or "model"
+    return model

@@ -18,7 +18,8 @@ from rich.table import Table
 from dclr.atomic import named_os_error
 from dclr.clitools import console, fail, out, quiet_hf
 from dclr.errors import DclrError, InputError
-from dclr.serving.index import EXACT_MAX_VECTORS
+from dclr.indexing.index import EXACT_MAX_VECTORS
+from dclr.models.resolve import served_name
 from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
 
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
@@ -56,19 +57,6 @@ Overwrite = Annotated[
 ]
 
 
-def served_name(model: str) -> str:
-    """What a server calls MODEL: a folder's base name (with its run folder's for a run's
-    `best`/`final`: `dclr-minilm/best`), never its path; a hub id or python-package:NAME as
-    given."""
-    path = Path(model)
-    if path.exists():
-        resolved = path.resolve()
-        if resolved.name in ("best", "final") and resolved.parent.name:
-            return f"{resolved.parent.name}/{resolved.name}"
-        return resolved.name or "model"
-    return model
-
-
 def _need_extra(err: ModuleNotFoundError) -> None:
     fail(
         RuntimeError(
@@ -103,8 +91,8 @@ def encode_bulk(
     """Encode a large file into vector shards; run it again after an interruption to resume."""
     quiet_hf()
     from dclr import distributed
-    from dclr.serving.bulk import BulkSettings, bulk_encode
-    from dclr.serving.readers import open_source
+    from dclr.data.readers import open_source
+    from dclr.indexing.bulk import BulkSettings, bulk_encode
 
     try:
         source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
@@ -130,7 +118,7 @@ def encode_bulk(
     if distributed.rank() == 0:
         read = f"{manifest['rows']} rows"
         if source.format != "parquet":
-            from dclr.serving.readers import physical_lines
+            from dclr.data.readers import physical_lines
 
             read += f" ({physical_lines(source.path)} lines in {source.path.name})"
         console.print(
@@ -177,8 +165,8 @@ def index_build(
     """Encode a corpus and build a FAISS index (cosine similarity) tied to the model."""
     quiet_hf()
     try:
-        from dclr.serving.index import IndexParams, build_index
-        from dclr.serving.readers import open_source
+        from dclr.data.readers import open_source
+        from dclr.indexing.index import IndexParams, build_index
 
         source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
         params = IndexParams(kind, hnsw_m, ef_construction, ef_search, nlist, nprobe)  # type: ignore[arg-type]
@@ -213,7 +201,7 @@ def index_build(
 @index_app.command("info")
 def index_info(folder: Annotated[Path, typer.Argument(help="Index folder.")]) -> None:
     """Print an index's model, fingerprint, kind and size."""
-    from dclr.serving.index import read_meta
+    from dclr.indexing.index import read_meta
 
     try:
         meta = read_meta(folder)
@@ -242,10 +230,10 @@ def search(
     """Top-k texts of an index by cosine similarity; refuses a model other than the index's."""
     quiet_hf()
     try:
+        from dclr.data.readers import unencodable
+        from dclr.indexing.fingerprint import model_fingerprint
+        from dclr.indexing.index import SearchIndex, query_model, read_meta
         from dclr.models.precision import load_inference_encoder
-        from dclr.serving.fingerprint import model_fingerprint
-        from dclr.serving.index import SearchIndex, query_model, read_meta
-        from dclr.serving.readers import unencodable
 
         if k < 1:
             raise ValueError("-k must be >= 1")
@@ -384,10 +372,10 @@ def serve(
     """
     quiet_hf()
     try:
-        from dclr.serving.bulk import load_encoder, pick_device
-        from dclr.serving.fingerprint import model_fingerprint
+        from dclr.indexing.bulk import load_encoder, pick_device
+        from dclr.indexing.fingerprint import model_fingerprint
+        from dclr.indexing.index import SearchIndex
         from dclr.serving.guard import LOOPBACK_HOSTS, Security
-        from dclr.serving.index import SearchIndex
         from dclr.serving.limits import Limits
         from dclr.serving.server import is_loopback, run
         from dclr.serving.service import BatchOptions, create_app

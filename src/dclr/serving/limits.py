@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from dclr.serving.readers import unencodable
+from dclr.data.readers import unencodable
 
 # OpenAI's /v1/embeddings accepts up to 2048 inputs; 256 keeps one request to a few forward
 # passes (and its vectors to 256 x d floats) so one client cannot stall the others for long.

@@ -30,6 +30,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dclr.indexing.fingerprint import SHORT
+from dclr.indexing.index import SearchIndex
+from dclr.indexing.memory import trim_heap
 from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.serving.batcher import (
     MAX_BATCH_TEXTS,
@@ -41,11 +44,8 @@ from dclr.serving.batcher import (
     EncodeFn,
     Overloaded,
 )
-from dclr.serving.fingerprint import SHORT
 from dclr.serving.guard import GuardMiddleware, InFlightMiddleware, Security
-from dclr.serving.index import SearchIndex
 from dclr.serving.limits import LimitError, Limits
-from dclr.serving.memory import trim_heap
 from dclr.serving.middleware import BodyLimitMiddleware, error_json
 from dclr.serving.schemas import (
     EmbeddingsRequest,
@@ -124,7 +124,7 @@ def make_encode_fn(
             chunk = [texts[i] for i in rows]
             vectors[rows] = encoder.encode(chunk, batch_size=count, normalize=True)
             start += count
-        trim_heap()  # see dclr.serving.memory: keeps resident memory flat across shapes
+        trim_heap()  # see dclr.indexing.memory: keeps resident memory flat across shapes
         return vectors, lengths
 
     return encode

@@ -21,7 +21,7 @@ from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dclr import DCLRLoss as DCLRObjective
 from dclr.losses.simcse import cosine_matrix
-from dclr.methods.dclr_options import DCLROptions, LossForm, Weighting, option_names
+from dclr.options.dclr import DCLROptions, LossForm, Weighting, option_names
 from dclr.st.embed import ddp_scale, embed, gather_strings, two_views
 
 DCLR_CITATION = """
@@ -294,7 +294,7 @@ def guide_name(guide: Any) -> str | None:
     except (TypeError, IndexError, KeyError, AttributeError):
         source = ""
     if source:
-        from dclr.serving.cli import served_name
+        from dclr.models.resolve import served_name
 
         return served_name(source)
     return type(guide).__name__

@@ -40,9 +40,9 @@ from dclr.data.sampler import training_batches
 from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
+from dclr.options.config import TrainConfig
 from dclr.progress import announce, progress_bar
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
-from dclr.training.config import TrainConfig
 from dclr.training.gradcache import GradCache
 from dclr.training.phases import phase
 from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from dclr.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 Schedule = Literal["sup", "joint", "sup_then_unsup", "joint_then_unsup"]
 SupervisedLoss = Literal["simcse", "nli_head"]

@@ -17,11 +17,11 @@ faiss = pytest.importorskip("faiss")
 from helpers import write_pseudo_corpus  # noqa: E402
 
 from dclr.cli import app  # noqa: E402
+from dclr.data.readers import open_source  # noqa: E402
 from dclr.errors import InputError  # noqa: E402
+from dclr.indexing import index as index_module  # noqa: E402
+from dclr.indexing.index import INDEX_FILE, IndexParams, SearchIndex, build_index  # noqa: E402
 from dclr.runlock import FolderLock, LockHeld  # noqa: E402
-from dclr.serving import index as index_module  # noqa: E402
-from dclr.serving.index import INDEX_FILE, IndexParams, SearchIndex, build_index  # noqa: E402
-from dclr.serving.readers import open_source  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_an_index_folder_never_chooses_code_to_import(tmp_path):
     import os
     import subprocess
 
-    from dclr.serving.index import FORMAT_VERSION
+    from dclr.indexing.index import FORMAT_VERSION
 
     folder = tmp_path / "shared-index"
     folder.mkdir()

@@ -205,9 +205,9 @@ class RunSection:
                 "build-retrieval OUT --task paraphrase --split dev` writes a built-in one)"
             )
         if self.test_retrieval is not None:
-            from dclr.evaluation.retrieval_runs import check_target
+            from dclr.data.retrieval_tasks import check_test_target
 
-            check_target(self.test_retrieval)
+            check_test_target(self.test_retrieval)
 
     @property
     def checkpoint_every(self) -> int:

@@ -15,12 +15,12 @@ from helpers import write_pseudo_corpus
 from typer.testing import CliRunner
 
 from dclr.cli import app
+from dclr.data.readers import open_source
 from dclr.errors import InputError
+from dclr.indexing import shards
+from dclr.indexing.bulk import BulkSettings, DamagedShardWarning, bulk_encode
+from dclr.indexing.shards import iter_shards
 from dclr.runlock import FolderLock, LockHeld
-from dclr.serving import shards
-from dclr.serving.bulk import BulkSettings, DamagedShardWarning, bulk_encode
-from dclr.serving.readers import open_source
-from dclr.serving.shards import iter_shards
 
 SHARD = 5
 
@@ -126,8 +126,8 @@ def test_full_or_read_only_disk_is_a_named_error(
 
 def test_an_unterminated_quote_is_refused_with_its_line(tmp_path):
     """Issue 25 item 4: `"unterminated,1` used to swallow every following row into one text."""
+    from dclr.data.readers import open_source
     from dclr.errors import InputError
-    from dclr.serving.readers import open_source
 
     bad = tmp_path / "bad.csv"
     bad.write_text('text,id\nfine,0\n"unterminated,1\nok,2\nalso ok,3\n')
@@ -142,7 +142,7 @@ def test_an_unterminated_quote_is_refused_with_its_line(tmp_path):
 def test_the_summary_sets_rows_read_beside_lines(model_dir, tmp_path):
     """Issue 25 item 4: encode-bulk prints the records it read beside the file's lines, so a
     merge of rows (or a header, or a quoted newline) is visible: 4 rows from 6 lines here."""
-    from dclr.serving.readers import physical_lines
+    from dclr.data.readers import physical_lines
 
     data = tmp_path / "in.csv"
     data.write_text('text,id\nhello,1\nworld,2\n\n"multi\nline",3')  # no final newline

@@ -13,17 +13,17 @@ faiss = pytest.importorskip("faiss")
 from helpers import make_tiny_model_dir  # noqa: E402
 
 from dclr.cli import app  # noqa: E402
+from dclr.data.readers import open_source  # noqa: E402
 from dclr.errors import InputError  # noqa: E402
-from dclr.models.encoder import SentenceEncoder  # noqa: E402
-from dclr.serving.fingerprint import model_fingerprint  # noqa: E402
-from dclr.serving.index import (  # noqa: E402
+from dclr.indexing.fingerprint import model_fingerprint  # noqa: E402
+from dclr.indexing.index import (  # noqa: E402
     EXACT_MAX_VECTORS,
     IndexParams,
     SearchIndex,
     build_faiss,
     build_index,
 )
-from dclr.serving.readers import open_source  # noqa: E402
+from dclr.models.encoder import SentenceEncoder  # noqa: E402
 
 runner = CliRunner()
 CORPUS = [

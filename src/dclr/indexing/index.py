@@ -40,9 +40,9 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 
 from dclr import atomic
+from dclr.data.readers import TextSource, is_blank
 from dclr.errors import InputError
 from dclr.runlock import FolderLock
-from dclr.serving.readers import TextSource, is_blank
 
 IndexKind = Literal["auto", "flat", "hnsw", "ivf"]
 INDEX_META = "index.json"
@@ -256,8 +256,8 @@ def _build_locked(
 ) -> dict[str, Any]:
     import faiss
 
-    from dclr.serving.bulk import BulkSettings, bulk_encode
-    from dclr.serving.shards import iter_shards
+    from dclr.indexing.bulk import BulkSettings, bulk_encode
+    from dclr.indexing.shards import iter_shards
 
     settings = BulkSettings(normalize=True, batch_size=batch_size)
     manifest = bulk_encode(
@@ -411,7 +411,7 @@ class SearchIndex:
 
     def check_model(self, fingerprint: str, model: str) -> None:
         """Refuse a query model whose fingerprint differs from the one that built the index."""
-        from dclr.serving.fingerprint import SHORT
+        from dclr.indexing.fingerprint import SHORT
 
         if fingerprint != self.fingerprint:
             raise InputError(

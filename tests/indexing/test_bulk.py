@@ -11,12 +11,12 @@ from helpers import make_tiny_model_dir
 from typer.testing import CliRunner
 
 from dclr.cli import app
+from dclr.data.readers import open_source
 from dclr.errors import InputError
+from dclr.indexing import bulk, shards
+from dclr.indexing.bulk import BulkSettings, bulk_encode, read_manifest
+from dclr.indexing.shards import iter_shards
 from dclr.models.encoder import SentenceEncoder
-from dclr.serving import bulk, shards
-from dclr.serving.bulk import BulkSettings, bulk_encode, read_manifest
-from dclr.serving.readers import open_source
-from dclr.serving.shards import iter_shards
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -9,7 +9,7 @@ k % N == r, each on its own GPU when there are GPUs. `manifest.json` records the
 fingerprint), the input (path, size, mtime), the settings, and whether every shard is done (with
 each shard's file sizes and checksums once complete); a resumed job with a different model, input or
 setting is refused. A shard counts as done only when its done-record matches its files (see
-`dclr.serving.shards`): a resumed job checks every existing shard's checksums and encodes a damaged
+`dclr.indexing.shards`): a resumed job checks every existing shard's checksums and encodes a damaged
 one again, naming it. The output folder is locked for the job (`dclr.runlock`): a second job into it
 is refused, naming the first.
 """
@@ -28,15 +28,11 @@ import torch
 from tqdm.auto import tqdm
 
 from dclr import atomic
+from dclr.data.readers import TextSource, is_blank
 from dclr.errors import ConfigError, DclrError, InputError
-from dclr.models.encoder import SentenceEncoder
-from dclr.models.precision import load_inference_encoder
-from dclr.progress import progress_bar
-from dclr.runlock import FolderLock
-from dclr.serving.fingerprint import model_fingerprint
-from dclr.serving.memory import trim_heap
-from dclr.serving.readers import TextSource, is_blank
-from dclr.serving.shards import (
+from dclr.indexing.fingerprint import model_fingerprint
+from dclr.indexing.memory import trim_heap
+from dclr.indexing.shards import (
     ShardFormat,
     StorageDtype,
     check_choice,
@@ -47,6 +43,10 @@ from dclr.serving.shards import (
     shard_problem,
     write_shard,
 )
+from dclr.models.encoder import SentenceEncoder
+from dclr.models.precision import load_inference_encoder
+from dclr.progress import progress_bar
+from dclr.runlock import FolderLock
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = "dclr-bulk-1"
@@ -232,13 +232,13 @@ def _finish(
     write_shard(
         out_dir, shard, np.asarray(rows), vectors, manifest["shard_format"], manifest["dtype"]
     )
-    trim_heap()  # varied batch shapes fragment the heap (see dclr.serving.memory)
+    trim_heap()  # varied batch shapes fragment the heap (see dclr.indexing.memory)
     return len(texts)
 
 
 def finalize(out_dir: Path) -> dict[str, Any]:
     """Mark the job complete once every shard exists; record the count and the dimension."""
-    from dclr.serving.shards import read_shard
+    from dclr.indexing.shards import read_shard
 
     manifest = read_manifest(out_dir)
     if manifest is None:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal, get_args
 
 from dclr.errors import ConfigError
-from dclr.methods.contrastive_options import ContrastiveSection
 from dclr.models.pooler_names import POOLERS, PoolerName
+from dclr.options.contrastive import ContrastiveSection
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 LossForm = Literal["paper", "official"]
 NoiseMode = Literal["optimized", "random", "none"]

@@ -15,7 +15,7 @@ from dclr.errors import ConfigError
 from dclr.views.strategies import ViewStrategy, check_view
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 
 @dataclass

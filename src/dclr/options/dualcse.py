@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from dclr.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dclr.training.config import TrainConfig
+    from dclr.options.config import TrainConfig
 
 EncoderKind = Literal["cross", "bi"]  # cross: one encoder and a prompt word; bi: two encoders
 SupPositives = Literal["both", "explicit", "implied"]

@@ -1,0 +1,77 @@
+"""The package's folders read as layers: each imports only from the layers below it.
+
+Every module belongs to one layer: a root module by its name, a module in a folder by the folder,
+except a folder's `cli` module, which is that folder's command-line face and sits in the top layer
+with `dclr.cli`. Edges are counted as the cycle test counts them (deferred, `TYPE_CHECKING` and
+by-name imports included), so a deferred import does not hide a layer broken upward.
+"""
+
+from __future__ import annotations
+
+from test_import_cycles import import_graph
+
+# Bottom to top. A layer may import its own modules and every layer listed before it.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
+    (name, frozenset(members))
+    for name, members in (
+        ("base", {"errors", "atomic", "progress", "runlock", "_meta", "configfile", "distributed"}),
+        ("data", {"data"}),  # readers of every file format; no model
+        ("estimate", {"estimate"}),  # memory and time estimates of a forward
+        ("models", {"models"}),
+        ("views", {"views"}),
+        ("options", {"options"}),  # torch-free: the recipe schema and each method's section
+        ("contract", {"contract"}),
+        ("losses", {"losses"}),
+        ("indexing", {"indexing"}),  # bulk encoding, shards, the search index
+        ("evaluation", {"evaluation"}),
+        ("training", {"training"}),  # the one loop, checkpoints, run folders
+        ("dualcse", {"dualcse"}),  # DualCSE's two-embedding model and its evaluation
+        ("methods", {"methods"}),
+        ("recipe", {"recipe", "flat_recipe"}),
+        ("driver", {"driver"}),
+        ("st", {"st"}),  # the sentence-transformers face
+        ("api", {"api"}),
+        ("serving", {"serving"}),  # HTTP only
+        ("experiments", {"experiments"}),  # the reproduction harness
+        ("cli", {"cli", "clitools", "__main__", "__init__"}),
+    )
+)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")[1:]  # dclr.models.encoder -> models, encoder
+    if parts and parts[-1] == "cli":
+        return "cli"
+    key = parts[0] if parts else "__init__"
+    for name, members in LAYERS:
+        if key in members:
+            return name
+    raise AssertionError(f"{module} is in no layer: add its folder to LAYERS")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    rank = {name: i for i, (name, _) in enumerate(LAYERS)}
+    return sorted(
+        f"{a} ({layer_of(a)}) -> {b} ({layer_of(b)})"
+        for a, deps in graph.items()
+        for b in deps
+        if rank[layer_of(b)] > rank[layer_of(a)]
+    )
+
+
+def test_every_module_has_a_layer():
+    for module in import_graph():
+        layer_of(module)
+
+
+def test_an_upward_import_is_found():
+    graph = {"dclr.losses.dclr": {"dclr.methods.registry"}, "dclr.methods.registry": set()}
+    assert upward_imports(graph) == ["dclr.losses.dclr (losses) -> dclr.methods.registry (methods)"]
+
+
+def test_a_folders_cli_is_in_the_top_layer():
+    assert layer_of("dclr.serving.cli") == "cli" and layer_of("dclr.serving.service") == "serving"
+
+
+def test_no_import_runs_up_a_layer():
+    assert upward_imports(import_graph()) == []
