@@ -73,12 +73,17 @@ def test_lone_surrogate_is_a_400_naming_the_field(client):
 
 
 class PoisonEncoder(SentenceEncoder):
-    """Raises like the tokenizer does on a lone surrogate whenever a text contains POISON."""
+    """Raises whenever a pass holds the token ids of POISON_TEXT (as an encoder might on an
+    input it cannot handle), wherever it sits in the pass."""
 
-    def encode(self, texts, *args, **kwargs):
-        if any("POISON" in t for t in texts):
+    def encode_ids_poolers(self, ids, *args, **kwargs):
+        poison = self.tokenizer(POISON_TEXT)["input_ids"]
+        if any(list(x) == poison for x in ids):
             raise TypeError("TextEncodeInput must be Union[TextInputSequence, ...]")
-        return super().encode(texts, *args, **kwargs)
+        return super().encode_ids_poolers(ids, *args, **kwargs)
+
+
+POISON_TEXT = "POISON here"
 
 
 def test_poison_request_fails_only_itself(model_dir):
@@ -96,7 +101,7 @@ def test_poison_request_fails_only_itself(model_dir):
         try:
             # in-process ASGI transport: "http://t" is never resolved, nothing leaves the process
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
-                inputs = [*texts[:5], "POISON here", *texts[5:]]
+                inputs = [*texts[:5], POISON_TEXT, *texts[5:]]
                 return await asyncio.gather(
                     *(c.post("/v1/embeddings", json={"input": t}) for t in inputs)
                 )
@@ -294,31 +299,38 @@ def test_public_host_without_api_key_is_refused(model_dir, monkeypatch):
     assert "no API key" in result.output and "--allow-no-auth" in result.output
 
 
-# ---- the queue: characters, waiting time, departed clients ----------------------------------------
+# ---- the queue: tokens, waiting time, departed clients --------------------------------------------
+def char_tokens(texts):
+    """A stand-in tokenizer: one token per character, each token id the character's code."""
+    return [[ord(c) for c in text] for text in texts]
+
+
 def _slow_encode(delay):
     seen = []
 
-    def encode(texts):
-        seen.extend(texts)
+    def encode(ids):
+        seen.extend("".join(map(chr, x)) for x in ids)
         time.sleep(delay)
-        return (np.zeros((len(texts), 2), dtype=np.float32),)
+        return (np.zeros((len(ids), 2), dtype=np.float32),)
 
     return encode, seen
 
 
-def test_queue_bound_counts_characters_not_texts():
+def test_queue_bound_counts_tokens_not_texts():
     encode, _ = _slow_encode(0.2)
 
     async def scenario():
-        batcher = EmbeddingBatcher(encode, max_pending_texts=512, max_pending_chars=5_000)
+        batcher = EmbeddingBatcher(
+            char_tokens, encode, max_pending_texts=512, max_pending_tokens=5_000
+        )
         await batcher.start()
         try:
             first = asyncio.ensure_future(batcher.submit(["short"] * 4))
             await asyncio.sleep(0)
             with pytest.raises(Overloaded) as err:
-                await batcher.submit(["x" * 4000] * 2)  # 2 texts, but 8000 characters
+                await batcher.submit(["x" * 4000] * 2)  # 2 texts, but 8000 tokens
             assert err.value.retry_after >= 1
-            short = await batcher.submit(["short"] * 20)  # 20 texts, few characters: admitted
+            short = await batcher.submit(["short"] * 20)  # 20 texts, few tokens: admitted
             await first
             return short
         finally:
@@ -331,10 +343,10 @@ def test_queue_refuses_before_clients_would_time_out():
     encode, _ = _slow_encode(0.1)
 
     async def scenario():
-        batcher = EmbeddingBatcher(encode, max_batch_texts=1, max_queue_wait_s=0.5)
+        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1, max_queue_wait_s=0.5)
         await batcher.start()
         try:
-            await batcher.submit(["x" * 100])  # measures the rate: ~1300 characters/s
+            await batcher.submit(["x" * 100])  # measures the rate: ~1000 tokens/s
             accepted, refused = [], []
             for _ in range(20):
                 try:
@@ -352,7 +364,7 @@ def test_queue_refuses_before_clients_would_time_out():
     refused = [r for r in results if isinstance(r, Overloaded)]
     assert stats.refused >= 5 and refused, "the queue refused once it held ~0.5 s of work"
     assert all(r.retry_after == 1 for r in refused)  # ~0.5 s of work ahead, rounded up
-    assert stats.chars_per_s > 0
+    assert stats.tokens_per_s > 0
 
 
 def test_queue_admits_against_the_live_throughput():
@@ -361,16 +373,16 @@ def test_queue_admits_against_the_live_throughput():
     lowers the estimate while it runs, so the next request is refused at once."""
     delays = iter([0.01] + [1.0] * 10)  # the machine gets 100x slower after the first batch
 
-    def encode(texts):
+    def encode(ids):
         time.sleep(next(delays))
-        return (np.zeros((len(texts), 2), dtype=np.float32),)
+        return (np.zeros((len(ids), 2), dtype=np.float32),)
 
     async def scenario():
-        batcher = EmbeddingBatcher(encode, max_batch_texts=1, max_queue_wait_s=0.3)
+        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1, max_queue_wait_s=0.3)
         await batcher.start()
         try:
-            await batcher.submit(["x" * 100])  # measured: ~10,000 characters/s
-            fast = batcher.stats.chars_per_s
+            await batcher.submit(["x" * 100])  # measured: ~10,000 tokens/s
+            fast = batcher.stats.tokens_per_s
             slow = asyncio.ensure_future(batcher.submit(["x" * 100]))
             await asyncio.sleep(0.3)  # that batch has overrun the measured rate 30x
             assert batcher.live_rate() < fast / 10
@@ -395,10 +407,10 @@ def test_client_timeout_header_bounds_the_wait():
     encode, _ = _slow_encode(0.2)
 
     async def scenario():
-        batcher = EmbeddingBatcher(encode, max_batch_texts=1, max_queue_wait_s=10)
+        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1, max_queue_wait_s=10)
         await batcher.start()
         try:
-            await batcher.submit(["x" * 100])  # ~500 characters/s
+            await batcher.submit(["x" * 100])  # ~500 tokens/s
             queued = [asyncio.ensure_future(batcher.submit(["z" * 100])) for _ in range(4)]
             await asyncio.sleep(0)
             with pytest.raises(Overloaded, match="your timeout"):
@@ -416,16 +428,17 @@ def test_work_of_departed_clients_is_dropped():
     encode, seen = _slow_encode(0.3)
 
     async def scenario():
-        batcher = EmbeddingBatcher(encode, max_batch_texts=1)
+        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1)
         await batcher.start()
         try:
             running = asyncio.ensure_future(batcher.submit(["being encoded"]))
             await asyncio.sleep(0.05)
             gone = asyncio.ensure_future(batcher.submit(["client left"]))
             await asyncio.sleep(0.01)
+            assert batcher.stats.pending_texts == 1  # the running pass's text left the queue
             gone.cancel()
             await asyncio.sleep(0)
-            assert batcher.stats.pending_texts == 1, "dropped from the queue at once"
+            assert batcher.stats.pending_texts == 0, "dropped from the queue at once"
             await running
             await batcher.submit(["next"])
             return batcher.stats
@@ -434,4 +447,4 @@ def test_work_of_departed_clients_is_dropped():
 
     stats = asyncio.run(scenario())
     assert "client left" not in seen and stats.dropped == 1
-    assert stats.pending_texts == 0 and stats.pending_chars == 0
+    assert stats.pending_texts == 0 and stats.pending_tokens == 0

@@ -253,29 +253,6 @@ def test_body_limit_with_and_without_content_length(client, server):
     assert client.get("/health").status_code == 200  # still serving
 
 
-def test_forward_passes_respect_the_token_budget(encoder, monkeypatch):
-    from dclr.serving.service import make_encode_fn
-
-    texts = [" ".join(["word"] * n) for n in (3, 60, 7, 120, 25, 1, 90)]
-    expected = encoder.encode(texts, normalize=True)
-    tokens = [len(x) for x in encoder.tokenizer(texts)["input_ids"]]
-    passes = []
-    real = encoder.encode
-
-    def spy(chunk, batch_size, normalize):
-        passes.append([len(x) for x in encoder.tokenizer(chunk)["input_ids"]])
-        return real(chunk, batch_size=batch_size, normalize=normalize)
-
-    monkeypatch.setattr(encoder, "encode", spy)
-    vectors, lengths = make_encode_fn(encoder, batch_size=4, max_batch_tokens=200)(texts)
-    np.testing.assert_allclose(vectors, expected, atol=1e-5)
-    assert lengths.tolist() == tokens
-    assert sorted(n for p in passes for n in p) == sorted(tokens)  # every text exactly once
-    for chunk in passes:
-        assert len(chunk) <= 4 and (len(chunk) == 1 or len(chunk) * max(chunk) <= 200), passes
-    assert len(passes) > 2  # the budget did split the batch
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_heap_trimming_is_wired_on_linux():
     from dclr.indexing.memory import trim_heap

@@ -389,33 +389,55 @@ class SentenceEncoder(nn.Module):
         """
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
-        poolers = tuple(dict.fromkeys(check_pooler(p) for p in poolers))
-        was_training = self.training
-        self.eval()
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
+        out = self.encode_ids_poolers(
+            ids, poolers, batch_size, normalize, show_progress, progress_label, by_length
+        )
+        index = {s: i for i, s in enumerate(distinct)}
+        take = [index[s] for s in sentences]
+        return {p: vectors[take] for p, vectors in out.items()}
+
+    @torch.inference_mode()
+    def encode_ids_poolers(
+        self,
+        ids: Sequence[Sequence[int]],
+        poolers: Sequence[str],
+        batch_size: int = 128,
+        normalize: bool = False,
+        show_progress: bool = False,
+        progress_label: str = "encode",
+        by_length: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """`encode_poolers` from token ids (already truncated): {pooler: (n, d)}, row i = ids[i].
+
+        The same batches and forwards as `encode_poolers` (longest first, slices of `batch_size`,
+        packed when packing is on): the service hands it the ids it tokenised on arrival."""
+        if batch_size < 1:
+            raise ConfigError("batch_size must be >= 1")
+        poolers = tuple(dict.fromkeys(check_pooler(p) for p in poolers))
+        was_training = self.training
+        self.eval()
         batches = length_batches(ids, batch_size, by_length)
-        out = {p: np.empty((len(distinct), self.hidden_size), dtype=np.float32) for p in poolers}
+        out = {p: np.empty((len(ids), self.hidden_size), dtype=np.float32) for p in poolers}
         flops, tic = 0.0, time.perf_counter()
         if show_progress:  # long work: say how much, and how long it should take
             tokens = sum(len(x) for x in ids)
             flops = work_flops("encode", linear_weights(self), tokens)
             guess = estimate("encode", flops, self.device)
-            announce(f"{progress_label}: {len(distinct):,} sentences, {tokens:,} tokens"
+            announce(f"{progress_label}: {len(ids):,} sentences, {tokens:,} tokens"
                      + (f", {guess.text()}" if guess else ""))  # fmt: skip
-        bar = progress_bar(
-            total=len(distinct), desc=progress_label, unit="sent", enabled=show_progress
-        )
+        bar = progress_bar(total=len(ids), desc=progress_label, unit="sent", enabled=show_progress)
         for batch_rows in batches:
             rows = batch_rows[batch_rows >= 0]  # by_length: -1 marks a filler slot
             if len(rows) < len(batch_rows):  # filler: copies of the first row, outputs dropped
                 batch_rows = np.where(batch_rows >= 0, batch_rows, rows[0])
             if self.packing:  # straight from token ids: no pad-then-unpad round trip
-                pooled = self._forward_ids_pooled([ids[i] for i in batch_rows], poolers)
+                pooled = self._forward_ids_pooled([list(ids[i]) for i in batch_rows], poolers)
             else:
                 batch = self.tokenizer.pad(
-                    {"input_ids": [ids[i] for i in batch_rows]}, return_tensors="pt"
+                    {"input_ids": [list(ids[i]) for i in batch_rows]}, return_tensors="pt"
                 )
                 features = {k: v.to(self.device) for k, v in batch.items()}
                 pooled = self._forward_padded_pooled(poolers, **features)
@@ -429,9 +451,7 @@ class SentenceEncoder(nn.Module):
         if flops:
             record("encode", flops, time.perf_counter() - tic, self.device)
         self.train(was_training)
-        index = {s: i for i, s in enumerate(distinct)}
-        take = [index[s] for s in sentences]
-        return {p: vectors[take] for p, vectors in out.items()}
+        return out
 
 
 def length_batches(

@@ -1,26 +1,33 @@
-"""Dynamic batching: texts from concurrent requests share one forward pass.
+"""Dynamic batching by tokens: texts from concurrent requests share packed forward passes.
 
-Requests append their texts to a queue and await a future. One worker takes everything queued
-(up to `max_batch_texts`, whole requests only), runs the encode function once on a single-thread
-executor (the model's own intra-op threads do the parallel work), and hands each request its rows.
-While a batch runs, new requests queue up, so under load batches fill by themselves; `max_wait_s`
-only matters when the server is idle.
+A request's texts are tokenised on arrival, so the queue knows its work in tokens. One worker
+repeatedly takes queued texts up to a token budget (`max_batch_tokens`, not an item count),
+across requests, and runs the encode function once on a single-thread executor (the model's own
+intra-op threads do the parallel work); the encode function orders them by length and encodes
+them packed, as bulk encoding does, and each request gets its rows when its last text is done.
+While a batch runs, new requests queue up, so under load batches fill by themselves;
+`max_wait_s` only matters when the server is idle.
 
-The queue is bounded by work, not by request count: each text costs its characters (a proxy for
-its tokens, capped where the model truncates) plus a fixed overhead, and a request is refused at
-once with `Overloaded` (HTTP 503 with Retry-After) when the queued cost is over `max_pending_chars`,
-the queued texts over `max_pending_texts`, or when the queue would take longer than
-`max_queue_wait_s` (or the client's own timeout, when it sends one) to drain at the live
-throughput: the moving average of recent batches, lowered as soon as the running batch overruns
-it (another job took the cores). So a client either gets
-its vectors or a 503 well before a typical 30 s client timeout, never silence. A request whose
-client went away (its awaiting task is cancelled) leaves the queue at once and is never encoded.
+Order: queued requests are served by a fair-queue key, arrival time plus the time the request
+alone would take at the live rate (its "virtual finish"): a one-text query that arrives while
+64-text indexing requests wait goes ahead of those that came less than their own encoding time
+before it, so it waits for about one forward pass, not for the whole queue; a large request is
+split across passes and is never starved (every later arrival's key grows with the clock).
 
-One bad request fails only itself: when a batch's encode raises, each of its requests is encoded
-again alone, so the others get their vectors and the one that fails gets its own error.
+Admission (HTTP 503 with Retry-After, at once): every admitted request has a deadline, the
+client's own timeout when it says one (`X-Request-Timeout`, OpenAI's `x-stainless-timeout`),
+else `max_queue_wait_s`. A new request is admitted only if, with it in the queue in serving
+order, every queued request still finishes before its deadline at the live rate: it is not
+refused for work the machine can finish in time, and it cannot break a promise already made.
+The live rate is tokens per second over the last `RATE_WINDOW_S` of encoding time, lowered at
+once when the running pass overruns it (another job took the cores); one request cannot inflate
+it, since a text's cost is its token count after truncation, the work the model really does.
+Hard bounds on queued texts and tokens cap memory whatever the rate says.
 
-Without concurrency (one request at a time) this reduces to calling the encode function per
-request, plus one event-loop hop.
+A request whose client went away (its awaiting task is cancelled) leaves the queue at once and
+its texts not yet encoded never are. One bad request fails only itself: when a pass's encode
+raises, each request in it is encoded again alone, so the others get their vectors and the one
+that fails gets its own error.
 """
 
 from __future__ import annotations
@@ -36,42 +43,41 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Texts per forward pass: past ~64 short sentences a CPU forward pass no longer gets cheaper per
-# text, and a larger batch only delays the requests at its front.
-MAX_BATCH_TEXTS = 64
+# Tokens per forward pass. A packed pass of ~2k tokens already runs the dense layers at the
+# bulk rate (MiniLM, 2 CPU threads: see docs/performance.md, "Serving"); larger passes only
+# delay the one-text queries queued behind them (a pass of 2,048 tokens takes ~0.5 s there).
+MAX_BATCH_TOKENS = 2048
+# Texts per forward pass at most (bounds the per-text bookkeeping of one pass).
+MAX_BATCH_TEXTS = 512
 # Idle-server wait for company before encoding: 2 ms is small against a forward pass (~10 ms+).
 MAX_WAIT_S = 0.002
-# Texts waiting at most: 8 full batches.
-MAX_PENDING_TEXTS = 512
-# Characters waiting at most: 8 full batches of ~1000-character texts. The queued text is then a
-# few MiB, and on a 2-core CPU with MiniLM about 10-20 s of work (measured ~400 short texts/s).
-MAX_PENDING_CHARS = 512_000
-# Fixed cost of a text in characters: tokenizer call, [CLS]/[SEP], padding to the batch's longest.
-TEXT_OVERHEAD_CHARS = 32
-# A text's cost stops growing here: encoders truncate at 512 tokens, about 2-3k characters.
-MAX_TEXT_COST_CHARS = 4096
-# A request is refused when the queue ahead of it would take longer than this to drain: well
-# under the 30-60 s that HTTP clients typically wait, so they get a 503 rather than a timeout.
+# Texts waiting at most: 64 requests of 64 texts.
+MAX_PENDING_TEXTS = 4096
+# Tokens waiting at most: 512 texts of 512 tokens (a few MiB of ids; ~1-2 min of MiniLM work on
+# 2 cores, so the deadline check refuses long before this bound is reached on such a machine).
+MAX_PENDING_TOKENS = 262_144
+# A request without a timeout of its own is refused when it could not finish within this many
+# seconds: under the 30-60 s that HTTP clients typically wait, so they get a 503, not silence.
 MAX_QUEUE_WAIT_S = 10.0
-# Weight of the newest batch in the throughput estimate (an exponential moving average).
-RATE_SMOOTHING = 0.3
+# The live rate is measured over the latest passes that add up to this much encoding time.
+RATE_WINDOW_S = 5.0
+# Before the first pass is measured: a conservative tokens/s (MiniLM packed on 2 CPU threads
+# runs ~3,500), used only to order requests, never to refuse one.
+INITIAL_TOKENS_PER_S = 1000.0
 # Retry-After bounds in seconds: at least one, at most the queue-wait bound.
 MIN_RETRY_AFTER_S = 1
 
-EncodeFn = Callable[[list[str]], Sequence[np.ndarray]]
+# token ids of n texts -> a sequence of arrays whose first axis is n (e.g. vectors (n, d))
+EncodeIds = Callable[[list[list[int]]], Sequence[np.ndarray]]
+Tokenize = Callable[[list[str]], list[list[int]]]
 
 
 class Overloaded(Exception):
-    """The queue is full: the caller should retry after `retry_after` seconds (HTTP 503)."""
+    """The queue cannot take the request: retry after `retry_after` seconds (HTTP 503)."""
 
     def __init__(self, message: str, retry_after: int = MIN_RETRY_AFTER_S) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-def text_cost(text: str) -> int:
-    """Queue cost of one text in characters (see MAX_PENDING_CHARS)."""
-    return min(len(text), MAX_TEXT_COST_CHARS) + TEXT_OVERHEAD_CHARS
 
 
 @dataclass
@@ -81,54 +87,72 @@ class BatcherStats:
     requests: int = 0
     batches: int = 0
     texts: int = 0
-    largest_batch: int = 0
+    tokens: int = 0
+    largest_batch: int = 0  # texts in one forward pass
     pending_texts: int = 0
-    pending_chars: int = 0
+    pending_tokens: int = 0
     refused: int = 0
-    dropped: int = 0  # requests whose client went away before their batch ran
+    dropped: int = 0  # requests whose client went away before their texts were encoded
     failed: int = 0  # requests whose own texts made the encoder fail
-    chars_per_s: float = 0.0  # measured throughput in cost units (0: not measured yet)
+    late: int = 0  # requests answered after their deadline (the rate estimate was wrong)
+    tokens_per_s: float = 0.0  # measured throughput (0: not measured yet)
 
 
-@dataclass
-class _Item:
-    texts: list[str]
-    cost: int
+@dataclass(eq=False)
+class _Request:
+    ids: list[list[int]]
+    lengths: np.ndarray  # (n,) tokens per text
+    key: float  # serving order (smaller first)
+    deadline: float  # perf_counter time it must be answered by
     future: asyncio.Future = field(repr=False)
+    taken: int = 0  # texts handed to passes so far
+    done: int = 0  # texts encoded so far
+    outputs: list[np.ndarray] | None = None
+
+    @property
+    def remaining_tokens(self) -> int:
+        return int(self.lengths[self.taken :].sum())
 
 
 class EmbeddingBatcher:
-    """Collects texts from concurrent `submit` calls into batches for `encode`.
+    """Collects texts from concurrent `submit` calls into token-budgeted passes of `encode`.
 
-    encode: list of n texts -> a sequence of arrays whose first axis is n (e.g. vectors (n, d)
-    and token counts (n,)); each caller receives its own rows of every array.
+    tokenize: n texts -> n token-id lists (truncated where the model truncates), called on
+    arrival; encode: n token-id lists -> a sequence of arrays whose first axis is n (e.g. unit
+    vectors (n, d)); each caller receives its own rows of every array and its token counts.
     """
 
     def __init__(
         self,
-        encode: EncodeFn,
+        tokenize: Tokenize,
+        encode: EncodeIds,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
         max_batch_texts: int = MAX_BATCH_TEXTS,
         max_wait_s: float = MAX_WAIT_S,
         max_pending_texts: int = MAX_PENDING_TEXTS,
-        max_pending_chars: int = MAX_PENDING_CHARS,
+        max_pending_tokens: int = MAX_PENDING_TOKENS,
         max_queue_wait_s: float = MAX_QUEUE_WAIT_S,
     ) -> None:
-        if min(max_batch_texts, max_pending_texts, max_pending_chars) < 1 or max_wait_s < 0:
+        sizes = (max_batch_tokens, max_batch_texts, max_pending_texts, max_pending_tokens)
+        if min(sizes) < 1 or max_wait_s < 0:
             raise ValueError("batch and queue sizes must be >= 1, max_wait_s >= 0")
         if max_queue_wait_s <= 0:
             raise ValueError("max_queue_wait_s must be > 0")
+        self.tokenize = tokenize
         self.encode = encode
+        self.max_batch_tokens = max_batch_tokens
         self.max_batch_texts = max_batch_texts
         self.max_wait_s = max_wait_s
         self.max_pending_texts = max_pending_texts
-        self.max_pending_chars = max_pending_chars
+        self.max_pending_tokens = max_pending_tokens
         self.max_queue_wait_s = max_queue_wait_s
         self.stats = BatcherStats()
-        self._queue: collections.deque[_Item] = collections.deque()
+        self._queue: list[_Request] = []  # sorted by key
+        self._window: collections.deque[tuple[int, float]] = collections.deque()  # (tokens, s)
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dclr-encode")
-        self._running: tuple[int, float] | None = None  # (cost, start) of the batch encoding
+        self._running: tuple[int, float] | None = None  # (tokens, start) of the pass encoding
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -144,28 +168,59 @@ class EmbeddingBatcher:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
-        for item in self._queue:
-            if not item.future.done():
-                item.future.set_exception(Overloaded("the server is shutting down"))
+        for request in self._queue:
+            if not request.future.done():
+                request.future.set_exception(Overloaded("the server is shutting down"))
         self._queue.clear()
         self._executor.shutdown(wait=True)
 
+    # ---- the rate and the admission test ------------------------------------------------------
     def live_rate(self) -> float:
-        """Throughput now: the moving average of finished batches, or lower when the batch
-        running has already taken longer than that rate allows (the machine got slower, e.g.
-        another job took its cores); 0: not measured yet."""
-        rate = self.stats.chars_per_s
+        """Tokens per second now: measured over the recent passes, or lower when the pass
+        running has already taken longer than that rate allows; 0: not measured yet."""
+        rate = self.stats.tokens_per_s
         if self._running is not None and rate > 0:
-            cost, tic = self._running
+            tokens, tic = self._running
             elapsed = time.perf_counter() - tic
-            if elapsed * rate > cost:  # slower than the estimate: at most cost/elapsed
-                rate = cost / elapsed
+            if elapsed * rate > tokens:  # slower than the estimate: at most tokens/elapsed
+                rate = tokens / elapsed
         return rate
 
-    def estimated_wait_s(self, extra_cost: int = 0) -> float | None:
-        """Seconds to drain the queue (plus `extra_cost`) at the live rate; None: unknown."""
+    def estimated_wait_s(self, extra_tokens: int = 0) -> float | None:
+        """Seconds to drain the queue (plus `extra_tokens`) at the live rate; None: unknown."""
         rate = self.live_rate()
-        return (self.stats.pending_chars + extra_cost) / rate if rate > 0 else None
+        return (self.stats.pending_tokens + extra_tokens) / rate if rate > 0 else None
+
+    def _running_left_s(self) -> float:
+        """Seconds the pass now running still needs: what the measured rate leaves of it, or,
+        once it has overrun that, as long again as it has run (it is slower than any estimate)."""
+        if self._running is None or self.stats.tokens_per_s <= 0:
+            return 0.0
+        tokens, tic = self._running
+        elapsed = time.perf_counter() - tic
+        expected = tokens / self.stats.tokens_per_s
+        return expected - elapsed if elapsed < expected else elapsed
+
+    def _late(
+        self, queue: list[_Request], now: float, rate: float
+    ) -> tuple[_Request, float] | None:
+        """The first request of `queue` (in serving order) that would finish after its deadline
+        at `rate`, with its estimated finish in seconds from now; None when all are in time."""
+        clock = self._running_left_s()
+        for request in queue:
+            clock += request.remaining_tokens / rate
+            if now + clock > request.deadline:
+                return request, clock
+        return None
+
+    def _measure(self, tokens: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        self._window.append((tokens, seconds))
+        total = sum(s for _, s in self._window)
+        while len(self._window) > 1 and total - self._window[0][1] >= RATE_WINDOW_S:
+            total -= self._window.popleft()[1]
+        self.stats.tokens_per_s = sum(t for t, _ in self._window) / total
 
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
         self.stats.refused += 1
@@ -174,8 +229,44 @@ class EmbeddingBatcher:
         retry = max(MIN_RETRY_AFTER_S, min(math.ceil(wait), ceiling))
         return Overloaded(f"{reason}; retry in {retry} s", retry)
 
+    def _admit(self, request: _Request, bound: float, whose: str) -> None:
+        """Queue `request` or raise Overloaded (see the module docstring)."""
+        stats, n, tokens = self.stats, len(request.ids), int(request.lengths.sum())
+        if stats.pending_texts and stats.pending_texts + n > self.max_pending_texts:
+            raise self._refuse(
+                f"{stats.pending_texts} texts are already waiting (limit {self.max_pending_texts})",
+                None,
+            )
+        if stats.pending_tokens and stats.pending_tokens + tokens > self.max_pending_tokens:
+            raise self._refuse(
+                f"{stats.pending_tokens} tokens of text are already waiting (limit "
+                f"{self.max_pending_tokens})",
+                None,
+            )
+        rate = self.live_rate()
+        queue = sorted([*self._queue, request], key=lambda r: r.key)
+        if rate > 0 and (self._queue or self._running):
+            late = self._late(queue, time.perf_counter(), rate)
+            if late is not None and late[0] is request:
+                raise self._refuse(
+                    f"the queue would take ~{late[1]:.1f} s to finish this request at the "
+                    f"current throughput (limit {bound:g} s, {whose})",
+                    self.estimated_wait_s(),
+                )
+            if late is not None:
+                raise self._refuse(
+                    "the requests already queued would miss their own deadlines if this one "
+                    "went ahead of them",
+                    self.estimated_wait_s(),
+                )
+        self._queue = queue
+        stats.pending_texts += n
+        stats.pending_tokens += tokens
+        stats.requests += 1
+
     async def submit(self, texts: list[str], deadline_s: float | None = None) -> list[np.ndarray]:
-        """Encode `texts` with whatever else is queued; returns this request's rows.
+        """Encode `texts` with whatever else is queued; returns this request's rows of every
+        array `encode` returns, then its token counts (n,).
 
         Raises Overloaded when the queue cannot take the request (including when it would not
         be done within `deadline_s`, the client's own timeout, when it says one), and the
@@ -184,69 +275,83 @@ class EmbeddingBatcher:
         """
         if self._wakeup is None:
             raise RuntimeError("EmbeddingBatcher.start() was not awaited")
-        cost = sum(text_cost(t) for t in texts)
-        stats = self.stats
-        if stats.pending_texts + len(texts) > self.max_pending_texts:
-            raise self._refuse(
-                f"{stats.pending_texts} texts are already waiting (limit {self.max_pending_texts})",
-                None,
-            )
-        if stats.pending_texts and stats.pending_chars + cost > self.max_pending_chars:
-            raise self._refuse(
-                f"{stats.pending_chars} characters of text are already waiting (limit "
-                f"{self.max_pending_chars})",
-                None,
-            )
-        wait = self.estimated_wait_s(cost)
+        ids = self.tokenize(texts)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))  # (n,)
         bound, whose = self.max_queue_wait_s, "max_queue_wait_s"
         if deadline_s is not None and deadline_s < bound:
             bound, whose = deadline_s, "your timeout"
-        if stats.pending_texts and wait is not None and wait > bound:
-            raise self._refuse(
-                f"the queue would take ~{wait:.1f} s to finish this request at the current "
-                f"throughput (limit {bound:g} s, {whose})",
-                self.estimated_wait_s(),
-            )
+        now = time.perf_counter()
+        rate = self.live_rate() or INITIAL_TOKENS_PER_S
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        item = _Item(texts, cost, future)
-        self._queue.append(item)
-        stats.pending_texts += len(texts)
-        stats.pending_chars += cost
-        stats.requests += 1
+        request = _Request(ids, lengths, now + lengths.sum() / rate, now + bound, future)
+        self._admit(request, bound, whose)
         self._wakeup.set()
         try:
             return await future
         except asyncio.CancelledError:
-            if item in self._queue:  # still waiting: drop it now, not when its turn comes
-                self._queue.remove(item)
-                self._release(item)
-                stats.dropped += 1
+            if request in self._queue:  # still waiting: drop it now, not when its turn comes
+                self._remove(request)
+                self.stats.dropped += 1
             raise
 
-    def _release(self, item: _Item) -> None:
-        self.stats.pending_texts -= len(item.texts)
-        self.stats.pending_chars -= item.cost
+    def _remove(self, request: _Request) -> None:
+        """Take `request` out of the queue, releasing what it had not handed to a pass."""
+        self._queue.remove(request)
+        self.stats.pending_texts -= len(request.ids) - request.taken
+        self.stats.pending_tokens -= request.remaining_tokens
 
-    def _take_batch(self) -> list[_Item]:
-        """Whole requests from the front, up to max_batch_texts (at least one request)."""
-        batch = [self._queue.popleft()]
-        size = len(batch[0].texts)
-        while self._queue and size + len(self._queue[0].texts) <= self.max_batch_texts:
-            item = self._queue.popleft()
-            batch.append(item)
-            size += len(item.texts)
-        return batch
+    # ---- forming and running passes ----------------------------------------------------------
+    def _take_pass(self) -> list[tuple[_Request, int, int]]:
+        """(request, first text, end) slices in serving order, up to the token budget (at
+        least one text); taken texts leave the pending counts."""
+        slices: list[tuple[_Request, int, int]] = []
+        tokens = texts = 0
+        for request in list(self._queue):
+            start = stop = request.taken
+            while stop < len(request.ids) and texts < self.max_batch_texts:
+                size = int(request.lengths[stop])
+                if texts and tokens + size > self.max_batch_tokens:
+                    break
+                tokens += size
+                texts += 1
+                stop += 1
+            if stop > start:
+                slices.append((request, start, stop))
+                request.taken = stop
+                self.stats.pending_texts -= stop - start
+                self.stats.pending_tokens -= int(request.lengths[start:stop].sum())
+                if stop == len(request.ids):
+                    self._queue.remove(request)  # all its texts are in passes now
+            if stop < len(request.ids):
+                break  # the budget is full
+        return slices
 
-    async def _encode(self, texts: list[str]) -> Sequence[np.ndarray]:
+    async def _encode(self, ids: list[list[int]]) -> Sequence[np.ndarray]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.encode, texts)
+        return await loop.run_in_executor(self._executor, self.encode, ids)
 
-    def _measure(self, cost: int, seconds: float) -> None:
-        if seconds <= 0:
+    def _deliver(self, request: _Request, start: int, outputs: Sequence[np.ndarray]) -> None:
+        """Rows start.. of `request` are encoded: store them; answer when all are."""
+        if request.future.done():
             return
-        rate = cost / seconds
-        old = self.stats.chars_per_s
-        self.stats.chars_per_s = rate if old == 0 else old + RATE_SMOOTHING * (rate - old)
+        n = len(request.ids)
+        if request.outputs is None:
+            request.outputs = [np.empty((n, *a.shape[1:]), dtype=a.dtype) for a in outputs]
+        stop = start + len(outputs[0])
+        for buffer, array in zip(request.outputs, outputs, strict=True):
+            buffer[start:stop] = array
+        request.done += stop - start
+        if request.done == n:
+            if time.perf_counter() > request.deadline:
+                self.stats.late += 1
+            request.future.set_result([*request.outputs, request.lengths])
+
+    def _fail(self, request: _Request, err: Exception) -> None:
+        self.stats.failed += 1
+        if request in self._queue:
+            self._remove(request)
+        if not request.future.done():
+            request.future.set_exception(err)
 
     async def _run(self) -> None:
         assert self._wakeup is not None
@@ -258,53 +363,44 @@ class EmbeddingBatcher:
                     await asyncio.sleep(self.max_wait_s)
             if not self._queue:  # every queued request was cancelled meanwhile
                 continue
-            batch = []
-            for item in self._take_batch():
-                if item.future.done():  # cancelled: its client went away while queued
-                    self._release(item)
-                    self.stats.dropped += 1
-                else:
-                    batch.append(item)
-            texts = [text for item in batch for text in item.texts]
-            if not texts:
+            slices = [s for s in self._take_pass() if not s[0].future.done()]
+            ids = [x for request, start, stop in slices for x in request.ids[start:stop]]
+            if not ids:
                 continue
+            tokens = sum(len(x) for x in ids)
             tic = time.perf_counter()
-            self._running = (sum(item.cost for item in batch), tic)
+            self._running = (tokens, tic)
             try:
-                outputs = await self._encode(texts)
+                outputs = await self._encode(ids)
             except Exception as err:  # noqa: BLE001 - some request's texts broke the encoder
-                if len(batch) == 1:
-                    self.stats.failed += 1
-                    batch[0].future.set_exception(err)
+                if len(slices) == 1:
+                    self._fail(slices[0][0], err)
                 else:
-                    await self._isolate(batch)
+                    await self._isolate(slices)
             else:
-                self._measure(sum(item.cost for item in batch), time.perf_counter() - tic)
-                start = 0
-                for item in batch:
-                    stop = start + len(item.texts)
-                    if not item.future.done():
-                        item.future.set_result([array[start:stop] for array in outputs])
-                    start = stop
+                self._measure(tokens, time.perf_counter() - tic)
+                offset = 0
+                for request, start, stop in slices:
+                    count = stop - start
+                    rows = [array[offset : offset + count] for array in outputs]
+                    self._deliver(request, start, rows)
+                    offset += count
             finally:
                 self._running = None
-                for item in batch:
-                    self._release(item)
-            self.stats.batches += 1
-            self.stats.texts += len(texts)
-            self.stats.largest_batch = max(self.stats.largest_batch, len(texts))
+            stats = self.stats
+            stats.batches += 1
+            stats.texts += len(ids)
+            stats.tokens += tokens
+            stats.largest_batch = max(stats.largest_batch, len(ids))
 
-    async def _isolate(self, batch: list[_Item]) -> None:
-        """Encode each request of a failed batch alone: only the guilty ones get the error."""
-        for item in batch:
-            if item.future.done():
+    async def _isolate(self, slices: list[tuple[_Request, int, int]]) -> None:
+        """Encode each request's slice of a failed pass alone: only the guilty ones fail."""
+        for request, start, stop in slices:
+            if request.future.done():
                 continue
             try:
-                outputs = await self._encode(item.texts)
+                outputs = await self._encode(request.ids[start:stop])
             except Exception as err:  # noqa: BLE001 - handed to that request's caller
-                self.stats.failed += 1
-                if not item.future.done():
-                    item.future.set_exception(err)
+                self._fail(request, err)
             else:
-                if not item.future.done():
-                    item.future.set_result(list(outputs))
+                self._deliver(request, start, list(outputs))

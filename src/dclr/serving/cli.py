@@ -20,6 +20,13 @@ from dclr.clitools import console, fail, out, quiet_hf
 from dclr.errors import DclrError, InputError
 from dclr.indexing.index import EXACT_MAX_VECTORS
 from dclr.models.resolve import served_name
+from dclr.serving.batcher import (
+    MAX_BATCH_TEXTS,
+    MAX_BATCH_TOKENS,
+    MAX_PENDING_TEXTS,
+    MAX_PENDING_TOKENS,
+    MAX_QUEUE_WAIT_S,
+)
 from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
 
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
@@ -298,18 +305,27 @@ def serve(
     max_k: Annotated[int, typer.Option(help="Search results per query.")] = MAX_K,
     max_batch: Annotated[
         int, typer.Option(help="Texts per forward pass across batched requests.")
-    ] = 64,
+    ] = MAX_BATCH_TEXTS,
     max_batch_tokens: Annotated[
-        int, typer.Option(help="Padded tokens per forward pass (bounds activation memory).")
-    ] = 8192,
-    max_pending: Annotated[int, typer.Option(help="Queued texts before requests get 503.")] = 512,
-    max_pending_chars: Annotated[
-        int, typer.Option(help="Queued characters (a proxy for tokens) before requests get 503.")
-    ] = 512_000,
+        int,
+        typer.Option(
+            help="Tokens per forward pass across batched requests (packed: bounds activation "
+            "memory, and how long a one-text query waits behind indexing traffic)."
+        ),
+    ] = MAX_BATCH_TOKENS,
+    max_pending: Annotated[
+        int, typer.Option(help="Queued texts before requests get 503.")
+    ] = MAX_PENDING_TEXTS,
+    max_pending_tokens: Annotated[
+        int, typer.Option(help="Queued tokens before requests get 503.")
+    ] = MAX_PENDING_TOKENS,
     max_queue_wait: Annotated[
         float,
-        typer.Option(help="Seconds of queued work (at the measured rate) before requests get 503."),
-    ] = 10.0,
+        typer.Option(
+            help="Seconds a request that sends no timeout header may wait: one that would not "
+            "finish in time at the measured rate gets 503 at once."
+        ),
+    ] = MAX_QUEUE_WAIT_S,
     max_in_flight: Annotated[
         int, typer.Option(help="Requests handled at once before new ones get 503.")
     ] = 128,
@@ -372,9 +388,10 @@ def serve(
     """
     quiet_hf()
     try:
-        from dclr.indexing.bulk import load_encoder, pick_device
+        from dclr.indexing.bulk import pick_device
         from dclr.indexing.fingerprint import model_fingerprint
         from dclr.indexing.index import SearchIndex
+        from dclr.models.precision import load_inference_encoder
         from dclr.serving.guard import LOOPBACK_HOSTS, Security
         from dclr.serving.limits import Limits
         from dclr.serving.server import is_loopback, run
@@ -394,10 +411,12 @@ def serve(
             max_batch_texts=max_batch,
             max_pending_texts=max_pending,
             max_batch_tokens=max_batch_tokens,
-            max_pending_chars=max_pending_chars,
+            max_pending_tokens=max_pending_tokens,
             max_queue_wait_s=max_queue_wait,
         )
-        encoder = load_encoder(model, pooler, pick_device(device, 0), precision)  # type: ignore[arg-type]
+        target = pick_device(device, 0)  # type: ignore[arg-type]
+        # packed on the CPU (padding-free, as `dclr encode`); a GPU runs padded batches fast
+        encoder = load_inference_encoder(model, pooler, precision, target.type == "cpu", target)
         fingerprint = model_fingerprint(encoder)
         searcher = SearchIndex(index) if index is not None else None
         if searcher is not None:

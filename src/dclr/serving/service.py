@@ -19,15 +19,17 @@ import asyncio
 import base64
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
 
 import numpy as np
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dclr.indexing.fingerprint import SHORT
@@ -36,13 +38,15 @@ from dclr.indexing.memory import trim_heap
 from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.serving.batcher import (
     MAX_BATCH_TEXTS,
-    MAX_PENDING_CHARS,
+    MAX_BATCH_TOKENS,
     MAX_PENDING_TEXTS,
+    MAX_PENDING_TOKENS,
     MAX_QUEUE_WAIT_S,
     MAX_WAIT_S,
     EmbeddingBatcher,
-    EncodeFn,
+    EncodeIds,
     Overloaded,
+    Tokenize,
 )
 from dclr.serving.guard import GuardMiddleware, InFlightMiddleware, Security
 from dclr.serving.limits import LimitError, Limits
@@ -58,6 +62,9 @@ from dclr.serving.schemas import (
     SimilarityResponse,
 )
 
+JSON = "application/json"
+# When this process started serving: /v1/models's `created` (seconds since the epoch).
+STARTED = int(time.time())
 # The page's files, served from the package; nothing else under /static is reachable.
 STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 # The page loads only its own files and talks only to this server.
@@ -82,52 +89,38 @@ ERRORS: dict[int | str, dict[str, Any]] = {  # FastAPI's `responses` type
 }
 
 
-# Padded tokens per forward pass: 64 texts of 128 tokens. It bounds activation memory (the
-# attention scores grow with texts x tokens^2: at most heads x budget x 512 floats, ~200 MB for
-# 12 heads) instead of letting 64 texts of 512 tokens go through at once.
-MAX_BATCH_TOKENS = 8192
-
-
 @dataclass(frozen=True)
 class BatchOptions:
-    """Batcher settings (see `dclr.serving.batcher`) and the token budget of a forward pass."""
+    """Batcher settings (see `dclr.serving.batcher`): a forward pass's token budget, the queue's
+    bounds and the queue-wait bound of requests that send no timeout."""
 
+    max_batch_tokens: int = MAX_BATCH_TOKENS
     max_batch_texts: int = MAX_BATCH_TEXTS
     max_wait_s: float = MAX_WAIT_S
     max_pending_texts: int = MAX_PENDING_TEXTS
-    max_batch_tokens: int = MAX_BATCH_TOKENS
-    max_pending_chars: int = MAX_PENDING_CHARS
+    max_pending_tokens: int = MAX_PENDING_TOKENS
     max_queue_wait_s: float = MAX_QUEUE_WAIT_S
 
 
-def make_encode_fn(
-    encoder: SentenceEncoder, batch_size: int, max_batch_tokens: int = MAX_BATCH_TOKENS
-) -> EncodeFn:
-    """texts -> (unit vectors (n, d) float32, token counts (n,)) for the batcher.
+def encoder_functions(encoder: SentenceEncoder) -> tuple[Tokenize, EncodeIds]:
+    """The batcher's two halves: texts -> token ids (truncated where the model truncates, as
+    bulk encoding does), and token ids -> (unit vectors (n, d) float32,).
 
-    Texts go through the model longest first, in forward passes of at most `batch_size` texts
-    and at most `max_batch_tokens` padded tokens (texts x longest text), so activation memory
-    is bounded whatever the inputs; a single text longer than the budget still goes alone.
-    """
+    A pass is encoded as `SentenceEncoder.encode` encodes a corpus: longest first and packed
+    (padding-free) when the encoder packs, so a served vector is the bulk-encoded vector of the
+    same text, whatever its batch-mates."""
     limit = encoder.max_length or model_limit(encoder.tokenizer)
+    pooler = encoder.eval_pooler or encoder.pooler
 
-    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
-        lengths = np.array([len(x) for x in ids], dtype=np.int64)  # (n,)
-        order = np.argsort(-lengths, kind="stable")
-        vectors = np.empty((len(texts), encoder.hidden_size), dtype=np.float32)  # (n, d)
-        start = 0
-        while start < len(order):
-            longest = int(lengths[order[start]])  # sorted: the first text is the longest
-            count = max(1, min(batch_size, max_batch_tokens // max(longest, 1)))
-            rows = order[start : start + count]
-            chunk = [texts[i] for i in rows]
-            vectors[rows] = encoder.encode(chunk, batch_size=count, normalize=True)
-            start += count
+    def tokenize(texts: list[str]) -> list[list[int]]:
+        return encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
+
+    def encode(ids: list[list[int]]) -> tuple[np.ndarray]:
+        vectors = encoder.encode_ids_poolers(ids, (pooler,), batch_size=len(ids), normalize=True)
         trim_heap()  # see dclr.indexing.memory: keeps resident memory flat across shapes
-        return vectors, lengths
+        return (vectors[pooler],)
 
-    return encode
+    return tokenize, encode
 
 
 def describe_validation(problems: Sequence[dict]) -> tuple[str, str | None, str | None]:
@@ -201,6 +194,12 @@ def _add_docs(app: FastAPI) -> None:
         return page
 
 
+def json_response(body: dict[str, Any]) -> Response:
+    """JSON by orjson: numpy arrays serialised in C, without a Python list of floats in between
+    (a 64 x 384 response: ~24 ms with the standard library, ~1 ms here)."""
+    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type=JSON)
+
+
 def _error(status: int, message: str, type_: str, param: str | None, code: str | None) -> Response:
     return Response(
         error_json(message, type_, param, code), status_code=status, media_type="application/json"
@@ -236,12 +235,13 @@ def create_app(
 
         faiss.omp_set_num_threads(SEARCH_THREADS)
     batcher = EmbeddingBatcher(
-        make_encode_fn(encoder, batching.max_batch_texts, batching.max_batch_tokens),
-        batching.max_batch_texts,
-        batching.max_wait_s,
-        batching.max_pending_texts,
-        batching.max_pending_chars,
-        batching.max_queue_wait_s,
+        *encoder_functions(encoder),
+        max_batch_tokens=batching.max_batch_tokens,
+        max_batch_texts=batching.max_batch_texts,
+        max_wait_s=batching.max_wait_s,
+        max_pending_texts=batching.max_pending_texts,
+        max_pending_tokens=batching.max_pending_tokens,
+        max_queue_wait_s=batching.max_queue_wait_s,
     )
 
     @contextlib.asynccontextmanager
@@ -332,7 +332,7 @@ def _embedder(batcher: EmbeddingBatcher) -> Embed:
         if not job.done() or job.cancelled():
             raise ClientGone
         try:
-            vectors, tokens = job.result()
+            vectors, tokens = job.result()  # (n, d) unit vectors, (n,) token counts
         except Overloaded:
             raise
         except Exception as err:  # noqa: BLE001 - this request's texts broke the encoder
@@ -364,9 +364,11 @@ def _add_embedding_routes(
             )
         vectors, tokens = await embed(texts, raw)
         if request.encoding_format == "base64":
-            values: list = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors]
+            values: Sequence[Any] | np.ndarray = [
+                base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors
+            ]
         else:
-            values = vectors.tolist()
+            values = vectors  # rows serialised straight from numpy (float32, shortest repr)
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
         total = int(tokens.sum())
         body = {
@@ -375,7 +377,13 @@ def _add_embedding_routes(
             "model": model_name,
             "usage": {"prompt_tokens": total, "total_tokens": total},
         }
-        return JSONResponse(body)
+        return json_response(body)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        """The served model, in OpenAI's list shape (clients probe this route)."""
+        card = {"id": model_name, "object": "model", "created": STARTED, "owned_by": "dclr"}
+        return json_response({"object": "list", "data": [card]})
 
     @app.post("/similarity", response_model=SimilarityResponse, responses=ERRORS)
     async def similarity(request: SimilarityRequest, raw: Request) -> Response:
@@ -385,12 +393,12 @@ def _add_embedding_routes(
             limits.check_texts(texts, "pairs", lambda i: f"pairs[{i // 2}][{i % 2}]")
             vectors, _ = await embed(texts, raw)
             scores = np.einsum("pd,pd->p", vectors[0::2], vectors[1::2])  # (pairs,)
-            return JSONResponse({"model": model_name, "scores": scores.tolist()})
+            return json_response({"model": model_name, "scores": scores})
         assert request.sentences is not None
         limits.check_texts(request.sentences, "sentences")
         vectors, _ = await embed(request.sentences, raw)
-        matrix = vectors @ vectors.T  # (n, n)
-        return JSONResponse({"model": model_name, "matrix": matrix.tolist()})
+        matrix = np.ascontiguousarray(vectors @ vectors.T)  # (n, n)
+        return json_response({"model": model_name, "matrix": matrix})
 
 
 def _add_search_route(
@@ -420,7 +428,7 @@ def _add_search_route(
         loop = asyncio.get_running_loop()
         hits = (await loop.run_in_executor(batcher.executor, index.search, vectors, request.k))[0]
         results = [{"rank": r + 1, **asdict(hit)} for r, hit in enumerate(hits)]
-        return JSONResponse({"model": model_name, "query": request.query, "results": results})
+        return json_response({"model": model_name, "query": request.query, "results": results})
 
 
 def _add_health_route(
