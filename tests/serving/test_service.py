@@ -271,6 +271,35 @@ def test_search_without_index(encoder):
         assert local.get("/health").json()["index"] is None
 
 
+def test_v1_models_lists_the_served_model(encoder):
+    """Issue 38: tools that probe GET /v1/models got 404."""
+    from fastapi.testclient import TestClient
+
+    from dclr.serving.service import create_app
+
+    with TestClient(create_app(encoder, "tiny-model", "f" * 64)) as local:
+        body = local.get("/v1/models").json()
+    assert body["object"] == "list" and [m["id"] for m in body["data"]] == ["tiny-model"]
+    assert body["data"][0]["object"] == "model"
+
+
+def test_int8_is_served_through_the_same_packed_path(model_dir):
+    """`--precision int8` goes through the same token-budgeted, packed passes: its vectors equal
+    the int8 encoder's own bulk encoding."""
+    from fastapi.testclient import TestClient
+
+    from dclr.models.precision import load_inference_encoder
+    from dclr.serving.service import create_app
+
+    int8 = load_inference_encoder(model_dir, "mean", "int8", packing=True)
+    texts = [*CORPUS, "a much longer sentence about nothing in particular, to vary the lengths"]
+    expected = int8.encode(texts, normalize=True)
+    with TestClient(create_app(int8, "tiny", "f" * 64)) as local:
+        body = local.post("/v1/embeddings", json={"input": texts}).json()
+    got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
 def test_docs_are_off_by_default_and_fenced_by_a_csp_when_on(encoder):
     """Issue 25 item 10: /docs loaded scripts from a CDN with no Content-Security-Policy."""
     from fastapi.testclient import TestClient

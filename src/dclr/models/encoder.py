@@ -433,7 +433,10 @@ class SentenceEncoder(nn.Module):
             rows = batch_rows[batch_rows >= 0]  # by_length: -1 marks a filler slot
             if len(rows) < len(batch_rows):  # filler: copies of the first row, outputs dropped
                 batch_rows = np.where(batch_rows >= 0, batch_rows, rows[0])
-            if self.packing:  # straight from token ids: no pad-then-unpad round trip
+            if len(batch_rows) == 1 and not by_length:  # one text: nothing to pad or pack
+                one = torch.tensor([ids[batch_rows[0]]], device=self.device)  # (1, L)
+                pooled = self._forward_padded_pooled(poolers, one, torch.ones_like(one))
+            elif self.packing:  # straight from token ids: no pad-then-unpad round trip
                 pooled = self._forward_ids_pooled([list(ids[i]) for i in batch_rows], poolers)
             else:
                 batch = self.tokenizer.pad(

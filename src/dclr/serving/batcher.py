@@ -49,8 +49,10 @@ import numpy as np
 MAX_BATCH_TOKENS = 2048
 # Texts per forward pass at most (bounds the per-text bookkeeping of one pass).
 MAX_BATCH_TEXTS = 512
-# Idle-server wait for company before encoding: 2 ms is small against a forward pass (~10 ms+).
-MAX_WAIT_S = 0.002
+# Idle-server wait for company before encoding. 0: the worker only yields once to the event loop,
+# so requests already read in the same loop turn join; a lone query does not wait (under load,
+# passes fill by themselves while the previous one runs).
+MAX_WAIT_S = 0.0
 # Texts waiting at most: 64 requests of 64 texts.
 MAX_PENDING_TEXTS = 4096
 # Tokens waiting at most: 512 texts of 512 tokens (a few MiB of ids; ~1-2 min of MiniLM work on
@@ -149,6 +151,7 @@ class EmbeddingBatcher:
         self.stats = BatcherStats()
         self._queue: list[_Request] = []  # sorted by key
         self._window: collections.deque[tuple[int, float]] = collections.deque()  # (tokens, s)
+        self._window_tokens, self._window_s = 0, 0.0  # the window's sums
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dclr-encode")
@@ -217,10 +220,13 @@ class EmbeddingBatcher:
         if seconds <= 0:
             return
         self._window.append((tokens, seconds))
-        total = sum(s for _, s in self._window)
-        while len(self._window) > 1 and total - self._window[0][1] >= RATE_WINDOW_S:
-            total -= self._window.popleft()[1]
-        self.stats.tokens_per_s = sum(t for t, _ in self._window) / total
+        self._window_tokens += tokens
+        self._window_s += seconds
+        while len(self._window) > 1 and self._window_s - self._window[0][1] >= RATE_WINDOW_S:
+            old_tokens, old_s = self._window.popleft()
+            self._window_tokens -= old_tokens
+            self._window_s -= old_s
+        self.stats.tokens_per_s = self._window_tokens / self._window_s
 
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
         self.stats.refused += 1
@@ -359,8 +365,7 @@ class EmbeddingBatcher:
             if not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-                if self.max_wait_s:  # idle until now: give concurrent callers a moment
-                    await asyncio.sleep(self.max_wait_s)
+                await asyncio.sleep(self.max_wait_s)  # idle until now: let company join
             if not self._queue:  # every queued request was cancelled meanwhile
                 continue
             slices = [s for s in self._take_pass() if not s[0].future.done()]

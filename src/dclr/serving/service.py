@@ -195,8 +195,10 @@ def _add_docs(app: FastAPI) -> None:
 
 
 def json_response(body: dict[str, Any]) -> Response:
-    """JSON by orjson: numpy arrays serialised in C, without a Python list of floats in between
-    (a 64 x 384 response: ~24 ms with the standard library, ~1 ms here)."""
+    """JSON by orjson: numpy arrays serialised in C, without a Python list of floats in between.
+    A 64 x 384 float32 response (this CPU, one run): 21.0 ms and 510 kB by `json.dumps` of
+    `.tolist()`, 0.7 ms and 271 kB here (float32's shortest repr: it reads back to the same
+    float32)."""
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type=JSON)
 
 
