@@ -14,15 +14,19 @@ alone would take at the live rate (its "virtual finish"): a one-text query that 
 before it, so it waits for about one forward pass, not for the whole queue; a large request is
 split across passes and is never starved (every later arrival's key grows with the clock).
 
-Admission (HTTP 503 with Retry-After, at once): every admitted request has a deadline, the
-client's own timeout when it says one (`X-Request-Timeout`, OpenAI's `x-stainless-timeout`),
-else `max_queue_wait_s`. A new request is admitted only if, with it in the queue in serving
-order, every queued request still finishes before its deadline at the live rate: it is not
-refused for work the machine can finish in time, and it cannot break a promise already made.
-The live rate is tokens per second over the last `RATE_WINDOW_S` of encoding time, lowered at
-once when the running pass overruns it (another job took the cores); one request cannot inflate
-it, since a text's cost is its token count after truncation, the work the model really does.
-Hard bounds on queued texts and tokens cap memory whatever the rate says.
+Admission (HTTP 503 with Retry-After, at once): every admitted request has a deadline,
+`max_queue_wait_s`, or the client's own timeout when it says a shorter one (`X-Request-Timeout`,
+OpenAI's `x-stainless-timeout`); keeping the server's bound under typical client timeouts (10 s
+against 30-60 s) leaves room for the machine to slow down after admission (another job takes
+the cores) without a client timing out. A new request is admitted only if, with it in the queue
+in serving order, every queued request still finishes before its deadline: it is not refused for
+work the machine can finish in time, and it cannot break a promise already made. An idle server
+takes any request, except one that could not finish within the client's own stated timeout (it
+would time out, its work wasted). Times come from a cost model of a pass, a fixed cost plus a
+cost per token, fitted on the passes of the last `RATE_WINDOW_S` of encoding and raised at once
+when the running pass overruns it (another job took the cores); one request cannot inflate it,
+since a text's cost is its token count after truncation, the work the model really does. Hard
+bounds on queued texts and tokens cap memory whatever the model says.
 
 A request whose client went away (its awaiting task is cancelled) leaves the queue at once and
 its texts not yet encoded never are. One bad request fails only itself: when a pass's encode
@@ -61,8 +65,10 @@ MAX_PENDING_TOKENS = 262_144
 # A request without a timeout of its own is refused when it could not finish within this many
 # seconds: under the 30-60 s that HTTP clients typically wait, so they get a 503, not silence.
 MAX_QUEUE_WAIT_S = 10.0
-# The live rate is measured over the latest passes that add up to this much encoding time.
+# The cost model is fitted on the latest passes that add up to this much encoding time ...
 RATE_WINDOW_S = 5.0
+# ... and at most this many (the fit is a sum over them, once per pass and admission).
+MAX_FIT = 64
 # Before the first pass is measured: a conservative tokens/s (MiniLM packed on 2 CPU threads
 # runs ~3,500), used only to order requests, never to refuse one.
 INITIAL_TOKENS_PER_S = 1000.0
@@ -97,7 +103,7 @@ class BatcherStats:
     dropped: int = 0  # requests whose client went away before their texts were encoded
     failed: int = 0  # requests whose own texts made the encoder fail
     late: int = 0  # requests answered after their deadline (the rate estimate was wrong)
-    tokens_per_s: float = 0.0  # measured throughput (0: not measured yet)
+    tokens_per_s: float = 0.0  # measured throughput of a full pass (0: not measured yet)
 
 
 @dataclass(eq=False)
@@ -162,7 +168,14 @@ class EmbeddingBatcher:
         """The single model thread (other model work, e.g. search, can share it)."""
         return self._executor
 
-    async def start(self) -> None:
+    async def start(self, warm_up: list[str] | None = None) -> None:
+        """Start the worker; `warm_up` texts are encoded first, unmeasured (a model's first
+        forward passes pay one-time costs that would make the first estimates far too slow)."""
+        if warm_up:
+            loop = asyncio.get_running_loop()
+            ids = self.tokenize(warm_up)
+            for _ in range(2):
+                await loop.run_in_executor(self._executor, self.encode, ids)
         self._wakeup = asyncio.Event()
         self._worker = asyncio.create_task(self._run(), name="dclr-batcher")
 
@@ -177,43 +190,85 @@ class EmbeddingBatcher:
         self._queue.clear()
         self._executor.shutdown(wait=True)
 
-    # ---- the rate and the admission test ------------------------------------------------------
-    def live_rate(self) -> float:
-        """Tokens per second now: measured over the recent passes, or lower when the pass
-        running has already taken longer than that rate allows; 0: not measured yet."""
-        rate = self.stats.tokens_per_s
-        if self._running is not None and rate > 0:
+    # ---- the cost model and the admission test ----------------------------------------------
+    def _fit(self) -> tuple[float, float] | None:
+        """(seconds per pass, seconds per token) fitted by least squares on the recent passes,
+        or None before any pass. A forward pass has a fixed cost (a one-text pass of MiniLM is
+        ~12 ms for ~13 tokens, 7x the per-token cost of a full pass), so a rate in tokens/s alone
+        would take a stream of single queries for a slow machine. With too little spread in the
+        pass sizes to separate the two, all of the time is put on the tokens (conservative for
+        larger passes)."""
+        if not self._window:
+            return None
+        n = len(self._window)
+        mean_t, mean_s = self._window_tokens / n, self._window_s / n
+        var = sum((t - mean_t) ** 2 for t, _ in self._window)
+        if n >= 3 and var > 0:
+            per_token = sum((t - mean_t) * (s - mean_s) for t, s in self._window) / var
+            per_pass = mean_s - per_token * mean_t
+            if per_token > 0 and 0 <= per_pass <= min(s for _, s in self._window):
+                return per_pass, per_token
+        return 0.0, self._window_s / self._window_tokens
+
+    def _costs(self) -> tuple[float, float] | None:
+        """The fit, with the per-token cost raised at once when the pass running has already
+        taken longer than the fit allows (the machine got slower: another job took its cores)."""
+        fit = self._fit()
+        if fit is None:
+            return None
+        per_pass, per_token = fit
+        if self._running is not None:
             tokens, tic = self._running
             elapsed = time.perf_counter() - tic
-            if elapsed * rate > tokens:  # slower than the estimate: at most tokens/elapsed
-                rate = tokens / elapsed
-        return rate
+            if elapsed > per_pass + per_token * tokens:
+                per_token = (elapsed - per_pass) / tokens
+        return per_pass, per_token
+
+    def live_rate(self) -> float:
+        """Tokens per second of a full pass now (see `_costs`); 0: not measured yet."""
+        costs = self._costs()
+        if costs is None:
+            return 0.0
+        per_pass, per_token = costs
+        return self.max_batch_tokens / (per_pass + per_token * self.max_batch_tokens)
+
+    def _drain_s(self, tokens: int, costs: tuple[float, float]) -> float:
+        """Seconds that passes of `tokens` queued tokens take (full passes of the budget)."""
+        passes = -(-tokens // self.max_batch_tokens)  # ceil
+        return passes * costs[0] + tokens * costs[1]
 
     def estimated_wait_s(self, extra_tokens: int = 0) -> float | None:
-        """Seconds to drain the queue (plus `extra_tokens`) at the live rate; None: unknown."""
-        rate = self.live_rate()
-        return (self.stats.pending_tokens + extra_tokens) / rate if rate > 0 else None
+        """Seconds to drain the queue (plus `extra_tokens`); None: unknown."""
+        costs = self._costs()
+        if costs is None:
+            return None
+        return self._running_left_s(costs) + self._drain_s(
+            self.stats.pending_tokens + extra_tokens, costs
+        )
 
-    def _running_left_s(self) -> float:
-        """Seconds the pass now running still needs: what the measured rate leaves of it, or,
-        once it has overrun that, as long again as it has run (it is slower than any estimate)."""
-        if self._running is None or self.stats.tokens_per_s <= 0:
+    def _running_left_s(self, costs: tuple[float, float]) -> float:
+        """Seconds the pass now running still needs: what the fit leaves of it, or, once it has
+        overrun that, as long again as it has run (it is slower than any estimate)."""
+        if self._running is None:
             return 0.0
         tokens, tic = self._running
         elapsed = time.perf_counter() - tic
-        expected = tokens / self.stats.tokens_per_s
+        fit = self._fit()
+        expected = fit[0] + fit[1] * tokens if fit is not None else costs[0] + costs[1] * tokens
         return expected - elapsed if elapsed < expected else elapsed
 
     def _late(
-        self, queue: list[_Request], now: float, rate: float
+        self, queue: list[_Request], now: float, costs: tuple[float, float]
     ) -> tuple[_Request, float] | None:
-        """The first request of `queue` (in serving order) that would finish after its deadline
-        at `rate`, with its estimated finish in seconds from now; None when all are in time."""
-        clock = self._running_left_s()
+        """The first request of `queue` (in serving order) that would finish after its deadline,
+        with its estimated finish in seconds from now; None when all are in time."""
+        running = self._running_left_s(costs)
+        cumulative = 0
         for request in queue:
-            clock += request.remaining_tokens / rate
-            if now + clock > request.deadline:
-                return request, clock
+            cumulative += request.remaining_tokens
+            finish = running + self._drain_s(cumulative, costs)
+            if now + finish > request.deadline:
+                return request, finish
         return None
 
     def _measure(self, tokens: int, seconds: float) -> None:
@@ -222,11 +277,13 @@ class EmbeddingBatcher:
         self._window.append((tokens, seconds))
         self._window_tokens += tokens
         self._window_s += seconds
-        while len(self._window) > 1 and self._window_s - self._window[0][1] >= RATE_WINDOW_S:
+        while len(self._window) > 1 and (
+            self._window_s - self._window[0][1] >= RATE_WINDOW_S or len(self._window) > MAX_FIT
+        ):
             old_tokens, old_s = self._window.popleft()
             self._window_tokens -= old_tokens
             self._window_s -= old_s
-        self.stats.tokens_per_s = self._window_tokens / self._window_s
+        self.stats.tokens_per_s = round(self.live_rate(), 1)
 
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
         self.stats.refused += 1
@@ -235,7 +292,7 @@ class EmbeddingBatcher:
         retry = max(MIN_RETRY_AFTER_S, min(math.ceil(wait), ceiling))
         return Overloaded(f"{reason}; retry in {retry} s", retry)
 
-    def _admit(self, request: _Request, bound: float, whose: str) -> None:
+    def _admit(self, request: _Request, bound: float, whose: str, own_timeout: bool) -> None:
         """Queue `request` or raise Overloaded (see the module docstring)."""
         stats, n, tokens = self.stats, len(request.ids), int(request.lengths.sum())
         if stats.pending_texts and stats.pending_texts + n > self.max_pending_texts:
@@ -249,14 +306,18 @@ class EmbeddingBatcher:
                 f"{self.max_pending_tokens})",
                 None,
             )
-        rate = self.live_rate()
+        costs = self._costs()
         queue = sorted([*self._queue, request], key=lambda r: r.key)
-        if rate > 0 and (self._queue or self._running):
-            late = self._late(queue, time.perf_counter(), rate)
+        # An idle server takes any request, unless the client said how long it waits and this
+        # request alone would outlast that: it would time out, and its work would be wasted.
+        busy = bool(self._queue) or self._running is not None
+        if costs is not None and (busy or own_timeout):
+            late = self._late(queue, time.perf_counter(), costs)
             if late is not None and late[0] is request:
+                split = "" if busy else " (send fewer or shorter texts per request)"
                 raise self._refuse(
                     f"the queue would take ~{late[1]:.1f} s to finish this request at the "
-                    f"current throughput (limit {bound:g} s, {whose})",
+                    f"current throughput (limit {bound:g} s, {whose}){split}",
                     self.estimated_wait_s(),
                 )
             if late is not None:
@@ -284,13 +345,14 @@ class EmbeddingBatcher:
         ids = self.tokenize(texts)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))  # (n,)
         bound, whose = self.max_queue_wait_s, "max_queue_wait_s"
-        if deadline_s is not None and deadline_s < bound:
+        idle = not self._queue and self._running is None
+        if deadline_s is not None and (deadline_s < bound or idle):  # idle: the client's word
             bound, whose = deadline_s, "your timeout"
         now = time.perf_counter()
         rate = self.live_rate() or INITIAL_TOKENS_PER_S
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         request = _Request(ids, lengths, now + lengths.sum() / rate, now + bound, future)
-        self._admit(request, bound, whose)
+        self._admit(request, bound, whose, deadline_s is not None)
         self._wakeup.set()
         try:
             return await future

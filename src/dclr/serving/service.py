@@ -63,6 +63,8 @@ from dclr.serving.schemas import (
 )
 
 JSON = "application/json"
+# Encoded (twice, unmeasured) before the first request: a short and a longer text.
+WARM_UP = ["warm up", "a longer sentence to warm up the model before the first request " * 4]
 # When this process started serving: /v1/models's `created` (seconds since the epoch).
 STARTED = int(time.time())
 # The page's files, served from the package; nothing else under /static is reachable.
@@ -248,7 +250,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await batcher.start()
+        await batcher.start(WARM_UP)
         try:
             yield
         finally:
