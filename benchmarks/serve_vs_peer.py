@@ -396,8 +396,10 @@ def main() -> None:
     print(f"dclr encode: {rate:.1f} texts/s", flush=True)
     report["servers"] = {"dclr": bench("dclr", args, model_dir, rate)}
     if args.infinity:
-        version = subprocess.run([args.infinity, "--version"], capture_output=True, text=True)
-        report["infinity_version"] = (version.stdout or version.stderr).strip().split()[-1:]
+        python = Path(args.infinity).parent / "python"  # the peer venv's interpreter
+        code = "import importlib.metadata as m; print(m.version('infinity_emb'))"
+        version = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+        report["infinity_version"] = version.stdout.strip() or "unknown"
         report["servers"]["infinity"] = bench("infinity", args, model_dir, rate)
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
     sentences.unlink()
