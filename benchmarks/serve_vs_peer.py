@@ -305,13 +305,56 @@ def bench(name: str, args: argparse.Namespace, model_dir: str, rate: float) -> d
             process.kill()
 
 
+def combine(rounds: list[dict]) -> dict:
+    """One server's rounds -> medians per scenario (texts/s, latency, CPU, share of bulk), errors
+    and statuses summed over the rounds, the largest peak memory; the rounds kept beside."""
+
+    def median_row(rows: list[dict]) -> dict:
+        latency = None
+        if all(r["latency"] for r in rows):
+            latency = {k: round(statistics.median(r["latency"][k] for r in rows), 1)
+                       for k in rows[0]["latency"]}  # fmt: skip
+        out = {
+            "requests": sum(r["requests"] for r in rows),
+            "errors": sum(r["errors"] for r in rows),
+            "statuses": sorted({s for r in rows for s in r["statuses"]}),
+            "latency": latency,
+        }
+        for key in ("texts_per_s", "cpu_s_per_1000_texts", "share_of_bulk"):
+            out[key] = round(statistics.median(r[key] for r in rows), 3)
+        return out
+
+    scenarios = {}
+    for scenario in PLAN:
+        rows = [r["scenarios"][scenario] for r in rounds]
+        row = median_row(rows)
+        if "queries" in rows[0]:
+            queries = [r["queries"] for r in rows]
+            row["queries"] = {
+                "requests": sum(q["requests"] for q in queries),
+                "errors": sum(q["errors"] for q in queries),
+                "latency": {
+                    k: round(statistics.median(q["latency"][k] for q in queries), 1)
+                    for k in queries[0]["latency"]
+                },  # fmt: skip
+            }
+        scenarios[scenario] = row
+    return {
+        "scenarios": scenarios,
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in rounds),
+        "rounds": rounds,
+    }
+
+
 def markdown(report: dict) -> str:
     dclr, peer = report["servers"]["dclr"], report["servers"].get("infinity")
     lines = [
         f"`dclr serve` ({report['precision']}) vs infinity-emb {report.get('infinity_version')}, "
         f"{report['model']}, {report['machine']['cpus']} CPUs ({report['machine']['cpu']}), "
         f"load average {report['load_start']} at start, {report['load_end']} at end; "
-        f"`dclr encode` bulk rate {report['bulk_texts_per_s']:.1f} texts/s.",
+        f"`dclr encode` bulk rate {report['bulk_texts_per_s']:.1f} texts/s; medians of "
+        f"{report['rounds']} rounds per server, run in the order {report['order']} (errors: "
+        "summed over the rounds).",
         "",
         "| scenario | server | texts/s | p50 ms | p95 ms | errors | CPU s / 1k texts | share of "
         "bulk | dclr ÷ infinity |",
@@ -360,6 +403,7 @@ def main() -> None:
     parser.add_argument("--infinity", default=None, help="the infinity_emb executable")
     parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per server, alternated")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_vs_peer.json")
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -394,13 +438,20 @@ def main() -> None:
     rate = bulk_rate(sentences, args.precision)
     report["bulk_texts_per_s"] = round(rate, 1)
     print(f"dclr encode: {rate:.1f} texts/s", flush=True)
-    report["servers"] = {"dclr": bench("dclr", args, model_dir, rate)}
+    names = ["dclr"]
     if args.infinity:
         python = Path(args.infinity).parent / "python"  # the peer venv's interpreter
         code = "import importlib.metadata as m; print(m.version('infinity_emb'))"
         version = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
         report["infinity_version"] = version.stdout.strip() or "unknown"
-        report["servers"]["infinity"] = bench("infinity", args, model_dir, rate)
+        names.append("infinity")
+    # A B B A ...: a drift in the machine's speed during the run hits both servers alike
+    order = [n for r in range(args.rounds) for n in (names if r % 2 == 0 else names[::-1])]
+    report["rounds"], report["order"] = args.rounds, " ".join(order)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for name in order:
+        runs[name].append(bench(name, args, model_dir, rate))
+    report["servers"] = {name: combine(rounds) for name, rounds in runs.items()}
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
     sentences.unlink()
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -23,7 +23,7 @@ in serving order, every queued request still finishes before its deadline: it is
 work the machine can finish in time, and it cannot break a promise already made. An idle server
 takes any request, except one that could not finish within the client's own stated timeout (it
 would time out, its work wasted). Times come from a cost model of a pass, a fixed cost plus a
-cost per token, fitted on the passes of the last `RATE_WINDOW_S` of encoding and raised at once
+cost per token, fitted on recent passes of every size (`PASSES_PER_SIZE`) and raised at once
 when the running pass overruns it (another job took the cores); one request cannot inflate it,
 since a text's cost is its token count after truncation, the work the model really does. Hard
 bounds on queued texts and tokens cap memory whatever the model says.
@@ -65,10 +65,14 @@ MAX_PENDING_TOKENS = 262_144
 # A request without a timeout of its own is refused when it could not finish within this many
 # seconds: under the 30-60 s that HTTP clients typically wait, so they get a 503, not silence.
 MAX_QUEUE_WAIT_S = 10.0
-# The cost model is fitted on the latest passes that add up to this much encoding time ...
-RATE_WINDOW_S = 5.0
-# ... and at most this many (the fit is a sum over them, once per pass and admission).
-MAX_FIT = 64
+# The cost model is fitted on the latest PASSES_PER_SIZE passes of each size class (tokens in
+# powers of 4: 1-3, 4-15, ..., 1024-4095), so a stream of one-text queries does not erase what
+# large passes showed about the per-token cost (a fit on one narrow size range extrapolates
+# badly) ...
+PASSES_PER_SIZE = 8
+# ... measured in the last RATE_MEMORY_S seconds (older passes describe another machine state;
+# a slowdown shows at once through the running pass, see `_costs`).
+RATE_MEMORY_S = 300.0
 # Before the first pass is measured: a conservative tokens/s (MiniLM packed on 2 CPU threads
 # runs ~3,500), used only to order requests, never to refuse one.
 INITIAL_TOKENS_PER_S = 1000.0
@@ -156,8 +160,8 @@ class EmbeddingBatcher:
         self.max_queue_wait_s = max_queue_wait_s
         self.stats = BatcherStats()
         self._queue: list[_Request] = []  # sorted by key
-        self._window: collections.deque[tuple[int, float]] = collections.deque()  # (tokens, s)
-        self._window_tokens, self._window_s = 0, 0.0  # the window's sums
+        # size class -> its latest passes (tokens, seconds, when measured)
+        self._passes: dict[int, collections.deque[tuple[int, float, float]]] = {}
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dclr-encode")
@@ -176,6 +180,12 @@ class EmbeddingBatcher:
             ids = self.tokenize(warm_up)
             for _ in range(2):
                 await loop.run_in_executor(self._executor, self.encode, ids)
+            # then seed the cost model with a one-text pass and a pass of ~half the budget
+            large = ids * max(1, self.max_batch_tokens // 2 // sum(map(len, ids)))
+            for seed in ([ids[0]], [ids[0]], large):
+                tic = time.perf_counter()
+                await loop.run_in_executor(self._executor, self.encode, seed)
+                self._measure(sum(map(len, seed)), time.perf_counter() - tic)
         self._wakeup = asyncio.Event()
         self._worker = asyncio.create_task(self._run(), name="dclr-batcher")
 
@@ -198,17 +208,21 @@ class EmbeddingBatcher:
         would take a stream of single queries for a slow machine. With too little spread in the
         pass sizes to separate the two, all of the time is put on the tokens (conservative for
         larger passes)."""
-        if not self._window:
+        now = time.perf_counter()
+        window = [(t, s) for size in self._passes.values() for t, s, when in size
+                  if now - when < RATE_MEMORY_S]  # fmt: skip
+        if not window:
             return None
-        n = len(self._window)
-        mean_t, mean_s = self._window_tokens / n, self._window_s / n
-        var = sum((t - mean_t) ** 2 for t, _ in self._window)
+        n = len(window)
+        total_t, total_s = sum(t for t, _ in window), sum(s for _, s in window)
+        mean_t, mean_s = total_t / n, total_s / n
+        var = sum((t - mean_t) ** 2 for t, _ in window)
         if n >= 3 and var > 0:
-            per_token = sum((t - mean_t) * (s - mean_s) for t, s in self._window) / var
+            per_token = sum((t - mean_t) * (s - mean_s) for t, s in window) / var
             per_pass = mean_s - per_token * mean_t
-            if per_token > 0 and 0 <= per_pass <= min(s for _, s in self._window):
+            if per_token > 0 and 0 <= per_pass <= min(s for _, s in window):
                 return per_pass, per_token
-        return 0.0, self._window_s / self._window_tokens
+        return 0.0, total_s / total_t
 
     def _costs(self) -> tuple[float, float] | None:
         """The fit, with the per-token cost raised at once when the pass running has already
@@ -274,15 +288,9 @@ class EmbeddingBatcher:
     def _measure(self, tokens: int, seconds: float) -> None:
         if seconds <= 0:
             return
-        self._window.append((tokens, seconds))
-        self._window_tokens += tokens
-        self._window_s += seconds
-        while len(self._window) > 1 and (
-            self._window_s - self._window[0][1] >= RATE_WINDOW_S or len(self._window) > MAX_FIT
-        ):
-            old_tokens, old_s = self._window.popleft()
-            self._window_tokens -= old_tokens
-            self._window_s -= old_s
+        size = int(math.log(max(tokens, 1), 4))
+        passes = self._passes.setdefault(size, collections.deque(maxlen=PASSES_PER_SIZE))
+        passes.append((tokens, seconds, time.perf_counter()))
         self.stats.tokens_per_s = round(self.live_rate(), 1)
 
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
