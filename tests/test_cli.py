@@ -208,6 +208,47 @@ def test_train_says_what_it_trains_on_and_where_the_model_is(model_dir, tmp_path
     assert (saved["data"]["lines"], saved["data"]["blank_skipped"]) == (20, 4)
 
 
+def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_factory):
+    """Issue 38 item 2: the calibrated phi is printed before the first step, is in results.json
+    and in the model card in place of the default 0.9; no exported file names a local folder."""
+    from helpers import write_pseudo_corpus
+
+    from dclr.training.tracking import read_metrics
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", "method=dclr",
+            "--set", f"data.corpus={corpus}", "--set", "model.pooler=mean",
+            "--set", "model.mlp_head=false", "--set", "dclr.complementary_pooler=mean",
+            "--set", "dclr.phi_calibration=random_pairs",
+            "--set", "dclr.phi_calibration_target=0.25", "--set", "optimisation.batch_size=4",
+            "--set", "run.eval_steps=0", "--set", "run.test_eval=false",
+            "--max-steps", "2", "-o", str(out)]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    (calibration,) = read_metrics(out, "calibration")
+    phi = calibration["phi"]
+    assert phi != 0.9
+    text = " ".join(result.output.split())
+    said = (
+        f"false_negative_threshold = {phi:.4g} (derived by this run; the config's 0.9 is not used)"
+    )
+    assert said in text and text.index(said) < text.index("» train: 2 steps")
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["derived"] == {"false_negative_threshold": phi}
+    assert saved["start_records"]["calibration"]["phi"] == phi
+    for folder in (out / "best", out / "final"):
+        card = (folder / "README.md").read_text()
+        assert f"| false_negative_threshold | `{phi:.4g}` (computed by this run" in card
+        assert "| false_negative_threshold | `0.9`" not in card
+        assert f'SentenceTransformer("path/to/{folder.name}")' in card
+        for file in folder.rglob("*"):
+            if file.is_file() and file.suffix in {".md", ".json", ".txt"}:
+                content = file.read_text()
+                for local in (str(tmp_path_factory.getbasetemp()), str(REPO_ROOT)):
+                    assert local not in content, (file, local)
+
+
 def test_the_summary_names_the_better_of_the_two_models():
     from dclr.cli import better_of_two
 
