@@ -32,8 +32,11 @@ def test_readme_python_example_runs(tmp_path, data_dir, monkeypatch, capsys):
     monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
     model = make_tiny_model_dir(tmp_path / "model")
     code = at_tiny_scale(python_example(), model, tmp_path / "run")
-    namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+    # twice, as in a notebook: the second run replaces the first (issue 38 item 6: it was
+    # refused, with a fix naming only command-line flags)
+    for _ in range(2):
+        namespace: dict = {}
+        exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
     printed = capsys.readouterr().out
     assert "(2, 32)" in printed and "STS-B dev" in printed
     summary = namespace["summary"]

@@ -118,7 +118,8 @@ def claim(run_dir: str | Path, resume: bool, overwrite: bool, main: bool = True)
                 raise ConfigError(
                     f"{run_dir} already holds {found}\n"
                     f"  fix: `dclr train --resume {run_dir}` to continue it, --overwrite to "
-                    "delete it and start over, or -o ANOTHER_FOLDER"
+                    "delete it and start over, or -o ANOTHER_FOLDER (Python: dclr.train(..., "
+                    "resume=True) or overwrite=True, or another run.output_dir)"
                 )
         if not resume or run_id(run_dir) is None:
             record = {
