@@ -249,6 +249,15 @@ def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_f
                     assert local not in content, (file, local)
 
 
+def test_dclr_version():
+    """Issue 38 item 6: there was no `dclr --version`."""
+    from dclr._meta import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"dclr {__version__}"
+
+
 def test_the_summary_names_the_better_of_the_two_models():
     from dclr.cli import better_of_two
 

@@ -38,6 +38,27 @@ data_app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from dclr._meta import __version__
+
+        print(f"dclr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Train, evaluate and use sentence encoders (SimCSE, DCLR, ...)."""
+
+
 DataDir = Annotated[
     Path | None,
     typer.Option(

@@ -42,7 +42,7 @@ from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.options.config import TrainConfig
-from dclr.progress import announce, progress_bar
+from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.gradcache import GradCache
 from dclr.training.phases import phase
@@ -175,8 +175,8 @@ def derived_lines(
 
 
 def _short(value: Any) -> str:
-    """A float to 4 significant digits (0.5234, 1e-04), anything else as it prints."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    """A float to 4 significant digits (`short_number`), anything else as it prints."""
+    return short_number(value) if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -321,7 +321,7 @@ class Trainer:
                 done = step + 1
                 meter.seen += local * self.world
                 bar.update(1)
-                bar.set_postfix(loss=f"{parts['loss'].item():.4f}")
+                bar.set_postfix(loss=short_number(parts["loss"].item()))
                 is_last = done == self.total_steps
                 self._maybe_log(state, log, meter, parts, done, is_last)
                 self._maybe_evaluate(state, log, done, is_last)
