@@ -249,6 +249,43 @@ def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_f
                     assert local not in content, (file, local)
 
 
+def test_ctrl_c_in_the_evaluation_after_training_says_what_is_saved(
+    model_dir, tmp_path, monkeypatch
+):
+    """Issue 38 item 6: Ctrl-C during the evaluation after training exited 130 with no word. It
+    now names the saved model and the way on; `--resume` then evaluates without retraining."""
+    from helpers import write_pseudo_corpus
+
+    from dclr.methods.base import Method
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
+            "--set", "run.test_eval=false", "--max-steps", "2", "-o", str(out)]  # fmt: skip
+    real = Method.evaluate_final
+
+    def interrupted(self, config, result):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Method, "evaluate_final", interrupted)
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 130
+    text = " ".join(result.output.split())
+    assert "interrupted after training, in the evaluation" in text
+    assert str(out / "best") in text and f"dclr train --resume {out}" in text
+    assert not (out / "results.json").exists()
+
+    monkeypatch.setattr(Method, "evaluate_final", real)
+    trained = (out / "final" / "model.safetensors").read_bytes()
+    again = runner.invoke(app, ["train", "--resume", str(out)], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "results.json").read_text())["steps"] == 2
+    assert (out / "final" / "model.safetensors").read_bytes() == trained
+    assert "» train: " not in again.output  # no step trained again
+
+
 def test_dclr_version():
     """Issue 38 item 6: there was no `dclr --version`."""
     from dclr._meta import __version__

@@ -357,8 +357,9 @@ def train_cmd(
     """
     from dclr.recipe import load_config, parse_overrides
     from dclr.runlock import FolderLock
-    from dclr.training.runfolder import rank_from_env
+    from dclr.training.runfolder import interrupted_state, rank_from_env
 
+    run_dir: Path | None = None
     try:
         overrides = parse_overrides(set_ or [])
         given_model = model is not None or any(k in ("model", "model.name") for k in overrides)
@@ -380,6 +381,7 @@ def train_cmd(
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
         config = load_config(recipe, overrides)
+        run_dir = Path(config.run.output_dir)
         if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
             FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
         quiet_hf()
@@ -394,6 +396,10 @@ def train_cmd(
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix
         fail(named_os_error(err))
+    except KeyboardInterrupt:  # outside the steps (a first Ctrl-C there checkpoints and stops)
+        if run_dir is not None and rank_from_env() == 0:
+            console.print(f"\n{escape(interrupted_state(run_dir))}", highlight=False)
+        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports it
     render_summary(summary)
 
 
