@@ -44,6 +44,21 @@ def test_readme_python_example_runs(tmp_path, data_dir, monkeypatch, capsys):
     assert set(namespace["after"]) >= {"STSBenchmark", "SICKRelatedness"}
 
 
+def test_the_sentence_transformers_snippet_reaches_the_packaged_model(minilm_path):
+    """Issue 38 item 6: the snippet said "path/to/model", and SentenceTransformer does not read
+    `python-package:NAME`; its first lines now give the packaged model's folder."""
+    text = README.read_text()
+    section = text[text.index("## With sentence-transformers") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    lines = code.splitlines()
+    wanted = [line for line in lines if "resolve_model" in line]
+    assert len(wanted) == 2, "the snippet imports resolve_model and calls it once"
+    namespace: dict = {}
+    exec("\n".join(wanted), namespace)  # noqa: S102 - our own README
+    assert Path(namespace["path"]) == minilm_path
+    assert 'SentenceTransformer("path/to/model")' not in code
+
+
 def test_the_public_api_is_importable_from_dclr():
     import dclr
 
