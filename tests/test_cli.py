@@ -105,6 +105,25 @@ def test_encode_writes_npy(model_dir, tmp_path):
     assert "1 blank line(s) encoded as '' (line 2)" in result.output
 
 
+def test_encode_reads_a_table_column_as_encode_bulk_does(model_dir, tmp_path):
+    """Issue 38 item 1: `dclr encode` read text files only; it now shares the readers of
+    `encode-bulk`, `index build` and training corpora (--column), row i = record i."""
+    txt = tmp_path / "s.txt"
+    txt.write_text("a man plays guitar\n\nthe cat sleeps\n")
+    csv = tmp_path / "s.csv"
+    csv.write_text('id,text\n7,a man plays guitar\n8,\n9,"the cat sleeps"\n')
+    base = ["--pooler", "mean", "--normalize"]
+    plain = runner.invoke(app, ["encode", str(model_dir), str(txt), str(tmp_path / "t.npy"), *base])
+    assert plain.exit_code == 0, plain.output
+    table = runner.invoke(app, ["encode", str(model_dir), str(csv), str(tmp_path / "c.npy"),
+                                "--column", "text", *base])  # fmt: skip
+    assert table.exit_code == 0, table.output
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), np.load(tmp_path / "t.npy"), atol=1e-6)
+    refused = runner.invoke(app, ["encode", str(model_dir), str(csv), str(tmp_path / "x.npy")])
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "needs --column" in text and "id, text" in text
+
+
 def test_data_check(data_dir):
     result = runner.invoke(app, ["data", "check", "--data-dir", str(data_dir)])
     assert result.exit_code == 0, result.output

@@ -480,30 +480,24 @@ def render_summary(summary: dict) -> None:
         out.print(rte_table("RTE on INLI test, accuracy x100", {name: summary["rte_test"]}))
 
 
-def read_lines(path: Path) -> list[str]:
-    """Every line of a UTF-8 text file (no line dropped; a final newline ends the last line)."""
-    from dclr.errors import InputError
-
-    if not path.is_file():
-        raise InputError("input file not found", path=path)
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(
-            "not valid UTF-8",
-            path=path,
-            line=data[: err.start].count(b"\n") + 1,
-            fix="re-encode the file as UTF-8",
-        ) from None
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-
-
 @app.command("encode")
 def encode_cmd(
     model: Annotated[str, typer.Argument(help=MODEL_HELP)],
-    input_file: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line.")],
+    input_file: Annotated[
+        Path,
+        typer.Argument(help="UTF-8 text (one sentence per line), CSV/TSV, JSONL or Parquet."),
+    ],
     output: Annotated[Path, typer.Argument(help="Where to write the (n, d) float32 .npy.")],
+    column: Annotated[
+        str | None,
+        typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text (tables only)."),
+    ] = None,
+    input_format: Annotated[
+        str,
+        typer.Option(
+            "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
+        ),
+    ] = "auto",
     pooler: Pooler = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
     normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
@@ -511,22 +505,27 @@ def encode_cmd(
     skip_blank: Annotated[
         bool,
         typer.Option(
-            help="Leave blank lines out; the 1-based line number of every row is then written "
-            "to OUTPUT with suffix .lines.txt."
+            help="Leave blank rows out; the 1-based row number of every vector (a text file's "
+            "line, a table's record after its header) is then written to OUTPUT with suffix "
+            ".lines.txt."
         ),
     ] = False,
     precision: Precision = "fp32",
 ) -> None:
-    """Encode a file of sentences into a .npy array: row i is line i (as sentence-transformers
-    returns one vector per input; a blank line is encoded as the empty string)."""
+    """Encode a file of sentences into a .npy array: row i is line i, or record i of a table's
+    --column (as sentence-transformers returns one vector per input; a blank line is encoded as
+    the empty string). The file is read as `encode-bulk`, `index build` and training corpora
+    read it (`dclr.data.readers`)."""
     quiet_hf()
     import numpy as np
 
     from dclr.atomic import write_text
+    from dclr.data.readers import open_source
     from dclr.models.precision import load_inference_encoder
 
     try:
-        lines = [line.rstrip("\r") for line in read_lines(input_file)]
+        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
+        lines = list(source.rows())
         blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
         left_out = set(blank) if skip_blank else set()
         kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
