@@ -253,6 +253,7 @@ def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_f
         f"false_negative_threshold = {phi:.4g} (derived by this run; the config's 0.9 is not used)"
     )
     assert said in text and text.index(said) < text.index("» train: 2 steps")
+    assert f"false_negative_threshold used: {phi:.4g}" in text  # and in the closing summary
     saved = json.loads((out / "results.json").read_text())
     assert saved["derived"] == {"false_negative_threshold": phi}
     assert saved["start_records"]["calibration"]["phi"] == phi

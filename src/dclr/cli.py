@@ -443,8 +443,10 @@ def render_summary(summary: dict) -> None:
             + (f" (best of the dev evaluations; last step: {summary['final_dir']})"
                if summary.get("best_step") is not None else "")
         )  # fmt: skip
+    from dclr.progress import short_number
+
     for name, value in (summary.get("derived") or {}).items():  # e.g. the calibrated phi
-        shown = f"{value:.4g}" if isinstance(value, float) else value
+        shown = short_number(value) if isinstance(value, float) else value
         console.print(f"{name} used: {shown} (derived by this run, in results.json and the card)")
     if summary.get("after"):
         best = summary.get("best_step")
