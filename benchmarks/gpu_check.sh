@@ -2,9 +2,19 @@
 # GPU readiness in <= 8 minutes on one GPU (benchmarks/gpu_check.py): SimCSE/DCLR steps at batch
 # 64/256/512 in fp32 and bf16, a 200-step DCLR MiniLM run with its STS table, and the first 20
 # losses against the CPU. `--device cpu --tiny` checks the harness on a CPU. Data: $DCLR_DATA_DIR,
-# else ../shared/data.
+# else ../shared/data. Python: $DCLR_PYTHON, else the venv's ($DCLR_VENV, else .venv, as
+# scripts/quickstart.sh makes it) when there is one, else python3 — never whatever `python` is
+# first on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 export TQDM_DISABLE="${TQDM_DISABLE:-1}"
-exec timeout 480 python benchmarks/gpu_check.py "$@"
+VENV="${DCLR_VENV:-.venv}"
+if [ -n "${DCLR_PYTHON:-}" ]; then
+    PY="$DCLR_PYTHON"
+elif [ -x "$VENV/bin/python" ]; then
+    PY="$VENV/bin/python"
+else
+    PY=python3
+fi
+exec timeout 480 "$PY" benchmarks/gpu_check.py "$@"

@@ -92,3 +92,21 @@ def tiny_dropout_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from helpers import make_tiny_model_dir
 
     return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-drop") / "model", dropout=0.1)
+
+
+# ---- files a test leaves for people to look at (screenshots) -----------------------------------
+@pytest.fixture
+def artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder for files a test keeps (the web page's screenshot): $DCLR_TEST_ARTIFACTS, else
+    .pytest_cache/d/dclr-artifacts/, else (pytest run with `-p no:cacheprovider`, which removes
+    `config.cache`) dclr-artifacts/ in pytest's temporary folder."""
+    folder = os.environ.get("DCLR_TEST_ARTIFACTS")
+    cache = getattr(request.config, "cache", None)
+    if folder:
+        path = Path(folder)
+    elif cache is not None:
+        path = Path(cache.mkdir("dclr-artifacts"))
+    else:
+        path = tmp_path_factory.getbasetemp() / "dclr-artifacts"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -105,6 +105,25 @@ def test_encode_writes_npy(model_dir, tmp_path):
     assert "1 blank line(s) encoded as '' (line 2)" in result.output
 
 
+def test_encode_reads_a_table_column_as_encode_bulk_does(model_dir, tmp_path):
+    """Issue 38 item 1: `dclr encode` read text files only; it now shares the readers of
+    `encode-bulk`, `index build` and training corpora (--column), row i = record i."""
+    txt = tmp_path / "s.txt"
+    txt.write_text("a man plays guitar\n\nthe cat sleeps\n")
+    csv = tmp_path / "s.csv"
+    csv.write_text('id,text\n7,a man plays guitar\n8,\n9,"the cat sleeps"\n')
+    base = ["--pooler", "mean", "--normalize"]
+    plain = runner.invoke(app, ["encode", str(model_dir), str(txt), str(tmp_path / "t.npy"), *base])
+    assert plain.exit_code == 0, plain.output
+    table = runner.invoke(app, ["encode", str(model_dir), str(csv), str(tmp_path / "c.npy"),
+                                "--column", "text", *base])  # fmt: skip
+    assert table.exit_code == 0, table.output
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), np.load(tmp_path / "t.npy"), atol=1e-6)
+    refused = runner.invoke(app, ["encode", str(model_dir), str(csv), str(tmp_path / "x.npy")])
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "needs --column" in text and "id, text" in text
+
+
 def test_data_check(data_dir):
     result = runner.invoke(app, ["data", "check", "--data-dir", str(data_dir)])
     assert result.exit_code == 0, result.output
@@ -206,6 +225,94 @@ def test_train_says_what_it_trains_on_and_where_the_model_is(model_dir, tmp_path
     assert f"model: {out / 'best'}" in text
     saved = json.loads((out / "results.json").read_text())
     assert (saved["data"]["lines"], saved["data"]["blank_skipped"]) == (20, 4)
+
+
+def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_factory):
+    """Issue 38 item 2: the calibrated phi is printed before the first step, is in results.json
+    and in the model card in place of the default 0.9; no exported file names a local folder."""
+    from helpers import write_pseudo_corpus
+
+    from dclr.training.tracking import read_metrics
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", "method=dclr",
+            "--set", f"data.corpus={corpus}", "--set", "model.pooler=mean",
+            "--set", "model.mlp_head=false", "--set", "dclr.complementary_pooler=mean",
+            "--set", "dclr.phi_calibration=random_pairs",
+            "--set", "dclr.phi_calibration_target=0.25", "--set", "optimisation.batch_size=4",
+            "--set", "run.eval_steps=0", "--set", "run.test_eval=false",
+            "--max-steps", "2", "-o", str(out)]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    (calibration,) = read_metrics(out, "calibration")
+    phi = calibration["phi"]
+    assert phi != 0.9
+    text = " ".join(result.output.split())
+    said = (
+        f"false_negative_threshold = {phi:.4g} (derived by this run; the config's 0.9 is not used)"
+    )
+    assert said in text and text.index(said) < text.index("» train: 2 steps")
+    assert f"false_negative_threshold used: {phi:.4g}" in text  # and in the closing summary
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["derived"] == {"false_negative_threshold": phi}
+    assert saved["start_records"]["calibration"]["phi"] == phi
+    for folder in (out / "best", out / "final"):
+        card = (folder / "README.md").read_text()
+        assert f"| false_negative_threshold | `{phi:.4g}` (computed by this run" in card
+        assert "| false_negative_threshold | `0.9`" not in card
+        assert f'SentenceTransformer("path/to/{folder.name}")' in card
+        for file in folder.rglob("*"):
+            if file.is_file() and file.suffix in {".md", ".json", ".txt"}:
+                content = file.read_text()
+                for local in (str(tmp_path_factory.getbasetemp()), str(REPO_ROOT)):
+                    assert local not in content, (file, local)
+
+
+def test_ctrl_c_in_the_evaluation_after_training_says_what_is_saved(
+    model_dir, tmp_path, monkeypatch
+):
+    """Issue 38 item 6: Ctrl-C during the evaluation after training exited 130 with no word. It
+    now names the saved model and the way on; `--resume` then evaluates without retraining."""
+    from helpers import write_pseudo_corpus
+
+    from dclr.methods.base import Method
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
+            "--set", "run.test_eval=false", "--max-steps", "2", "-o", str(out)]  # fmt: skip
+    real = Method.evaluate_final
+
+    def interrupted(self, config, result):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Method, "evaluate_final", interrupted)
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 130
+    text = " ".join(result.output.split())
+    assert "interrupted after training, in the evaluation" in text
+    assert str(out / "best") in text and f"dclr train --resume {out}" in text
+    assert not (out / "results.json").exists()
+
+    monkeypatch.setattr(Method, "evaluate_final", real)
+    trained = (out / "final" / "model.safetensors").read_bytes()
+    again = runner.invoke(app, ["train", "--resume", str(out)], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "results.json").read_text())["steps"] == 2
+    assert (out / "final" / "model.safetensors").read_bytes() == trained
+    assert "» train: " not in again.output  # no step trained again
+
+
+def test_dclr_version():
+    """Issue 38 item 6: there was no `dclr --version`."""
+    from dclr._meta import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"dclr {__version__}"
 
 
 def test_the_summary_names_the_better_of_the_two_models():

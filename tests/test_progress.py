@@ -58,3 +58,16 @@ def test_every_bar_in_the_package_goes_through_the_helper():
         if re.search(r"\btqdm\(", line)
     ]
     assert direct == []
+
+
+def test_a_small_loss_is_not_shown_as_zero():
+    """Issue 38 item 6: the training bar showed `loss=0.0000` for a loss of 1e-4 (4 decimals)."""
+    from dclr.progress import short_number
+
+    assert short_number(1e-4) == "0.0001"
+    assert short_number(1.234e-5) == "1.234e-05"
+    assert short_number(2.34567) == "2.346"
+    for file in SRC.rglob("*.py"):
+        for line in file.read_text().splitlines():
+            if "set_postfix(" in line:
+                assert not re.search(r":\.\d+f", line), f"{file}: {line.strip()}"

@@ -32,13 +32,31 @@ def test_readme_python_example_runs(tmp_path, data_dir, monkeypatch, capsys):
     monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
     model = make_tiny_model_dir(tmp_path / "model")
     code = at_tiny_scale(python_example(), model, tmp_path / "run")
-    namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+    # twice, as in a notebook: the second run replaces the first (issue 38 item 6: it was
+    # refused, with a fix naming only command-line flags)
+    for _ in range(2):
+        namespace: dict = {}
+        exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
     printed = capsys.readouterr().out
     assert "(2, 32)" in printed and "STS-B dev" in printed
     summary = namespace["summary"]
     assert summary["steps"] == 2 and Path(summary["final_dir"]).is_dir()
     assert set(namespace["after"]) >= {"STSBenchmark", "SICKRelatedness"}
+
+
+def test_the_sentence_transformers_snippet_reaches_the_packaged_model(minilm_path):
+    """Issue 38 item 6: the snippet said "path/to/model", and SentenceTransformer does not read
+    `python-package:NAME`; its first lines now give the packaged model's folder."""
+    text = README.read_text()
+    section = text[text.index("## With sentence-transformers") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    lines = code.splitlines()
+    wanted = [line for line in lines if "resolve_model" in line]
+    assert len(wanted) == 2, "the snippet imports resolve_model and calls it once"
+    namespace: dict = {}
+    exec("\n".join(wanted), namespace)  # noqa: S102 - our own README
+    assert Path(namespace["path"]) == minilm_path
+    assert 'SentenceTransformer("path/to/model")' not in code
 
 
 def test_the_public_api_is_importable_from_dclr():

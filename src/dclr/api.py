@@ -95,14 +95,17 @@ def train(
     config: TrainConfig | str | Path,
     overrides: dict[str, Any] | None = None,
     resume: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train a config (or a recipe file + overrides) end to end, as `dclr train` does; returns
-    the summary written to `<output_dir>/results.json`."""
+    the summary written to `<output_dir>/results.json`. An output folder that already holds a
+    run is refused unless `resume` (continue it) or `overwrite` (delete that run's outputs and
+    start over), as `dclr train --resume` / `--overwrite`."""
     if not isinstance(config, TrainConfig):
         config = load_config(config, overrides)
     elif overrides:
         config = updated(config, overrides)
-    return run_training(config, resume=resume)
+    return run_training(config, resume=resume, overwrite=overwrite)
 
 
 def encode(model: SentenceEncoder | str | Path, sentences: Sequence[str], **options: Any) -> Any:

@@ -38,6 +38,27 @@ data_app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from dclr._meta import __version__
+
+        print(f"dclr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Train, evaluate and use sentence encoders (SimCSE, DCLR, ...)."""
+
+
 DataDir = Annotated[
     Path | None,
     typer.Option(
@@ -336,8 +357,9 @@ def train_cmd(
     """
     from dclr.recipe import load_config, parse_overrides
     from dclr.runlock import FolderLock
-    from dclr.training.runfolder import rank_from_env
+    from dclr.training.runfolder import interrupted_state, rank_from_env
 
+    run_dir: Path | None = None
     try:
         overrides = parse_overrides(set_ or [])
         given_model = model is not None or any(k in ("model", "model.name") for k in overrides)
@@ -359,6 +381,7 @@ def train_cmd(
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
         config = load_config(recipe, overrides)
+        run_dir = Path(config.run.output_dir)
         if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
             FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
         quiet_hf()
@@ -373,6 +396,10 @@ def train_cmd(
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix
         fail(named_os_error(err))
+    except KeyboardInterrupt:  # outside the steps (a first Ctrl-C there checkpoints and stops)
+        if run_dir is not None and rank_from_env() == 0:
+            console.print(f"\n{escape(interrupted_state(run_dir))}", highlight=False)
+        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports it
     render_summary(summary)
 
 
@@ -416,6 +443,11 @@ def render_summary(summary: dict) -> None:
             + (f" (best of the dev evaluations; last step: {summary['final_dir']})"
                if summary.get("best_step") is not None else "")
         )  # fmt: skip
+    from dclr.progress import short_number
+
+    for name, value in (summary.get("derived") or {}).items():  # e.g. the calibrated phi
+        shown = short_number(value) if isinstance(value, float) else value
+        console.print(f"{name} used: {shown} (derived by this run, in results.json and the card)")
     if summary.get("after"):
         best = summary.get("best_step")
         detail = (
@@ -450,30 +482,24 @@ def render_summary(summary: dict) -> None:
         out.print(rte_table("RTE on INLI test, accuracy x100", {name: summary["rte_test"]}))
 
 
-def read_lines(path: Path) -> list[str]:
-    """Every line of a UTF-8 text file (no line dropped; a final newline ends the last line)."""
-    from dclr.errors import InputError
-
-    if not path.is_file():
-        raise InputError("input file not found", path=path)
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(
-            "not valid UTF-8",
-            path=path,
-            line=data[: err.start].count(b"\n") + 1,
-            fix="re-encode the file as UTF-8",
-        ) from None
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-
-
 @app.command("encode")
 def encode_cmd(
     model: Annotated[str, typer.Argument(help=MODEL_HELP)],
-    input_file: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line.")],
+    input_file: Annotated[
+        Path,
+        typer.Argument(help="UTF-8 text (one sentence per line), CSV/TSV, JSONL or Parquet."),
+    ],
     output: Annotated[Path, typer.Argument(help="Where to write the (n, d) float32 .npy.")],
+    column: Annotated[
+        str | None,
+        typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text (tables only)."),
+    ] = None,
+    input_format: Annotated[
+        str,
+        typer.Option(
+            "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
+        ),
+    ] = "auto",
     pooler: Pooler = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
     normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
@@ -481,22 +507,27 @@ def encode_cmd(
     skip_blank: Annotated[
         bool,
         typer.Option(
-            help="Leave blank lines out; the 1-based line number of every row is then written "
-            "to OUTPUT with suffix .lines.txt."
+            help="Leave blank rows out; the 1-based row number of every vector (a text file's "
+            "line, a table's record after its header) is then written to OUTPUT with suffix "
+            ".lines.txt."
         ),
     ] = False,
     precision: Precision = "fp32",
 ) -> None:
-    """Encode a file of sentences into a .npy array: row i is line i (as sentence-transformers
-    returns one vector per input; a blank line is encoded as the empty string)."""
+    """Encode a file of sentences into a .npy array: row i is line i, or record i of a table's
+    --column (as sentence-transformers returns one vector per input; a blank line is encoded as
+    the empty string). The file is read as `encode-bulk`, `index build` and training corpora
+    read it (`dclr.data.readers`)."""
     quiet_hf()
     import numpy as np
 
     from dclr.atomic import write_text
+    from dclr.data.readers import open_source
     from dclr.models.precision import load_inference_encoder
 
     try:
-        lines = [line.rstrip("\r") for line in read_lines(input_file)]
+        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
+        lines = list(source.rows())
         blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
         left_out = set(blank) if skip_blank else set()
         kept = [i for i in range(1, len(lines) + 1) if i not in left_out]

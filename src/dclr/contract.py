@@ -11,7 +11,9 @@ neither imports the other's registry: the method is resolved once, at the top (`
 * `TrainResult`: what a finished (or deliberately stopped) run produced.
 * `Objective` and its optional hooks, each a Protocol the loop checks with `isinstance`:
   `HasTrainingModules` (modules trained and checkpointed with the model, never exported),
-  `HasStartRecords` (measurements logged at step 0, e.g. DCLR's calibrated phi) and
+  `HasStartRecords` (measurements logged at step 0, e.g. DCLR's calibration),
+  `HasDerivedSettings` (options the objective computed instead of taking them as set, e.g. the
+  calibrated phi: printed at the start, in results.json and in the model card) and
   `SupportsGradCache` (the loss split into encoder and objective, for `dclr.training.gradcache`).
 * `MethodPlugin`: everything the loop and the driver ask of a method (`dclr.methods.base.Method`
   implements it with sentence-encoder defaults).
@@ -20,7 +22,7 @@ neither imports the other's registry: the method is resolved once, at the top (`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -64,6 +66,10 @@ class TrainResult:
     best_step: int | None
     train_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    # options the run computed rather than took as set, {flat option name: value used}
+    derived: dict[str, Any] = field(default_factory=dict)
+    # what the objective measured before step 1 (`HasStartRecords`), {kind: {name: value}}
+    start_records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -88,6 +94,17 @@ class HasStartRecords(Protocol):
 
     @property
     def start_records(self) -> dict[str, dict[str, Any]]: ...
+
+
+@runtime_checkable
+class HasDerivedSettings(Protocol):
+    """An objective that computed some of its options before step 1 instead of taking them as
+    set (DCLR's calibrated phi), `{flat option name: value used}`: the run prints them at the
+    start and writes them to results.json (`derived`) and to the model card, in place of the
+    config's value."""
+
+    @property
+    def derived_settings(self) -> dict[str, Any]: ...
 
 
 @runtime_checkable

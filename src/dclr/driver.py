@@ -224,6 +224,10 @@ def _run_phases(
         "train_seconds": result.train_seconds,
         "cpu_seconds": result.cpu_seconds,
     }
+    if result.derived:  # e.g. the calibrated phi, used in place of the config's
+        summary["derived"] = result.derived
+    if result.start_records:
+        summary["start_records"] = result.start_records
     if trainer.data_report is not None:
         summary["data"] = trainer.data_report
     if main:
@@ -253,6 +257,7 @@ def _run_phases(
             before,
             final.get("after"),
             method=method,
+            derived=result.derived,
         )
         if not config.run.keep_checkpoints_at_end and result.steps >= trainer.total_steps:
             drop_checkpoints(run_dir)

@@ -35,6 +35,12 @@ def progress_bar(*, enabled: bool = True, **kwargs: Any) -> tqdm:
     return tqdm(disable=not enabled or disabled_by_env(), **kwargs)
 
 
+def short_number(value: float) -> str:
+    """`value` to 4 significant digits for a bar or a line (2.346, 0.0001, 1.234e-05): a fixed
+    4 decimals showed a loss of 1e-4 as 0.0000."""
+    return f"{value:.4g}"
+
+
 Announce = Callable[[str], None]
 _LISTENER: ContextVar[Announce | None] = ContextVar("dclr_announce", default=None)
 

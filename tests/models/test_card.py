@@ -24,7 +24,8 @@ def test_export_writes_a_card_and_keeps_the_backbone_limit(tmp_path):
     assert SentenceTransformer(str(out), device="cpu").max_seq_length == 128
     card = (out / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: sentence-transformers\n")
-    assert f'SentenceTransformer("{out}")' in card  # the final path, not the temporary one
+    # the final folder's name, not the temporary one's, and no local path (issue 38 item 2)
+    assert 'SentenceTransformer("path/to/model")' in card and str(tmp_path) not in card
     assert "| max sequence length | 128 tokens" in card
     assert "| dimension | 32 |" in card and "mean of the token vectors" in card
     assert "This is a sentence-transformers model trained." not in card
@@ -67,6 +68,30 @@ def test_run_card_has_method_settings_corpus_steps_and_the_table(tmp_path):
     assert "| steps | 60 |" in final_card and "## STS results" not in final_card
 
 
+def test_a_card_shows_the_derived_settings_and_no_local_path(tmp_path):
+    """Issue 38 item 2: a setting the run computed (the calibrated phi) replaces the config's in
+    the card and says so; local paths (base model, corpus, settings) keep only their last part."""
+    from dclr.methods.registry import get_method
+
+    source = make_tiny_model_dir(tmp_path / "source")
+    encoder = SentenceEncoder.build(str(source), pooler="mean", mlp_head=False)
+    best = save_encoder(encoder, tmp_path / "best", extra={"step": 2})
+    config = load_config(
+        None,
+        {"method": "dclr", "model": str(source), "corpus": str(tmp_path / "corpus.txt"),
+         "complementary_model": str(source), "phi_calibration": "random_pairs"},
+    )  # fmt: skip
+    derived = {"false_negative_threshold": 0.523456}
+    write_run_cards(config, 2, best, tmp_path / "none", None, None, method=get_method("dclr"),
+                    derived=derived)  # fmt: skip
+    card = (best / "README.md").read_text()
+    assert "| false_negative_threshold | `0.5235` (computed by this run, not set) |" in card
+    assert "`0.9`" not in card and "| phi_calibration | `random_pairs` |" in card
+    assert "| base model | `…/source` |" in card and "| corpus | …/corpus.txt |" in card
+    assert "| complementary_model | `…/source` |" in card
+    assert str(tmp_path) not in card
+
+
 def test_hub_front_matter_names_only_hub_ids():
     assert "base_model: bert-base-uncased" in render_card(CardFacts(base_model="bert-base-uncased"))
     assert "base_model:" not in render_card(CardFacts(base_model="/models/mine"))
@@ -101,16 +126,19 @@ def test_each_tag_once():
         assert len(tags) == len(set(tags)) and method in tags and "dclr" in tags
 
 
-def test_the_card_loads_the_model_by_its_full_path(tmp_path, monkeypatch):
+def test_the_card_loads_the_model_from_a_placeholder_path(tmp_path, monkeypatch):
     """Issue 27 item 8: a run given a relative folder wrote a card whose snippet only worked from
-    the folder it was trained in."""
+    the folder it was trained in; issue 38 item 2: the full path that replaced it named this
+    machine's folders in a file that travels with the model. The snippet says `path/to/NAME`
+    (`dclr train` prints the real path when it ends)."""
     from dclr.models.card import write_card
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "best").mkdir(parents=True)
     write_card("runs/best", CardFacts(method="dclr"))
     card = (tmp_path / "runs" / "best" / "README.md").read_text()
-    assert f'SentenceTransformer("{tmp_path / "runs" / "best"}")' in card
+    assert 'SentenceTransformer("path/to/best")' in card
+    assert str(tmp_path) not in card and '"runs/best"' not in card
 
 
 def test_every_method_names_itself_and_its_settings_on_its_card():

@@ -1,7 +1,7 @@
 """The web page in headless Chromium (Debian's /usr/bin/chromium driven by Playwright), served by
 `dclr serve` with the real MiniLM and a small index: type sentences, read the rendered score,
-search, and save a screenshot to the test artefacts ($DCLR_TEST_ARTIFACTS, else
-.pytest_cache/d/dclr-artifacts/)."""
+search, and save a screenshot to the test artefacts (conftest's `artifacts`: $DCLR_TEST_ARTIFACTS,
+else .pytest_cache/d/dclr-artifacts/)."""
 
 import os
 from pathlib import Path
@@ -70,14 +70,6 @@ def server(minilm_path, tmp_path_factory):
         yield proc
 
 
-@pytest.fixture
-def artifacts(request):
-    folder = os.environ.get("DCLR_TEST_ARTIFACTS")
-    path = Path(folder) if folder else Path(request.config.cache.mkdir("dclr-artifacts"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _click_and_wait(page, button, counter):
     """Click and wait until the page has finished one more request of that kind."""
     before = page.evaluate(f"Number(document.body.dataset.{counter} || 0)")
@@ -102,6 +94,10 @@ def test_page_compares_searches_and_is_captured(chromium, server, artifacts):
     page.goto(server.url + "/")
     page.wait_for_selector("body[data-ready=true]", timeout=WAIT_MS)
     assert "384-d" in page.inner_text("#model-info")
+    # no key on this server: the key form is not shown (issue 38 item 4: CSS overrode `hidden`)
+    assert not page.locator("#api-key-form").is_visible()
+    assert "needs an API key" not in page.inner_text("body")
+    assert not page.locator("#error").is_visible() and not page.locator("#pair-score").is_visible()
 
     # two sentences typed in: the rendered score is the service's cosine, to 4 decimals
     shown = _compare(page, PARAPHRASE)
@@ -148,11 +144,12 @@ def test_page_works_with_an_api_key(chromium, minilm_path):
     with serve_process([MODEL, "--api-key", key]) as proc:
         page = chromium.new_page()
         page.goto(proc.url + "/")
-        page.wait_for_selector("#api-key-form:not([hidden])", timeout=WAIT_MS)
+        page.wait_for_selector("#api-key-form", state="visible", timeout=WAIT_MS)
         assert "needs an API key" in page.inner_text("#api-key-form")
         page.fill("#api-key", key)
         page.click("#api-key-button")
         page.wait_for_selector("body[data-ready=true]", timeout=WAIT_MS)
+        assert not page.locator("#api-key-form").is_visible()  # gone once the key works
         assert "384-d" in page.inner_text("#model-info")
         assert page.evaluate("sessionStorage.getItem('dclr-api-key')") == key
         assert page.evaluate("localStorage.length") == 0

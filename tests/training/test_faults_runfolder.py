@@ -52,6 +52,7 @@ def test_finished_run_folder_is_refused_unless_resume_or_overwrite(
     with pytest.raises(ConfigError, match="already holds a finished run") as err:
         run_training(config(model_dir, corpus_file, run, max_steps=2, seed=7))
     assert "--resume" in str(err.value) and "--overwrite" in str(err.value)
+    assert "overwrite=True" in str(err.value)  # the Python API's way too (issue 38 item 6)
     assert (run / "final" / "model.safetensors").read_bytes() == final, "nothing was touched"
     assert run_id(run) == first_id
 

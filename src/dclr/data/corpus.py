@@ -1,8 +1,11 @@
-"""Training corpora: a one-sentence-per-line text file, or the built-in STS corpus.
+"""Training corpora: a text file (one sentence per line), a column of a CSV/TSV, JSONL or Parquet
+file, or a built-in corpus (the STS sentences, ...).
 
 `TextFileCorpus` memory-maps the file and keeps only two int64 arrays (line start and end byte
 offsets), so SimCSE's `wiki1m_for_simcse.txt` (1M lines) costs ~16 MB of index, not a million
-Python strings. Empty and whitespace-only lines are skipped and counted.
+Python strings. A table's column is read by the readers every other text input uses
+(`dclr.data.readers`: `dclr encode`, `encode-bulk`, `index build`), into memory. Empty and
+whitespace-only lines or fields are skipped and counted.
 """
 
 from __future__ import annotations
@@ -113,15 +116,35 @@ class ListCorpus(Sequence[str]):
         return self.sentences[i]
 
 
-def load_corpus(corpus: str, data_dir: str | Path | None = None) -> Sequence[str]:
+def table_corpus(path: str | Path, column: str | None) -> ListCorpus:
+    """The non-blank texts of `column` of a CSV/TSV, JSONL or Parquet file (the readers of
+    `dclr.data.readers`: a file without a column is refused with its columns listed)."""
+    from dclr.data.readers import open_source
+
+    source = open_source(path, column)
+    return ListCorpus(list(source.rows()), name=f"{source.path.name}:{column}")
+
+
+def load_corpus(
+    corpus: str, data_dir: str | Path | None = None, column: str | None = None
+) -> Sequence[str]:
     """`sts` -> every distinct STS/SICK sentence (29,511 with the shared data); `sts_all` ->
     ConSERT's 89,192 texts (every pair, scored or not, duplicates kept); `scraped` / `clusters`
     -> the duplicate-rich corpora of `dclr.data.realistic`; `retrieval-paraphrase` /
     `retrieval-inli` -> the passages (corpus side only: no queries, no judgements) of a built-in
     retrieval task's test split (`dclr.data.retrieval_tasks`), for in-domain refinement; these
-    need the data folder. Anything else -> a text file."""
+    need the data folder. Anything else -> a file: one sentence per line, or with `column` (or a
+    .csv/.tsv/.jsonl/.parquet suffix, which needs one) that column of a table."""
     from dclr.data.realistic import REALISTIC, build_realistic
     from dclr.data.retrieval_tasks import BUILTIN, build_task
+
+    builtin = (BUILTIN_STS, BUILTIN_STS_ALL, *REALISTIC, *(RETRIEVAL_CORPUS + t for t in BUILTIN))
+    if column is not None and corpus in builtin:
+        raise InputError(
+            f"data.column {column!r} applies to a table file, not to the built-in corpus "
+            f"{corpus!r}",
+            fix="drop data.column, or set data.corpus to a CSV/TSV, JSONL or Parquet file",
+        )
 
     if corpus.startswith(RETRIEVAL_CORPUS) and corpus[len(RETRIEVAL_CORPUS) :] in BUILTIN:
         from dclr.data.paths import resolve_data_dir
@@ -139,4 +162,8 @@ def load_corpus(corpus: str, data_dir: str | Path | None = None) -> Sequence[str
 
         read = all_sentences if corpus == BUILTIN_STS else all_texts
         return ListCorpus(read(resolve_data_dir(data_dir)), name=corpus)
+    from dclr.data.readers import table_format
+
+    if column is not None or table_format(corpus) is not None:
+        return table_corpus(corpus, column)
     return TextFileCorpus(corpus)

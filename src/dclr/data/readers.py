@@ -111,11 +111,13 @@ def open_source(
         raise InputError(
             f"a {fmt} file needs --column to say which field holds the text",
             path=path,
-            fix=f"pass --column NAME (columns: {', '.join(_columns(path, fmt)) or 'none found'})",
+            fix=f"pass --column NAME (a training recipe: data.column: NAME); its columns: "
+            f"{', '.join(_columns(path, fmt)) or 'none found'}",
         )
     if fmt == "txt" and column:
         raise InputError(
-            "--column applies to csv/tsv/jsonl/parquet files, not to text files",
+            "--column applies to csv/tsv/jsonl/parquet files, not to text files (so does a "
+            "recipe's data.column)",
             path=path,
             fix="drop --column, or pass --input-format to read the file as a table",
         )
@@ -129,6 +131,11 @@ def open_source(
                 fix=f"choose one of: {', '.join(available)}",
             )
     return TextSource(path, fmt, column)
+
+
+def table_format(path: str | Path) -> str | None:
+    """The table format a file's suffix names (csv, tsv, jsonl, parquet), or None (a text file)."""
+    return _SUFFIXES.get(Path(path).suffix.lower())
 
 
 def _columns(path: Path, fmt: str) -> list[str]:

@@ -61,6 +61,7 @@ HASH_NEUTRAL_DEFAULTS: dict[str, object] = {
     "eval_retrieval_split": "dev",
     "test_retrieval": None,
     "complementary_rows": "auto",  # the same vectors either way: a run's numbers do not change
+    "column": None,  # a text-file corpus, as before the option existed
 }
 
 
@@ -88,7 +89,7 @@ def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -
     name = f"{_slug(config.data.corpus)}-f{fraction:g}-s{seed}.txt"
     path = root / CORPORA_DIR / name
     if not path.is_file():
-        corpus = load_corpus(config.data.corpus, config.data.data_dir)
+        corpus = load_corpus(config.data.corpus, config.data.data_dir, config.data.column)
         # The one few-shot sampler (as `data.few_shot_fraction` with random sampling).
         chosen = few_shot_indices(
             len(corpus), fraction=fraction, sampling="random", seed=seed,
@@ -121,6 +122,7 @@ def resolve(
         else:  # planning only: the path the subset will have
             slug = f"{_slug(config.data.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
             config.data.corpus = str((root / CORPORA_DIR / slug).resolve())
+        config.data.column = None  # the subset is a text file, one sentence per line
     run_dir = run_dir_for(config, root)
     config.run.output_dir = str(run_dir)
     return config, run_dir

@@ -213,6 +213,9 @@ class DCLRLoss(torch.nn.Module):
         views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
         start_records: what was measured before step 1 (e.g. the calibration that chose phi),
             logged at step 0.
+        derived_settings: the options in `options` that were computed rather than set,
+            {flat option name: value} (a calibrated `false_negative_threshold`), for the run to
+            report (`dclr.contract.HasDerivedSettings`).
     With noise_mode 'none' and weighting 'none' the paper form equals SimCSE in value and gradient.
     Returns a dict: loss, and its parts (contrastive, distill, dropped_fraction, noise_count).
     """
@@ -226,6 +229,7 @@ class DCLRLoss(torch.nn.Module):
         seed: int = 0,
         views: Any = None,
         start_records: dict[str, dict[str, Any]] | None = None,
+        derived_settings: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         options = (options or DCLROptions()).loss_options()
@@ -245,6 +249,7 @@ class DCLRLoss(torch.nn.Module):
         self.seed = seed
         self.views = views
         self.start_records = dict(start_records or {})
+        self.derived_settings = dict(derived_settings or {})
 
     @classmethod
     def of(

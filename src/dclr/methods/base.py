@@ -164,7 +164,7 @@ class Method:
     def load_data(self, config: TrainConfig) -> Sequence[Any]:
         from dclr.data.corpus import load_corpus
 
-        return load_corpus(config.data.corpus, config.data.data_dir)
+        return load_corpus(config.data.corpus, config.data.data_dir, config.data.column)
 
     def collate(
         self, model: nn.Module, examples: Sequence[Any], config: TrainConfig

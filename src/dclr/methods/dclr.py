@@ -100,6 +100,7 @@ class DCLR(ContrastiveMethod):
         section: ContrastiveSection,
         complementary: Any,
         start_records: dict[str, dict[str, Any]] | None = None,
+        derived_settings: dict[str, Any] | None = None,
     ) -> nn.Module:
         from dclr.losses.dclr import DCLRLoss
 
@@ -111,6 +112,7 @@ class DCLR(ContrastiveMethod):
             seed=config.run.seed,
             views=build_views(section, config.run.seed, dist.rank()),
             start_records=start_records,
+            derived_settings=derived_settings,
         )
 
     def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
@@ -136,11 +138,14 @@ class DCLR(ContrastiveMethod):
             complementary = build_complementary(config, section, data, device, False)
         if section.phi_calibration == "none":
             return self.loss_module(config, model, section, complementary)
-        # a calibrated phi is the loss's input, and the calibration its step-0 record
+        # a calibrated phi is the loss's input, the calibration its step-0 record, and phi the
+        # value the run reports (start, results.json, model card) in place of the config's
         calibration = calibrate(config, section, data, device)
-        calibrated = dataclasses.replace(section, false_negative_threshold=calibration["phi"])
+        phi = calibration["phi"]
+        calibrated = dataclasses.replace(section, false_negative_threshold=phi)
         records = {"calibration": calibration}
-        return self.loss_module(config, model, calibrated, complementary, records)
+        derived = {"false_negative_threshold": phi}
+        return self.loss_module(config, model, calibrated, complementary, records, derived)
 
 
 DCLR_METHOD = DCLR()

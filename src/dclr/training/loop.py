@@ -30,6 +30,7 @@ from dclr import distributed as dist
 from dclr.contract import (
     Batch,
     Evaluator,
+    HasDerivedSettings,
     HasStartRecords,
     HasTrainingModules,
     MethodPlugin,
@@ -41,7 +42,7 @@ from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.options.config import TrainConfig
-from dclr.progress import announce, progress_bar
+from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.gradcache import GradCache
 from dclr.training.phases import phase
@@ -155,6 +156,27 @@ class _RunState:
     last_ckpt: str | None = None
     train_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    derived: dict[str, Any] = dataclasses.field(default_factory=dict)
+    start_records: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+def derived_lines(
+    derived: dict[str, Any], configured: dict[str, Any], records: dict[str, dict[str, Any]]
+) -> list[str]:
+    """What a run says before its first step about the options it computed (`derived`, with the
+    config's value it replaces from `configured`) and what it measured for them (`records`)."""
+    lines = []
+    for name, value in derived.items():
+        given = f"; the config's {configured[name]} is not used" if name in configured else ""
+        lines.append(f"{name} = {_short(value)} (derived by this run{given})")
+    for kind, values in records.items():
+        lines.append(f"{kind}: " + ", ".join(f"{k} {_short(v)}" for k, v in values.items()))
+    return lines
+
+
+def _short(value: Any) -> str:
+    """A float to 4 significant digits (`short_number`), anything else as it prints."""
+    return short_number(value) if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -278,9 +300,12 @@ class Trainer:
         if main:
             self.config.save(self.run_dir / "config.yaml")
         log = MetricsLog(self.run_dir, resume_step=state.start, tensorboard=main) if main else None
-        if log is not None and state.start == 0 and isinstance(state.objective, HasStartRecords):
-            for kind, values in state.objective.start_records.items():  # measured before step 1
+        if log is not None and state.start == 0:
+            for kind, values in state.start_records.items():  # measured before step 1
                 log.log(0, kind, values)
+        if main:
+            for line in derived_lines(state.derived, self.config.flat(), state.start_records):
+                announce(line)
         end = min(self.total_steps, stop_at_step or self.total_steps)
         work = self._announce_steps(end - state.start) if main else 0.0
         seconds_before = state.train_seconds
@@ -296,7 +321,7 @@ class Trainer:
                 done = step + 1
                 meter.seen += local * self.world
                 bar.update(1)
-                bar.set_postfix(loss=f"{parts['loss'].item():.4f}")
+                bar.set_postfix(loss=short_number(parts["loss"].item()))
                 is_last = done == self.total_steps
                 self._maybe_log(state, log, meter, parts, done, is_last)
                 self._maybe_evaluate(state, log, done, is_last)
@@ -339,7 +364,14 @@ class Trainer:
             optimizer, int(opt.warmup_ratio * self.total_steps), self.total_steps
         )
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
-        return _RunState(objective, optimizer, scheduler, extra, scaler)
+        state = _RunState(objective, optimizer, scheduler, extra, scaler)
+        if self.batch_size != opt.batch_size:  # data.small_data: shrink_batch
+            state.derived["batch_size"] = self.batch_size
+        if isinstance(objective, HasDerivedSettings):
+            state.derived.update(objective.derived_settings)
+        if isinstance(objective, HasStartRecords):
+            state.start_records = dict(objective.start_records)
+        return state
 
     def _resume(self, state: _RunState, resume: bool) -> None:
         """From the newest intact checkpoint of this run (damaged ones are named, skipped), or
@@ -473,6 +505,8 @@ class Trainer:
             state.best_step,
             state.train_seconds,
             state.cpu_seconds,
+            dict(state.derived),
+            dict(state.start_records),
         )
         if end < self.total_steps:  # stopped early on purpose: resume later
             return result
@@ -492,7 +526,7 @@ class Trainer:
         tokens = self._tokens_per_step()
         flops = work_flops("train", linear_weights(self.model), tokens * steps) if tokens else 0.0
         guess = estimate(f"train:{cfg.method}", flops, self.device) if flops else None
-        announce(f"train: {steps:,} steps of batch {cfg.optimisation.batch_size} ({cfg.method})"
+        announce(f"train: {steps:,} steps of batch {self.batch_size} ({cfg.method})"
                  + (f", {guess.text()}" if guess else ""))  # fmt: skip
         return flops
 

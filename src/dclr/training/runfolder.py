@@ -118,7 +118,8 @@ def claim(run_dir: str | Path, resume: bool, overwrite: bool, main: bool = True)
                 raise ConfigError(
                     f"{run_dir} already holds {found}\n"
                     f"  fix: `dclr train --resume {run_dir}` to continue it, --overwrite to "
-                    "delete it and start over, or -o ANOTHER_FOLDER"
+                    "delete it and start over, or -o ANOTHER_FOLDER (Python: dclr.train(..., "
+                    "resume=True) or overwrite=True, or another run.output_dir)"
                 )
         if not resume or run_id(run_dir) is None:
             record = {
@@ -196,3 +197,33 @@ class GracefulStop:
 def rank_from_env() -> int:
     """This process's rank before the process group exists (torchrun sets RANK)."""
     return int(os.environ.get("RANK", "0"))
+
+
+def interrupted_state(run_dir: str | Path) -> str:
+    """What a run interrupted at once (a second Ctrl-C, or one outside the steps: the caches,
+    the evaluations) left in `run_dir`, and how to go on: for the command line to say instead
+    of exiting silently."""
+    from dclr.training.checkpoint import checkpoint_dirs
+
+    run_dir = Path(run_dir)
+    resume = f"dclr train --resume {run_dir}"
+    if (run_dir / "results.json").is_file():
+        return f"interrupted at the very end; {run_dir / 'results.json'} is written"
+    if (run_dir / "final").is_dir():
+        return (
+            f"interrupted after training, in the evaluation: the trained model is saved "
+            f"({run_dir / 'best'}; the last step: {run_dir / 'final'}), but results.json and the "
+            "card's before/after table are not written\n"
+            f"  fix: `{resume}` evaluates it again without training a step, or "
+            f"`dclr eval {run_dir / 'best'}`"
+        )
+    steps = checkpoint_dirs(run_dir / "checkpoints")
+    if steps:
+        return (
+            f"interrupted; the newest checkpoint is {steps[-1]}\n"
+            f"  fix: `{resume}` continues from it"
+        )
+    return (
+        "interrupted before the first checkpoint: nothing to resume\n"
+        "  fix: run the same command again"
+    )
