@@ -48,3 +48,15 @@ def test_a_normal_recipe_still_loads(tmp_path):
         "method: simcse\nmodel: {name: m, pooler: mean}\nrun: {extra: {note: [1, 2]}}\n"
     )
     assert read_recipe(path)["run"]["extra"]["note"] == [1, 2]
+
+
+@pytest.mark.parametrize(("opening", "closing"), [("[", "]"), ("{k: ", "}")])
+def test_a_recipe_nested_100000_deep_is_refused_before_it_is_composed(tmp_path, opening, closing):
+    """Issue 39 item 4: PyYAML's composer recursed once per level before the depth check ran,
+    so `a: [[[...]]]` 100,000 deep ended in a RecursionError traceback."""
+    depth = 100_000
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + opening * depth + "x" + closing * depth + "\n")
+    with pytest.raises(ConfigError, match=r"deep.yaml, line 1: nested deeper than") as err:
+        read_recipe(path)
+    assert "flatten the nesting" in str(err.value)
