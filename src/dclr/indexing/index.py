@@ -23,7 +23,9 @@ same-size file from another build, such as an int8 build's `vectors.faiss`, is r
 costs about a second per GB) and that
 `vectors.faiss` holds the kind `index.json` names (an HNSW file under a flat `index.json` is an
 error, not a silent search at default settings). The folder is locked while an index is built
-(`dclr.runlock`): a second writer is refused, naming the first.
+(`dclr.runlock`): a second writer is refused, naming the first. A build killed before it could
+clean up leaves its `.staging-PID/` folder; the next build of that folder removes every one it
+finds, under the lock, so never one that a live build holds.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ FORMAT_VERSION = "dclr-index-1"
 EXACT_MAX_VECTORS = 100_000
 # k-means needs a few dozen points per cell to place centroids well (FAISS warns below 39).
 IVF_MIN_POINTS_PER_CELL = 39
+# The folder a build writes its files into before renaming them into place (+ the builder's pid).
+STAGING_PREFIX = ".staging-"
 # The files index.json lists (with size and sha256); index.json itself is written after them.
 INDEX_FILES = (INDEX_FILE, TEXTS, OFFSETS)
 
@@ -259,6 +263,7 @@ def _build_locked(
     from dclr.indexing.bulk import BulkSettings, bulk_encode
     from dclr.indexing.shards import iter_shards
 
+    remove_stale_staging(out_dir)  # first: a build that fails below still cleans them up
     settings = BulkSettings(normalize=True, batch_size=batch_size)
     manifest = bulk_encode(
         model,
@@ -283,8 +288,7 @@ def _build_locked(
         rows, vectors = rows[keep], vectors[keep]
     resolved = params.resolve(len(vectors))
     index = build_faiss(vectors, resolved)
-    staging = out_dir / f".staging-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = out_dir / f"{STAGING_PREFIX}{os.getpid()}"
     staging.mkdir()
     try:
         with atomic.storage_guard(staging, needed=vectors.nbytes):
@@ -317,6 +321,19 @@ def _build_locked(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return meta
+
+
+def remove_stale_staging(out_dir: Path) -> list[str]:
+    """Delete the staging folders that killed builds left in `out_dir`; returns their names.
+
+    Call only while holding the folder's lock: every build stages under that lock, so no live
+    build holds any of them (a build killed with -9 drops the lock with its process)."""
+    removed = []
+    for path in sorted(out_dir.glob(f"{STAGING_PREFIX}*")):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
 
 
 def query_model(meta: dict[str, Any], given: str | None, folder: str | Path) -> str:
