@@ -53,3 +53,18 @@ def test_a_bad_bound_is_a_named_error(model_copy, monkeypatch):
     monkeypatch.setenv(MAX_MODEL_FILE_ENV, "lots")
     with pytest.raises(InputError, match=f"{MAX_MODEL_FILE_ENV}='lots' is not a positive"):
         check_model_folder(str(model_copy))
+
+
+def test_the_cached_snapshot_of_a_hub_id_is_bounded_too(tiny_model_dir, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    repo = tmp_path / "hub" / "models--someone--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    snapshot = shutil.copytree(tiny_model_dir, repo / "snapshots" / ("0" * 40))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    check_model_folder("someone/tiny")  # within the bound
+    os.truncate(snapshot / "tokenizer.json", 300 * MB)
+    with pytest.raises(InputError, match="tokenizer.json is 300.0 MB"):
+        check_model_folder("someone/tiny")
+    check_model_folder("someone/not-cached")  # nothing local to bound

@@ -113,9 +113,14 @@ def check_model_file_sizes(folder: Path) -> None:
 
 
 def check_model_folder(name_or_path: str) -> None:
-    """Raise InputError naming the path if a local path is not a model folder, or holds a file
-    over the read bound (`check_model_file_sizes`); hub ids pass."""
+    """Raise InputError naming the path if a local path is not a model folder, or if it (or the
+    cached snapshot of a hub id) holds a file over the read bound (`check_model_file_sizes`)."""
     if not _is_local(name_or_path):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+        if isinstance(cached, str):  # what transformers will read from the local cache
+            check_model_file_sizes(Path(cached).parent)
         return
     path = Path(name_or_path)
     if not path.exists():
