@@ -85,8 +85,26 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r} must look like key=value")
         key, raw = pair.split("=", 1)
-        out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
+        out[key.strip().replace("-", "_")] = _override_value(key.strip(), raw) if raw else ""
     return out
+
+
+def _override_value(key: str, raw: str) -> Any:
+    """One override's value, read as a recipe's values are (`_RecipeLoader`: bounded depth, no
+    aliases, no Python tags), every failure a ConfigError naming the override."""
+    try:
+        return yaml.load(raw, Loader=_RecipeLoader)  # noqa: S506 (a safe loader)
+    except _TooDeep:
+        raise ConfigError(
+            f"override {key}: nested deeper than {MAX_RECIPE_DEPTH} levels; give a plain value "
+            "(a number, a word, a short list)"
+        ) from None
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(
+            f"override {key}={raw[:60]!r}: not a YAML value ({problem}); quote it, or write "
+            "key=value with a plain value"
+        ) from None
 
 
 # Bounds on what a recipe file may be: a recipe is a few KB of options, so these are generous for
