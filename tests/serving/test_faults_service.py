@@ -274,6 +274,35 @@ def test_ambiguous_framing_is_a_400_and_the_connection_is_closed(server, version
     assert answer.count(b"HTTP/1.1 ") == 1, "nothing pipelined behind it is answered"
 
 
+@pytest.mark.parametrize(
+    ("head", "refused"),
+    [
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 3", "both Content-Length and"),
+        (b"TRANSFER-ENCODING: Chunked\r\ncontent-length: 0", "both Content-Length and"),
+        (b"Transfer-Encoding:\tchunked\r\nContent-Length: 3", "both Content-Length and"),
+        (b"Content-Length: 3\r\nContent-Length: 4", "conflicting Content-Length"),
+        (b"Transfer-Encoding: gzip, chunked", "Only Transfer-Encoding: chunked"),
+        (b"Transfer-Encoding : chunked", "illegal header line"),
+        (b"Transfer-Encoding: chunked", None),
+        (b"Content-Length: 3", None),
+    ],
+)
+def test_framing_check_in_h11(head, refused):
+    """The connection class under GuardedH11Protocol: what h11 refuses itself and what the
+    check adds (issue 39 item 2), without a server."""
+    import h11
+
+    from dclr.serving.server import FramingCheckedConnection
+
+    conn = FramingCheckedConnection(h11.SERVER)
+    conn.receive_data(b"POST / HTTP/1.1\r\nHost: a\r\n" + head + b"\r\n\r\n")
+    if refused is None:
+        assert isinstance(conn.next_event(), h11.Request)
+        return
+    with pytest.raises(h11.RemoteProtocolError, match=refused):
+        conn.next_event()
+
+
 def test_chunked_request_without_content_length_is_still_served(server):
     (sock,) = _open(server, 1, _smuggling_attempt(b"1.1", content_length=False))
     try:
