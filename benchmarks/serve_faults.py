@@ -1,7 +1,7 @@
 """Fault/load test of `dclr serve` on 127.0.0.1: poison requests, slow headers, a long-text flood.
 
 Starts `dclr serve MODEL --port 0` (loopback only) as a child process with its default limits and
-runs six phases, each bounded in time:
+runs seven phases, each bounded in time:
 
   1. poison: 32 concurrent clients, 4 requests each; every 4th request holds a lone surrogate
      (`"\\ud800"`, which the tokenizer cannot take). Expected: every good request 200, every poison
@@ -21,6 +21,9 @@ runs six phases, each bounded in time:
      client timeout. Expected: each gets 200 or 503 with Retry-After, none times out.
   6. flood under load: the same while a busy loop runs on every core (an outside job taking the
      machine). Expected: the same, answered within the client's timeout.
+  7. smuggling: 16 connections each send a POST carrying both `Content-Length` and
+     `Transfer-Encoding: chunked` with a second request pipelined behind it. Expected: each gets
+     one JSON 400 `ambiguous_framing` and is closed; the pipelined request is never answered.
 
 Server memory (RSS after start-up, peak VmHWM over the run, RSS at the end) is read from /proc.
 Latencies depend on the machine's load, recorded with the results (the load average at the start
@@ -36,6 +39,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import statistics
 import time
 from pathlib import Path
@@ -395,6 +399,75 @@ async def flood_phase(url: str, huge_first: bool = False) -> dict:
     }
 
 
+SMUGGLING_CONNECTIONS = 16
+# Seconds to wait for the server to answer a smuggling attempt and close the connection.
+SMUGGLING_WAIT_S = 10.0
+
+
+def smuggling_request(host: str) -> bytes:
+    """A POST framed both by Content-Length and by chunks, with a GET pipelined behind it: a
+    proxy that frames by Content-Length forwards the GET as the end of the POST's body, a server
+    that frames by the chunks answers it as a second request (RFC 9112 §6.1)."""
+    body = b'{"input": "smuggled"}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    head = (b"POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n"
+            % (host.encode(), len(chunked)))  # fmt: skip
+    return head + chunked + b"GET /health HTTP/1.1\r\nHost: %s\r\n\r\n" % host.encode()
+
+
+def status_lines(answer: bytes) -> list[str]:
+    """The status line of every response in `answer` (what one connection received; a
+    response's body is not followed by CRLF, so the next status line can start mid-line)."""
+    return [m.decode("latin-1") for m in re.findall(rb"HTTP/1\.[01] \d{3}[^\r\n]*", answer)]
+
+
+async def smuggling_attempt(host: str, port: int) -> dict:
+    """One attempt: the responses it got and whether the server closed the connection."""
+    reader, writer = await asyncio.open_connection(host, port)
+    answer, closed = b"", False
+    try:
+        writer.write(smuggling_request(host))
+        await writer.drain()
+        deadline = time.monotonic() + SMUGGLING_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                chunk = await asyncio.wait_for(reader.read(4096), deadline - time.monotonic())
+            except TimeoutError:
+                break
+            if not chunk:
+                closed = True
+                break
+            answer += chunk
+    except (ConnectionError, OSError):
+        closed = True
+    finally:
+        writer.close()
+    statuses = status_lines(answer)
+    return {
+        "statuses": statuses,
+        "ambiguous_framing": b"ambiguous_framing" in answer,
+        "closed_by_server": closed,
+    }
+
+
+async def smuggling_phase(url: str) -> dict:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    attempts = await asyncio.wait_for(
+        asyncio.gather(*(smuggling_attempt(host, int(port)) for _ in range(SMUGGLING_CONNECTIONS))),
+        PHASE_LIMIT_S,
+    )
+    return {
+        "connections": SMUGGLING_CONNECTIONS,
+        "statuses": count([" | ".join(a["statuses"]) for a in attempts]),
+        "smuggled_request_answered": sum(len(a["statuses"]) > 1 for a in attempts),
+        "every_attempt_refused_and_closed": all(
+            a["ambiguous_framing"] and a["closed_by_server"] and len(a["statuses"]) == 1
+            for a in attempts
+        ),
+    }
+
+
 LOADED = 1.5  # 1-minute load average above which a 2-core run is marked as loaded
 
 
@@ -421,6 +494,7 @@ def main() -> None:
             "flood": asyncio.run(flood_phase(server.url)),
             "flood_after_huge": asyncio.run(flood_phase(server.url, huge_first=True)),
             "flood_under_load": flood_under_load(server.url),
+            "smuggling": asyncio.run(smuggling_phase(server.url)),
         }
         end = process_memory(server.pid)
         memory.update(peak_mib=round(end["peak"], 1), after_mib=round(end["rss"], 1))

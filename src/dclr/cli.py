@@ -380,6 +380,7 @@ def train_cmd(
         if resume is not None:
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
+            check_resume_method(resume, recipe, overrides)  # before "unknown section" errors
         config = load_config(recipe, overrides)
         run_dir = Path(config.run.output_dir)
         if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
@@ -401,6 +402,19 @@ def train_cmd(
             console.print(f"\n{escape(interrupted_state(run_dir))}", highlight=False)
         raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports it
     render_summary(summary)
+
+
+def check_resume_method(run_dir: Path, recipe: Path, overrides: dict) -> None:
+    """Refuse `--resume` when the run's config.yaml (or `--set method=`) names another method
+    than its checkpoint, naming both, before building the config (whose sections would then be
+    refused one by one as unknown)."""
+    from dclr.configfile import read_recipe
+    from dclr.training.runfolder import check_resume
+
+    if not recipe.is_file():
+        return  # load_config names the missing file
+    method = overrides.get("method", read_recipe(recipe).get("method", "simcse"))
+    check_resume(run_dir, {"method": method}, method_only=True)
 
 
 def say(text: str) -> None:

@@ -85,8 +85,26 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r} must look like key=value")
         key, raw = pair.split("=", 1)
-        out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw else ""
+        out[key.strip().replace("-", "_")] = _override_value(key.strip(), raw) if raw else ""
     return out
+
+
+def _override_value(key: str, raw: str) -> Any:
+    """One override's value, read as a recipe's values are (`_RecipeLoader`: bounded depth, no
+    aliases, no Python tags), every failure a ConfigError naming the override."""
+    try:
+        return yaml.load(raw, Loader=_RecipeLoader)  # noqa: S506 (a safe loader)
+    except _TooDeep:
+        raise ConfigError(
+            f"override {key}: nested deeper than {MAX_RECIPE_DEPTH} levels; give a plain value "
+            "(a number, a word, a short list)"
+        ) from None
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(
+            f"override {key}={raw[:60]!r}: not a YAML value ({problem}); quote it, or write "
+            "key=value with a plain value"
+        ) from None
 
 
 # Bounds on what a recipe file may be: a recipe is a few KB of options, so these are generous for
@@ -95,9 +113,24 @@ MAX_RECIPE_BYTES = 1 << 20  # 1 MiB
 MAX_RECIPE_DEPTH = 20  # nested mappings / lists
 
 
+class _TooDeep(yaml.YAMLError):
+    """A recipe nested deeper than MAX_RECIPE_DEPTH, found while composing (at `mark`)."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__(f"nested deeper than {MAX_RECIPE_DEPTH} levels")
+        self.mark = mark
+
+
 class _RecipeLoader(yaml.SafeLoader):
     """yaml's safe loader without aliases: `*ref` (the "billion laughs" anchor bomb) is refused,
-    as are tags that construct Python objects (the safe loader never builds them)."""
+    as are tags that construct Python objects (the safe loader never builds them). Nesting is
+    counted as nodes are composed and refused past MAX_RECIPE_DEPTH, before PyYAML's composer
+    (which recurses once per level) can exhaust Python's stack: `a: [[[...]]]` 100,000 deep was
+    a RecursionError. The scanner and parser below it keep their state in lists, not frames."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0  # nodes being composed around this one (the root is level 1)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -105,21 +138,13 @@ class _RecipeLoader(yaml.SafeLoader):
             raise yaml.MarkedYAMLError(
                 None, None, "aliases (*name) are not allowed in a recipe", event.start_mark
             )
-        return super().compose_node(parent, index)
-
-
-def _depth(value: Any, limit: int) -> int:
-    stack, deepest = [(value, 1)], 0
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if depth > limit:
-            return depth
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        )
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+        if self._depth >= MAX_RECIPE_DEPTH:  # this node's level is self._depth + 1
+            raise _TooDeep(self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def read_recipe(recipe: str | Path) -> dict[str, Any]:
@@ -144,6 +169,8 @@ def read_recipe(recipe: str | Path) -> dict[str, Any]:
         ) from None
     try:
         loaded = yaml.load(text, Loader=_RecipeLoader) or {}  # noqa: S506 (a safe loader)
+    except _TooDeep as err:
+        raise _too_deep(path, err.mark.line + 1) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f", line {mark.line + 1}" if mark is not None else ""
@@ -154,11 +181,15 @@ def read_recipe(recipe: str | Path) -> dict[str, Any]:
         ) from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: a recipe is a mapping of option: value")
-    if _depth(loaded, MAX_RECIPE_DEPTH) > MAX_RECIPE_DEPTH:
-        raise ConfigError(
-            f"{path}: nested deeper than {MAX_RECIPE_DEPTH} levels; a recipe is sections of options"
-        )
     return loaded
+
+
+def _too_deep(path: Path, line: int) -> ConfigError:
+    return ConfigError(
+        f"{path}, line {line}: nested deeper than {MAX_RECIPE_DEPTH} levels; a recipe is sections of "
+        "options (section: {option: value}): flatten the nesting, and put data in data.corpus "
+        "files, not in the recipe"
+    )
 
 
 def check_choices(config: Any, names: tuple[str, ...]) -> None:

@@ -157,6 +157,8 @@ def run_training(
         return run_stages(config, resume, overwrite)
     run_dir = Path(config.run.output_dir)
     with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
+        if resume:  # before the model and data load: a run folder never mixes two methods
+            runfolder.check_resume(run_dir, config.to_dict())
         return _run_training(config, method, run_dir, resume, notify)
 
 

@@ -126,3 +126,15 @@ def test_runs_list_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 0, result.output
     assert [json.loads(line)["sts_avg"] for line in result.output.splitlines()] == [73.5]
     assert not (tmp_path / "runs" / "index.sqlite").exists()
+
+
+def test_a_run_config_nested_100000_deep_is_a_named_error(root: Path) -> None:
+    """Issue 39 item 4: run folders' config.yaml was read with yaml.safe_load, whose composer
+    recursed once per level (a RecursionError); it is read as a recipe now."""
+    from dclr.errors import ConfigError
+    from dclr.experiments.registry import read_run
+
+    run_dir = write_run(root, "deep")
+    (run_dir / "config.yaml").write_text("a: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="config.yaml, line 1: nested deeper than"):
+        read_run(run_dir, "r")

@@ -161,3 +161,22 @@ def test_python_m_dclr_does_not_import_from_the_current_folder(tmp_path):
     )  # fmt: skip
     assert result.returncode != 0 and "not installed" in result.stderr + result.stdout
     assert not marker.exists()
+
+
+def test_staging_folders_of_killed_builds_are_removed_by_the_next_build(
+    model_dir, corpus_file, tmp_path
+):
+    """Issue 39 item 6: a build killed mid-write left `.staging-PID/` (up to 1.1 MB each), and
+    later builds only removed their own pid's. The next build removes every one, under the lock
+    (so never one a live build holds: a held lock refuses the build before it touches them)."""
+    folder = tmp_path / "index"
+    stale = [folder / ".staging-4000001", folder / ".staging-4000002"]
+    for path in stale:
+        path.mkdir(parents=True)
+        (path / INDEX_FILE).write_bytes(b"\0" * 1024)  # a killed build's half-written file
+    with FolderLock(folder, "dclr index build"), pytest.raises(LockHeld):
+        build(model_dir, corpus_file, folder, "flat")  # a live build holds the folder
+    assert all(path.is_dir() for path in stale), "nothing is removed without the lock"
+    build(model_dir, corpus_file, folder, "flat")
+    assert not list(folder.glob(".staging-*"))
+    assert SearchIndex(folder).meta["count"] > 0

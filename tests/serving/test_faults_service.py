@@ -244,6 +244,80 @@ def test_unparsable_request_gets_a_json_400(server):
     assert json.loads(body)["error"]["code"] == "bad_http_request"
 
 
+def _smuggling_attempt(version=b"1.1", content_length=True):
+    """A POST framed by both Content-Length and chunks, with a second request pipelined behind
+    it; a proxy framing by Content-Length would forward the tail as the body's end."""
+    body = b'{"input": "a"}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    head = (b"POST /v1/embeddings HTTP/%s\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            % (version, API_KEY.encode()))  # fmt: skip
+    if content_length:
+        head += b"Content-Length: %d\r\n" % len(chunked)
+    smuggled = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n"
+    return head + b"\r\n" + chunked + smuggled % API_KEY.encode()
+
+
+@pytest.mark.parametrize(
+    ("version", "content_length"), [(b"1.1", True), (b"1.0", True), (b"1.0", False)]
+)
+def test_ambiguous_framing_is_a_400_and_the_connection_is_closed(server, version, content_length):
+    """Issue 39 item 2: a request with both Content-Length and Transfer-Encoding: chunked was
+    served and the connection kept open, so the request pipelined behind it was answered too
+    (request smuggling behind a proxy that frames by Content-Length). RFC 9112 §6.1: an error,
+    and the connection closed; likewise Transfer-Encoding in HTTP/1.0."""
+    (sock,) = _open(server, 1, _smuggling_attempt(version, content_length))
+    try:
+        answer = _answer(sock)
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"application/json" in head and b"connection: close" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "ambiguous_framing" and "RFC 9112" in error["message"]
+    assert answer.count(b"HTTP/1.1 ") == 1, "nothing pipelined behind it is answered"
+
+
+@pytest.mark.parametrize(
+    ("head", "refused"),
+    [
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 3", "both Content-Length and"),
+        (b"TRANSFER-ENCODING: Chunked\r\ncontent-length: 0", "both Content-Length and"),
+        (b"Transfer-Encoding:\tchunked\r\nContent-Length: 3", "both Content-Length and"),
+        (b"Content-Length: 3\r\nContent-Length: 4", "conflicting Content-Length"),
+        (b"Transfer-Encoding: gzip, chunked", "Only Transfer-Encoding: chunked"),
+        (b"Transfer-Encoding : chunked", "illegal header line"),
+        (b"Transfer-Encoding: chunked", None),
+        (b"Content-Length: 3", None),
+    ],
+)
+def test_framing_check_in_h11(head, refused):
+    """The connection class under GuardedH11Protocol: what h11 refuses itself and what the
+    check adds (issue 39 item 2), without a server."""
+    import h11
+
+    from dclr.serving.server import FramingCheckedConnection
+
+    conn = FramingCheckedConnection(h11.SERVER)
+    conn.receive_data(b"POST / HTTP/1.1\r\nHost: a\r\n" + head + b"\r\n\r\n")
+    if refused is None:
+        assert isinstance(conn.next_event(), h11.Request)
+        return
+    with pytest.raises(h11.RemoteProtocolError, match=refused):
+        conn.next_event()
+
+
+def test_chunked_request_without_content_length_is_still_served(server):
+    (sock,) = _open(server, 1, _smuggling_attempt(b"1.1", content_length=False))
+    try:
+        answer = _answer(sock, timeout=5)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert answer.count(b"HTTP/1.1 200") == 2, "both requests, each framed one way, are served"
+
+
 def test_body_that_never_arrives_gets_408():
     sent = []
 

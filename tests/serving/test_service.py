@@ -261,6 +261,47 @@ def test_heap_trimming_is_wired_on_linux():
     assert trim_heap(min_interval_s=3600) is False  # throttled: it just ran
 
 
+@pytest.mark.parametrize("value", [b"true", b'"3"', b"1.0", b"1e2"])
+def test_k_is_a_json_integer_as_dimensions_is(client, value):
+    """Issue 39, minor: `/search` took `k` as true, "3", 1.0 or 1e2 while `dimensions` refused
+    those values; both are strict integers now."""
+    search = client.post("/search", content=b'{"query": "guitar", "k": %s}' % value,
+                         headers={"content-type": "application/json"})  # fmt: skip
+    embeddings = client.post("/v1/embeddings", content=b'{"input": "x", "dimensions": %s}' % value,
+                             headers={"content-type": "application/json"})  # fmt: skip
+    refused = _error(search, 422), _error(embeddings, 422)
+    assert refused[0]["code"] == refused[1]["code"]
+    assert refused[0]["param"] == "k" and refused[1]["param"] == "dimensions"
+
+
+def test_health_names_the_index_build_served_and_notices_a_rebuild(encoder, model_dir, tmp_path):
+    """Issue 39, minor: after a rebuild a running server kept serving the old index with no
+    notice. It still serves the build it loaded (restart to serve the new one: docs/serving.md),
+    and /health says which build that is and that the folder now holds another."""
+    from fastapi.testclient import TestClient
+
+    from dclr.indexing.index import SearchIndex, read_meta
+    from dclr.serving.service import create_app
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n")
+    folder = tmp_path / "idx"
+    build_index(str(model_dir), open_source(corpus), folder, IndexParams("flat"), "mean")
+    first = read_meta(folder)["build_id"]
+    index = SearchIndex(folder)
+    with TestClient(create_app(encoder, "tiny", index.fingerprint, index)) as local:
+        served = local.get("/health").json()["index"]
+        assert served["build"] == served["folder_build"] == first and served["stale"] is False
+        corpus.write_text("\n".join(CORPUS[:4]) + "\n")
+        build_index(str(model_dir), open_source(corpus), folder, IndexParams("flat"), "mean",
+                    overwrite=True)  # fmt: skip
+        served = local.get("/health").json()["index"]
+        assert served["build"] == first and served["folder_build"] == read_meta(folder)["build_id"]
+        assert served["folder_build"] != first and served["stale"] is True
+        body = local.post("/search", json={"query": CORPUS[6], "k": 1}).json()
+        assert body["results"][0]["text"] == CORPUS[6], "the loaded build is still served whole"
+
+
 def test_search_without_index(encoder):
     from fastapi.testclient import TestClient
 

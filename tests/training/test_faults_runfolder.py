@@ -13,13 +13,21 @@ import time
 
 import pytest
 import torch
+import yaml
 from helpers import tiny_run_overrides, write_pseudo_corpus
+from typer.testing import CliRunner
 
+from dclr.cli import app as cli_app
 from dclr.driver import run_training
 from dclr.errors import ConfigError
 from dclr.recipe import load_config
 from dclr.runlock import LOCK_FILE, FolderLock, LockHeld
-from dclr.training.checkpoint import checkpoint_dirs, latest_checkpoint, save_checkpoint
+from dclr.training.checkpoint import (
+    checkpoint_dirs,
+    latest_checkpoint,
+    resume_checkpoint,
+    save_checkpoint,
+)
 from dclr.training.runfolder import RUN_FILE, run_id
 from dclr.training.tracking import read_metrics
 
@@ -164,3 +172,61 @@ def test_two_dclr_train_into_one_folder_the_second_refuses_at_once(
     err = (tmp_path / "first.log").read_text()
     assert first.returncode == 2 and "checkpoint saved" in " ".join(err.split())
     assert latest_checkpoint(run / "checkpoints") is not None
+
+
+def _simcse_run_to_edit(model_dir, corpus_file, run):
+    """A SimCSE run stopped at step 3 with its checkpoint kept, and its config.yaml as a dict."""
+    run_training(config(model_dir, corpus_file, run, max_steps=3, save_steps=3))
+    assert json.loads((run / "results.json").read_text())["method"] == "simcse"
+    return yaml.safe_load((run / "config.yaml").read_text())
+
+
+def _train_records(run):
+    return [(r["step"], sorted(k for k in r if k.startswith("loss"))) for r in
+            read_metrics(run, "train")]  # fmt: skip
+
+
+def test_resume_refuses_another_method_naming_the_difference(model_dir, corpus_file, tmp_path):
+    """Issue 39 item 3: a SimCSE run's config.yaml edited to `method: dclr` without its
+    `simcse:` section resumed the SimCSE checkpoint at step 3 and trained DCLR on steps 4-5, no
+    warning: one run folder, two methods. The run's identity (method and section set, from
+    the config every checkpoint saves) must not change on resume."""
+    run = tmp_path / "run"
+    saved = _simcse_run_to_edit(model_dir, corpus_file, run)
+    before = _train_records(run)
+    dclr = {"complementary_pooler": "mean", "complementary_mode": "on_the_fly"}  # trainable
+    edited = {k: v for k, v in saved.items() if k != "simcse"} | {"method": "dclr", "dclr": dclr}
+    (run / "config.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
+    changed = load_config(run / "config.yaml", {"optimisation.max_steps": 5})
+    with pytest.raises(ConfigError, match="method 'simcse' -> 'dclr'") as err:
+        run_training(changed, resume=True)
+    message = str(err.value)
+    assert "section 'simcse' dropped" in message and "step-00000003" in message
+    assert "fix:" in message and "method: simcse" in message
+    assert _train_records(run) == before, "nothing was trained"
+    # the check on the checkpoint that is loaded, under the early one
+    with pytest.raises(ConfigError, match="method 'simcse' -> 'dclr'"):
+        resume_checkpoint(run / "checkpoints", *_tiny_training_state(), config=changed.to_dict())
+
+
+def test_resume_names_a_changed_method_before_its_sections_are_refused(
+    model_dir, corpus_file, tmp_path
+):
+    """Issue 39 item 3: with the `simcse:` section left in, `method: dclr` was refused only
+    incidentally (`unknown section`); now the message names the method change."""
+    run = tmp_path / "run"
+    saved = _simcse_run_to_edit(model_dir, corpus_file, run)
+    (run / "config.yaml").write_text(yaml.safe_dump(saved | {"method": "dclr"}, sort_keys=False))
+    result = CliRunner().invoke(cli_app, ["train", "--resume", str(run), "--max-steps", "5"])
+    assert result.exit_code != 0
+    message = " ".join(result.output.split())
+    assert "method 'simcse' -> 'dclr'" in message and "unknown section" not in message
+    assert "Traceback" not in message
+
+
+def test_resume_with_the_same_method_and_new_values_continues(model_dir, corpus_file, tmp_path):
+    run = tmp_path / "run"
+    _simcse_run_to_edit(model_dir, corpus_file, run)
+    same = load_config(run / "config.yaml", {"optimisation.max_steps": 5})
+    run_training(same, resume=True)
+    assert [step for step, _ in _train_records(run)] == [1, 2, 3, 4, 5]

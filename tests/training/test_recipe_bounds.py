@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dclr.configfile import MAX_RECIPE_BYTES, MAX_RECIPE_DEPTH, read_recipe
+from dclr.configfile import MAX_RECIPE_BYTES, MAX_RECIPE_DEPTH, parse_overrides, read_recipe
 from dclr.errors import ConfigError
 
 BOMB = "\n".join(
@@ -48,3 +48,27 @@ def test_a_normal_recipe_still_loads(tmp_path):
         "method: simcse\nmodel: {name: m, pooler: mean}\nrun: {extra: {note: [1, 2]}}\n"
     )
     assert read_recipe(path)["run"]["extra"]["note"] == [1, 2]
+
+
+@pytest.mark.parametrize(("opening", "closing"), [("[", "]"), ("{k: ", "}")])
+def test_a_recipe_nested_100000_deep_is_refused_before_it_is_composed(tmp_path, opening, closing):
+    """Issue 39 item 4: PyYAML's composer recursed once per level before the depth check ran,
+    so `a: [[[...]]]` 100,000 deep ended in a RecursionError traceback."""
+    depth = 100_000
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + opening * depth + "x" + closing * depth + "\n")
+    with pytest.raises(ConfigError, match=r"deep.yaml, line 1: nested deeper than") as err:
+        read_recipe(path)
+    assert "flatten the nesting" in str(err.value)
+
+
+def test_an_override_value_is_read_with_the_same_bounds():
+    """Issue 39 item 4, the same composer under `--set key=value`: a deep value was a
+    RecursionError, a broken one a raw YAML traceback."""
+    deep = "[" * 50_000 + "]" * 50_000
+    with pytest.raises(ConfigError, match="override run.extra: nested deeper than"):
+        parse_overrides([f"run.extra={deep}"])
+    with pytest.raises(ConfigError, match=r"override model.name='\[unclosed': not a YAML value"):
+        parse_overrides(["model.name=[unclosed"])
+    plain = ["lr=1e-5", "steps=10", "note=[1, 2]", "name=x"]  # as yaml.safe_load reads them
+    assert parse_overrides(plain) == {"lr": "1e-5", "steps": 10, "note": [1, 2], "name": "x"}

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dclr.configfile import read_recipe
 from dclr.data.sts import STS_TASKS
 from dclr.options.config import flat_config
 
@@ -133,7 +132,7 @@ def read_run(path: Path, run_id: str) -> RunRecord:
         file = path / name
         return json.loads(file.read_text()) if file.is_file() else None
 
-    config = flat_config(yaml.safe_load((path / "config.yaml").read_text()) or {})
+    config = flat_config(read_recipe(path / "config.yaml"))  # bounded like any recipe
     return RunRecord(run_id, config, load_json("results.json"), load_json("env.json"),
                      load_json(LABELS_FILE) or {})  # fmt: skip
 

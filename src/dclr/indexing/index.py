@@ -22,17 +22,24 @@ build again), never a mix. Loading checks the files' sizes and sha256 against th
 same-size file from another build, such as an int8 build's `vectors.faiss`, is refused; hashing
 costs about a second per GB) and that
 `vectors.faiss` holds the kind `index.json` names (an HNSW file under a flat `index.json` is an
-error, not a silent search at default settings). The folder is locked while an index is built
-(`dclr.runlock`): a second writer is refused, naming the first.
+error, not a silent search at default settings). `index.json` records a `build_id` (and
+`built_at`), so a server can say which build it serves and whether the folder holds a newer one
+(`SearchIndex.build`, `folder_build`). The folder is locked while an index is built
+(`dclr.runlock`): a second writer is refused, naming the first. A build killed before it could
+clean up leaves its `.staging-PID/` folder; the next build of that folder removes every one it
+finds, under the lock, so never one that a live build holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import mmap
 import os
 import shutil
+import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -56,6 +63,10 @@ FORMAT_VERSION = "dclr-index-1"
 EXACT_MAX_VECTORS = 100_000
 # k-means needs a few dozen points per cell to place centroids well (FAISS warns below 39).
 IVF_MIN_POINTS_PER_CELL = 39
+# The folder a build writes its files into before renaming them into place (+ the builder's pid).
+STAGING_PREFIX = ".staging-"
+# Hex digits of a build's id: 48 bits tell apart every rebuild of a folder.
+BUILD_ID_CHARS = 12
 # The files index.json lists (with size and sha256); index.json itself is written after them.
 INDEX_FILES = (INDEX_FILE, TEXTS, OFFSETS)
 
@@ -259,6 +270,7 @@ def _build_locked(
     from dclr.indexing.bulk import BulkSettings, bulk_encode
     from dclr.indexing.shards import iter_shards
 
+    remove_stale_staging(out_dir)  # first: a build that fails below still cleans them up
     settings = BulkSettings(normalize=True, batch_size=batch_size)
     manifest = bulk_encode(
         model,
@@ -283,8 +295,7 @@ def _build_locked(
         rows, vectors = rows[keep], vectors[keep]
     resolved = params.resolve(len(vectors))
     index = build_faiss(vectors, resolved)
-    staging = out_dir / f".staging-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = out_dir / f"{STAGING_PREFIX}{os.getpid()}"
     staging.mkdir()
     try:
         with atomic.storage_guard(staging, needed=vectors.nbytes):
@@ -304,6 +315,8 @@ def _build_locked(
             "input": manifest["input"],
             "dedup": dedup,
             "duplicates_left_out": len(skip),
+            "build_id": uuid.uuid4().hex[:BUILD_ID_CHARS],  # which build a server serves
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": files,
         }
         for name in INDEX_FILES:
@@ -317,6 +330,19 @@ def _build_locked(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return meta
+
+
+def remove_stale_staging(out_dir: Path) -> list[str]:
+    """Delete the staging folders that killed builds left in `out_dir`; returns their names.
+
+    Call only while holding the folder's lock: every build stages under that lock, so no live
+    build holds any of them (a build killed with -9 drops the lock with its process)."""
+    removed = []
+    for path in sorted(out_dir.glob(f"{STAGING_PREFIX}*")):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
 
 
 def query_model(meta: dict[str, Any], given: str | None, folder: str | Path) -> str:
@@ -356,6 +382,15 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
     if meta.get("format") != FORMAT_VERSION:
         raise InputError(f"unknown index format {meta.get('format')!r}", path=path)
     return meta
+
+
+def build_id(meta: dict[str, Any]) -> str:
+    """The id of the build `meta` (index.json) describes: the one it records, or for a folder
+    built before ids were recorded, a digest of index.json itself."""
+    if meta.get("build_id"):
+        return str(meta["build_id"])
+    text = json.dumps(meta, sort_keys=True).encode()
+    return hashlib.sha256(text).hexdigest()[:BUILD_ID_CHARS]
 
 
 @dataclass(frozen=True)
@@ -408,6 +443,19 @@ class SearchIndex:
     @property
     def fingerprint(self) -> str:
         return str(self.meta["model_fingerprint"])
+
+    @property
+    def build(self) -> str:
+        """The id of the build loaded (`build_id`)."""
+        return build_id(self.meta)
+
+    def folder_build(self) -> str | None:
+        """The id of the build the folder holds now: another than `build` after a rebuild
+        (the loaded files stay open and keep being served), None while one is being written."""
+        try:
+            return build_id(read_meta(self.folder))
+        except (InputError, OSError):
+            return None
 
     def check_model(self, fingerprint: str, model: str) -> None:
         """Refuse a query model whose fingerprint differs from the one that built the index."""

@@ -1,6 +1,12 @@
 """Where a model comes from: a local folder, a hub id or `python-package:NAME`, checked before
-anything loads (a missing folder, an unreachable Hub), then loaded with safetensors only and no
-remote code (`load_backbone`). `dclr.models.encoder` builds the sentence encoder on top.
+anything loads (a missing folder, an unreachable Hub, a file too large to read), then loaded with
+safetensors only and no remote code (`load_backbone`). `dclr.models.encoder` builds the sentence
+encoder on top.
+
+A model folder makes the process read its tokenizer and config files whole (`tokenizer.json`,
+`vocab.txt`, `config.json`, ...; the weights are memory-mapped): each is bounded by
+`MAX_MODEL_FILE_MB` (64 MB), which `DCLR_MAX_MODEL_FILE_MB` raises for a folder that really
+needs more. A 300 MB `tokenizer.json` was read for 19 s and 1.95 GB of memory.
 """
 
 from __future__ import annotations
@@ -73,9 +79,66 @@ def _package_fix(name: str) -> str:
     )
 
 
+# The largest tokenizer files in use (Gemma 3's tokenizer.json, 33 MB) fit twice; a config file
+# is a few KB. Parsing a JSON file takes about 6x its size in memory.
+MAX_MODEL_FILE_MB = 64
+MAX_MODEL_FILE_ENV = "DCLR_MAX_MODEL_FILE_MB"
+# What loading reads whole: tokenizer files (tokenizer.json, vocab.txt / vocab.json, merges.txt,
+# sentencepiece *.model) and configs (config.json, tokenizer_config.json,
+# special_tokens_map.json, modules.json, 1_Pooling/config.json, dclr.json, ...).
+READ_WHOLE_SUFFIXES = (".json", ".txt", ".model")
+
+
+def max_model_file_bytes() -> int:
+    """The bound on each file a model folder makes us read: MAX_MODEL_FILE_MB, or the MB in
+    DCLR_MAX_MODEL_FILE_MB."""
+    raw = os.environ.get(MAX_MODEL_FILE_ENV, "").strip()
+    if not raw:
+        return MAX_MODEL_FILE_MB << 20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise InputError(
+            f"{MAX_MODEL_FILE_ENV}={raw!r} is not a positive number of megabytes",
+            fix=f"set {MAX_MODEL_FILE_ENV} to e.g. 256, or unset it ({MAX_MODEL_FILE_MB} MB)",
+        )
+    return int(mb * (1 << 20))
+
+
+def check_model_file_sizes(folder: Path) -> None:
+    """Raise InputError naming the first file over `max_model_file_bytes()` among those a load
+    reads whole (`READ_WHOLE_SUFFIXES`, in the folder and its module subfolders); nothing is
+    read, only sizes are looked at."""
+    limit = max_model_file_bytes()
+    candidates = [*folder.iterdir()]
+    candidates += [f for d in candidates if d.is_dir() for f in d.iterdir()]
+    for file in sorted(candidates):
+        if file.suffix not in READ_WHOLE_SUFFIXES or not file.is_file():
+            continue
+        size = file.stat().st_size
+        if size > limit:
+            raise InputError(
+                f"{file.name} is {size / (1 << 20):,.1f} MB; a model folder's tokenizer and "
+                f"config files are read whole, and each is at most {limit / (1 << 20):g} MB "
+                "(the largest real tokenizers are about 33 MB)",
+                path=file,
+                fix="check that the folder holds the model you meant (a padded or foreign "
+                f"file?); if the file is right, raise the bound: {MAX_MODEL_FILE_ENV}="
+                f"{int(size / (1 << 20)) + 1}",
+            )
+
+
 def check_model_folder(name_or_path: str) -> None:
-    """Raise InputError naming the path if a local path is not a model folder (hub ids pass)."""
+    """Raise InputError naming the path if a local path is not a model folder, or if it (or the
+    cached snapshot of a hub id) holds a file over the read bound (`check_model_file_sizes`)."""
     if not _is_local(name_or_path):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+        if isinstance(cached, str):  # what transformers will read from the local cache
+            check_model_file_sizes(Path(cached).parent)
         return
     path = Path(name_or_path)
     if not path.exists():
@@ -90,6 +153,7 @@ def check_model_folder(name_or_path: str) -> None:
             path=path,
             fix="pass a folder saved by `save_pretrained` / sentence-transformers / dclr",
         )
+    check_model_file_sizes(path)
 
 
 def _hub_offline() -> bool:

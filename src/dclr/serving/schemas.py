@@ -76,7 +76,11 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(description="The text to search for.")
-    k: int = Field(default=10, description="How many results (1..max_k).")
+    k: int = Field(
+        default=10,
+        strict=True,  # like `dimensions`: true, "3", 1.0 or 1e2 is refused, not coerced
+        description="How many results (1..max_k).",
+    )
 
 
 class SearchHit(BaseModel):

@@ -10,6 +10,10 @@ bound: a connection that has not sent a complete request head within `header_tim
 first byte (or of opening) gets 408 and is closed. Open sockets are capped in all and per client
 address, and past a cap sockets that send nothing are shed, not real requests
 (`GuardedH11Protocol`).
+A request whose body framing is ambiguous (Content-Length and Transfer-Encoding together, or
+Transfer-Encoding in HTTP/1.0: request smuggling behind a proxy) gets a JSON 400
+`ambiguous_framing` and its connection is closed, so nothing pipelined behind it is read
+(`FramingCheckedConnection`, RFC 9112 §6.1).
 The limit on requests handled at once lives in `dclr.serving.guard` and counts requests whose
 body has fully arrived, not connections. Facing the internet, run behind a reverse proxy all the same (docs/serving.md).
 """
@@ -114,6 +118,12 @@ class GuardedH11Protocol(H11Protocol):
     max_connections = MAX_CONNECTIONS
     max_per_client = MAX_CONNECTIONS_PER_CLIENT
 
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        size = config.h11_max_incomplete_event_size  # None: h11's default, as uvicorn does
+        sizes = {} if size is None else {"max_incomplete_event_size": size}
+        self.conn = FramingCheckedConnection(h11.SERVER, **sizes)
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         set_nodelay(transport)
         self._header_timer: asyncio.TimerHandle | None = None
@@ -180,12 +190,19 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        """A request h11 cannot parse: JSON in the service's error shape, not plain text."""
+        """A request h11 cannot parse, or whose framing is ambiguous: JSON in the service's
+        error shape, not plain text, and the connection closed (nothing after it is read)."""
         from dclr.serving.middleware import error_json
 
-        body = error_json(f"malformed HTTP request: {msg}", "invalid_request_error", None,
-                          "bad_http_request")  # fmt: skip
-        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        problem = getattr(self.conn, "framing_problem", None)
+        if problem is not None:
+            body = error_json(f"ambiguous HTTP framing: {problem}", "invalid_request_error",
+                              None, "ambiguous_framing")  # fmt: skip
+        else:
+            body = error_json(f"malformed HTTP request: {msg}", "invalid_request_error", None,
+                              "bad_http_request")  # fmt: skip
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", b"%d" % len(body))]  # fmt: skip
         event = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
         for part in (event, h11.Data(data=body), h11.EndOfMessage()):
             try:
@@ -227,6 +244,47 @@ class GuardedH11Protocol(H11Protocol):
         )
         self.transport.write(_TIMEOUT_RESPONSE % (len(body), body))
         self.transport.close()
+
+
+class FramingCheckedConnection(h11.Connection):
+    """h11's server side, refusing a request whose body framing two parsers could read apart.
+
+    h11 already refuses conflicting Content-Length values and any Transfer-Encoding but a single
+    `chunked`; it serves a request carrying both Content-Length and Transfer-Encoding (framed by
+    the chunks), which a proxy that frames by Content-Length reads differently: the bytes after
+    the chunks become a second, smuggled request. RFC 9112 §6.1 says to treat such a message as
+    an error or close the connection after it; so is Transfer-Encoding in an HTTP/1.0 request.
+    `next_event` raises h11.RemoteProtocolError for both, naming the problem in
+    `framing_problem`, and the protocol answers 400 and closes (`send_400_response`)."""
+
+    framing_problem: str | None = None
+
+    def next_event(self) -> Any:
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            problem = ambiguous_framing(event)
+            if problem is not None:
+                self.framing_problem = problem
+                raise h11.RemoteProtocolError(problem, error_status_hint=400)
+        return event
+
+
+def ambiguous_framing(request: h11.Request) -> str | None:
+    """Why `request`'s body framing is ambiguous (RFC 9112 §6.1, §6.3), or None."""
+    names = {name for name, _ in request.headers}  # h11 gives them lower-cased
+    if b"transfer-encoding" not in names:
+        return None
+    if b"content-length" in names:
+        return (
+            "the request carries both Content-Length and Transfer-Encoding, so its body can be "
+            "read two ways (RFC 9112 §6.1); send one of them"
+        )
+    if request.http_version == b"1.0":
+        return (
+            "an HTTP/1.0 request with Transfer-Encoding has no reliable framing "
+            "(RFC 9112 §6.1); send HTTP/1.1, or Content-Length"
+        )
+    return None
 
 
 def _displaceable(group: list[Any]) -> Any:

@@ -450,8 +450,11 @@ def _add_health_route(
     async def health() -> HealthResponse:
         """Liveness, the model and index served, the limits, and batching counters."""
         index_info = None
-        if index is not None:
-            index_info = {"count": index.meta["count"], **index.meta["params"]}
+        if index is not None:  # the build loaded at start, and whether the folder has moved on
+            on_disk = index.folder_build()
+            index_info = {"count": index.meta["count"], **index.meta["params"],
+                          "build": index.build, "folder_build": on_disk,
+                          "stale": on_disk != index.build}  # fmt: skip
         return HealthResponse(
             model=model_name,
             fingerprint=fingerprint[:SHORT],

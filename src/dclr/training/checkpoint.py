@@ -10,7 +10,9 @@ A damaged one (a truncated `model.safetensors`, `trainer.pt` or `state.json`) is
 name (`CorruptCheckpointWarning`), renamed to `step-XXXXXXXX.corrupt` so it is never picked again,
 and the newest intact checkpoint is loaded instead; the run then follows the trajectory the
 uninterrupted run took from that step. A checkpoint whose `run_id` is not the run folder's is
-refused. Optimizer/scheduler/RNG states are loaded with `torch.load(weights_only=True)`.
+refused, and so is one whose run identity (`run_identity`: its method and its config's sections,
+from the config every checkpoint saves) differs from the resuming config's: a run folder never
+mixes two methods. Optimizer/scheduler/RNG states are loaded with `torch.load(weights_only=True)`.
 """
 
 from __future__ import annotations
@@ -188,6 +190,51 @@ def latest_checkpoint(root: Path) -> Path | None:
     return done[-1] if done else None
 
 
+def run_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """What a resumed run may not change (`TrainConfig.to_dict()` form): its method and the set
+    of its config's sections (the core ones and the method's). Values inside the sections may
+    change on resume (`--set optimisation.max_steps=...`)."""
+    sections = sorted(name for name, value in config.items() if isinstance(value, dict))
+    return {"method": str(config.get("method", "simcse")), "sections": sections}
+
+
+def identity_change(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """How `current`'s run identity differs from `saved`'s ("method 'simcse' -> 'dclr'; section
+    'simcse' dropped, 'dclr' added"), or None when they are the same run."""
+    before, after = run_identity(saved), run_identity(current)
+    changes = []
+    if before["method"] != after["method"]:
+        changes.append(f"method {before['method']!r} -> {after['method']!r}")
+    dropped = [n for n in before["sections"] if n not in after["sections"]]
+    added = [n for n in after["sections"] if n not in before["sections"]]
+    if dropped or added:
+        named = [f"section {n!r} dropped" for n in dropped] + [f"{n!r} added" for n in added]
+        changes.append(", ".join(named))
+    return "; ".join(changes) or None
+
+
+def check_identity(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """Raise ConfigError naming the difference when checkpoint `path` (whose state.json holds
+    `saved`) belongs to a run of another identity than config `current`."""
+    config = saved.get("config")
+    if not isinstance(config, dict):
+        return  # written before checkpoints saved their config
+    change = identity_change(config, current)
+    if change is None:
+        return
+    method = run_identity(config)["method"]
+    run_dir = path.parent.parent
+    raise ConfigError(
+        f"{path} is a checkpoint of a {method} run, and the config resuming it changes the "
+        f"run's identity ({change}): resuming would train another method into the same run "
+        "folder\n"
+        f"  fix: restore `method: {method}` and its sections in {run_dir / 'config.yaml'} to "
+        f"continue that run; or train the new method in another folder (-o ANOTHER_FOLDER; "
+        f"--model {run_dir / 'best'} starts it from this run's model), or start over with "
+        "--overwrite"
+    )
+
+
 def resume_checkpoint(
     root: Path,
     model: torch.nn.Module,
@@ -195,12 +242,15 @@ def resume_checkpoint(
     scheduler: Any,
     extra: dict[str, torch.nn.Module] | None = None,
     run_id: str | None = None,
+    config: dict[str, Any] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Load the newest intact checkpoint under `root`; returns (its folder, its state).
 
     Checkpoints are tried newest first (the `latest` pointer's, then by step). A damaged one is
     named in a CorruptCheckpointWarning and renamed `*.corrupt`. `run_id`, when given, must match
-    the checkpoint's (a checkpoint left by another run is refused, never resumed silently).
+    the checkpoint's (a checkpoint left by another run is refused, never resumed silently), and
+    `config` (`TrainConfig.to_dict()`), when given, must keep the checkpoint's run identity
+    (`check_identity`: the same method and sections).
     """
     first = latest_checkpoint(root)
     candidates = sorted(checkpoint_dirs(root), key=_step_of, reverse=True)
@@ -220,6 +270,8 @@ def resume_checkpoint(
                     f"({root.parent / 'run.json'}): refusing to resume another run\n"
                     "  fix: start over with --overwrite, or resume the folder that run belongs to"
                 )
+            if config is not None:
+                check_identity(path, state, config)
             try:
                 return path, load_checkpoint(path, model, optimizer, scheduler, extra)
             except CorruptCheckpoint as err:

@@ -386,6 +386,7 @@ class Trainer:
             state.scheduler,
             state.extra,
             run_id(self.run_dir),
+            self.config.to_dict(),
         )
         state.start, state.best = saved["step"], saved.get("best_metric")
         state.best_step = saved.get("best_step")

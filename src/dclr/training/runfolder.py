@@ -6,7 +6,8 @@
   `--resume` (continue it) or `--overwrite` (delete that run's outputs, by name, and start over) is
   given, so a finished run is never overwritten silently and old checkpoints never mix with new
   ones. A fresh run writes `run.json` with a new run id; every checkpoint records it, and
-  `--resume` refuses a checkpoint of another run.
+  `--resume` refuses a checkpoint of another run, or one of another method or section set
+  (`check_resume`, before anything loads: a run folder never mixes two methods).
 - `GracefulStop` turns the first SIGTERM or Ctrl-C into a request the training loop honours at the
   end of the current step by writing a checkpoint there (so a run killed before its first
   `save_steps` still leaves something to resume); a second Ctrl-C interrupts at once. SIGKILL
@@ -93,6 +94,29 @@ def run_id(run_dir: Path) -> str | None:
         return json.loads((Path(run_dir) / RUN_FILE).read_text()).get("run_id")
     except (OSError, json.JSONDecodeError, AttributeError):
         return None
+
+
+def check_resume(run_dir: Path, config: dict[str, Any], method_only: bool = False) -> None:
+    """Refuse, before anything loads, to resume `run_dir` with `config` (`TrainConfig.to_dict()`
+    form) when it changes the run identity of the folder's newest checkpoint
+    (`checkpoint.check_identity`); `resume_checkpoint` checks the one it loads again.
+    `method_only`: compare the method alone (`config` is a recipe not yet built, whose sections
+    the method's defaults have not filled in)."""
+    from dclr.training.checkpoint import STATE_FILE, check_identity, latest_checkpoint
+
+    latest = latest_checkpoint(Path(run_dir) / "checkpoints")
+    if latest is None:
+        return
+    try:
+        state = json.loads((latest / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return  # damaged: resume_checkpoint names it and falls back to an older one
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+        return
+    if method_only:
+        state = {**state, "config": {"method": state["config"].get("method", "simcse")}}
+        config = {"method": config.get("method", "simcse")}
+    check_identity(latest, state, config)
 
 
 @contextlib.contextmanager
