@@ -1,0 +1,97 @@
+"""dclr's DCLRLoss contains sentence-transformers' GISTEmbedLoss "absolute" rule (issue 37).
+
+On (s, s) pairs with an eval-mode guide, the guide scores every positive at cosine 1, so
+GISTEmbedLoss(temperature=0.05, margin_strategy="absolute", margin=m, contrast_anchors=False,
+contrast_positives=False) masks exactly the in-batch candidates whose guide cosine is over 1 - m:
+DCLR's paper-form weighting at phi = 1 - m without noise negatives (GIST masks with `>`, DCLR
+drops with `>=`, so the thresholds here sit between two guide cosines, never on one). Loss and
+gradient must agree, with real drops: the test fails if DCLRLoss's weighting changes.
+sentence-transformers' own class is used, never a copy.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("sentence_transformers")
+
+from dclr.st import DCLRLoss  # noqa: E402
+
+try:
+    from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
+except ImportError:  # sentence-transformers < 6
+    from sentence_transformers.losses import GISTEmbedLoss
+
+from test_st_losses import tiny_st  # noqa: E402
+
+TAU = 0.05
+SENTENCES = [
+    "a cat sleeps on the sofa", "the cat is asleep on a couch", "two dogs run on the beach",
+    "a dog runs by the sea", "the stock market fell today", "shares dropped sharply",
+    "he reads a book", "a man is reading", "rain is expected tomorrow", "it will rain soon",
+    "kids play football", "children are playing soccer",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gist")
+    student, guide = tiny_st(root / "student", seed=0, dropout=0.0), tiny_st(root / "guide", seed=3)
+    student.eval()
+    guide.eval()
+    return student, guide
+
+
+def thresholds(guide) -> list[float]:
+    """Three phi values between consecutive off-diagonal guide cosines (no ties), at the 25th,
+    50th and 75th percentile: each drops some in-batch candidates and keeps others."""
+    with torch.no_grad():
+        g = guide.encode(SENTENCES, convert_to_tensor=True, normalize_embeddings=True)
+    upper = torch.triu(torch.ones(len(SENTENCES), len(SENTENCES), dtype=torch.bool), diagonal=1)
+    cos = (g @ g.T)[upper].sort().values  # each pair once (the matrix is symmetric)
+    picks = []
+    for q in (0.25, 0.5, 0.75):
+        i = int(q * (len(cos) - 1))
+        assert cos[i + 1] - cos[i] > 1e-6, "a tie at the chosen threshold"
+        picks.append(float((cos[i] + cos[i + 1]) / 2))
+    return picks
+
+
+def loss_and_grads(loss_fn, student):
+    student.zero_grad()
+    features = [student.tokenize(SENTENCES), student.tokenize(SENTENCES)]
+    loss = loss_fn(features, None)
+    loss.backward()
+    grads = [p.grad.detach().clone() for p in student.parameters() if p.grad is not None]
+    return loss.detach(), grads
+
+
+def test_dclr_loss_equals_gist_absolute_at_phi_one_minus_margin(models):
+    student, guide = models
+    phis = thresholds(guide)
+    for phi in phis:
+        gist = GISTEmbedLoss(student, guide, temperature=TAU, margin_strategy="absolute",
+                             margin=1.0 - phi, contrast_anchors=False, contrast_positives=False)  # fmt: skip
+        dclr = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
+                        false_negative_threshold=phi)  # fmt: skip
+        want, want_grads = loss_and_grads(gist, student)
+        got, got_grads = loss_and_grads(dclr, student)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert len(got_grads) == len(want_grads) > 0
+        for a, b in zip(got_grads, want_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_equivalence_is_not_vacuous(models):
+    """The thresholds do drop candidates, and dropping changes the loss: without weighting
+    DCLRLoss is plain SimCSE and differs from GIST at every phi used above."""
+    student, guide = models
+    plain = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
+                     weighting="none")  # fmt: skip
+    base, _ = loss_and_grads(plain, student)
+    for phi in thresholds(guide):
+        gist = GISTEmbedLoss(student, guide, temperature=TAU, margin_strategy="absolute",
+                             margin=1.0 - phi, contrast_anchors=False, contrast_positives=False)  # fmt: skip
+        masked, _ = loss_and_grads(gist, student)
+        assert abs(float(masked) - float(base)) > 1e-4, phi
