@@ -137,7 +137,7 @@ def test_page_compares_searches_and_is_captured(chromium, server, artifacts):
     page.close()
 
 
-def test_page_works_with_an_api_key(chromium, minilm_path):
+def test_page_works_with_an_api_key(chromium, minilm_path, artifacts):
     """Issue 25 item 8: with a key set, the page asks for it, keeps it in sessionStorage and
     sends it on its own calls (they used to get 401)."""
     key = "page-test-key-1234"
@@ -146,6 +146,7 @@ def test_page_works_with_an_api_key(chromium, minilm_path):
         page.goto(proc.url + "/")
         page.wait_for_selector("#api-key-form", state="visible", timeout=WAIT_MS)
         assert "needs an API key" in page.inner_text("#api-key-form")
+        page.screenshot(path=str(artifacts / "webpage-api-key.png"), full_page=True)
         page.fill("#api-key", key)
         page.click("#api-key-button")
         page.wait_for_selector("body[data-ready=true]", timeout=WAIT_MS)
