@@ -292,3 +292,32 @@ def test_noise_weighting_needs_complementary_weighting_and_paper_form():
             lambda **_: None, StubComplementary(None, None), dclr_form="official",
             noise_weighting="complementary",
         )  # fmt: skip
+
+
+def test_pair_false_negative_weights_by_hand():
+    """GIST's masks, written out: row i drops j != i where g_ij > g_ii - m (absolute) or
+    g_ij > g_ii - |g_ii| m (relative); never the diagonal."""
+    from dclr.losses.dclr import pair_false_negative_weights
+
+    g = torch.tensor([[0.80, 0.75, 0.10], [0.90, 0.50, 0.44], [0.20, 0.30, -0.40]])
+    absolute = pair_false_negative_weights(g, 0.1, relative=False)
+    # row 0: cut 0.70 -> drop 0.75; row 1: cut 0.40 -> drop 0.90, 0.44; row 2: cut -0.50 -> all
+    assert absolute.tolist() == [[1, 0, 1], [0, 1, 0], [0, 0, 1]]
+    relative = pair_false_negative_weights(g, 0.1, relative=True)
+    # row 0: cut 0.72 -> drop 0.75; row 1: cut 0.45 -> drop 0.90, keep 0.44;
+    # row 2: cut -0.40 - 0.04 = -0.44 -> drop 0.20, 0.30
+    assert relative.tolist() == [[1, 0, 1], [0, 1, 1], [0, 0, 1]]
+
+
+def test_pair_rules_need_complementary_weighting_and_refuse_calibration():
+    from dclr.errors import ConfigError
+    from dclr.options.dclr import DCLROptions
+
+    with pytest.raises(ConfigError, match="weighting: complementary"):
+        DCLROptions(false_negative_rule="pair_absolute", weighting="self").check_options()
+    with pytest.raises(ConfigError, match="noise_weighting: none"):
+        DCLROptions(
+            false_negative_rule="pair_relative", noise_weighting="complementary"
+        ).check_options()
+    with pytest.raises(ConfigError, match="false_negative_rule must be one of"):
+        DCLROptions(false_negative_rule="gist").check_options()

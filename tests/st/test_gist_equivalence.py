@@ -95,3 +95,47 @@ def test_the_equivalence_is_not_vacuous(models):
                              margin=1.0 - phi, contrast_anchors=False, contrast_positives=False)  # fmt: skip
         masked, _ = loss_and_grads(gist, student)
         assert abs(float(masked) - float(base)) > 1e-4, phi
+
+
+# ---- the pair rules: GIST's own masks on real (anchor, positive) pairs --------------------------
+ANCHORS = SENTENCES[0::2]
+POSITIVES = SENTENCES[1::2]
+
+
+def pair_loss_and_grads(loss_fn, student):
+    student.zero_grad()
+    features = [student.tokenize(ANCHORS), student.tokenize(POSITIVES)]
+    loss = loss_fn(features, None)
+    loss.backward()
+    grads = [p.grad.detach().clone() for p in student.parameters() if p.grad is not None]
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("strategy", ["absolute", "relative"])
+@pytest.mark.parametrize("margin", [0.0, 0.02, 0.1])
+def test_the_pair_rules_equal_gist_on_real_pairs(models, strategy, margin):
+    """false_negative_rule pair_absolute / pair_relative is GISTEmbedLoss's mask, anchor by
+    anchor, on pairs whose positives differ from their anchors."""
+    student, guide = models
+    gist = GISTEmbedLoss(student, guide, temperature=TAU, margin_strategy=strategy, margin=margin,
+                         contrast_anchors=False, contrast_positives=False)  # fmt: skip
+    dclr = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
+                    false_negative_rule=f"pair_{strategy}", pair_margin=margin)  # fmt: skip
+    want, want_grads = pair_loss_and_grads(gist, student)
+    got, got_grads = pair_loss_and_grads(dclr, student)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_pair_rule_masks_some_pairs_here(models):
+    """Not vacuous: at margin 0.1 the pair rule drops candidates in this batch (the loss moves
+    away from plain SimCSE on the same pairs)."""
+    student, guide = models
+    plain = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
+                     weighting="none")  # fmt: skip
+    pair = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
+                    false_negative_rule="pair_absolute", pair_margin=0.1)  # fmt: skip
+    base, _ = pair_loss_and_grads(plain, student)
+    masked, _ = pair_loss_and_grads(pair, student)
+    assert abs(float(masked) - float(base)) > 1e-4

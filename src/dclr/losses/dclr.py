@@ -104,6 +104,23 @@ def false_negative_weights(teacher_cos: torch.Tensor, threshold: float | None) -
     return weights.masked_fill(drop, 0.0).reshape(n, n)
 
 
+def pair_false_negative_weights(
+    teacher_cos: torch.Tensor, margin: float, relative: bool
+) -> torch.Tensor:
+    """alpha (n, n) in {0, 1} by each anchor's own positive: teacher_cos (n, n) holds the
+    complementary cosines of anchors (rows) and positives (columns), so g_ii is anchor i's
+    positive. Off the diagonal, 0 where cos_ij > g_ii - margin (absolute) or
+    > g_ii - |g_ii| * margin (relative): sentence-transformers' GISTEmbedLoss mask (strict `>`).
+    With g_ii = 1 (two views of one sentence) the absolute rule is the fixed rule at
+    phi = 1 - margin, up to ties."""
+    n = teacher_cos.shape[0]
+    positive = teacher_cos.diagonal().reshape(n, 1)  # (n, 1) g_ii
+    cut = positive - (positive.abs() * margin if relative else margin)  # (n, 1)
+    drop = teacher_cos > cut
+    drop.fill_diagonal_(False)  # the positive is never a false negative
+    return torch.ones_like(teacher_cos).masked_fill(drop, 0.0)
+
+
 def noise_negative_weights(
     complementary_anchors: torch.Tensor, noise: torch.Tensor, threshold: float
 ) -> torch.Tensor:
@@ -246,6 +263,8 @@ class DCLRLoss(torch.nn.Module):
         self.noise_mode, self.weighting = options.noise_mode, options.weighting
         self.form, self.noise_weighting = options.dclr_form, options.noise_weighting
         self.threshold = options.false_negative_threshold
+        self.rule = options.false_negative_rule
+        self.pair_margin = options.pair_margin
         self.seed = seed
         self.views = views
         self.start_records = dict(start_records or {})
@@ -306,11 +325,13 @@ class DCLRLoss(torch.nn.Module):
                 teacher = cosine_matrix(z1.detach(), z2.detach())
         weights = None
         if teacher is not None and self.weighting != "distill":
-            weights = (
-                official_weights(teacher, self.threshold, self.temperature)
-                if self.form == "official"
-                else false_negative_weights(teacher, self.threshold)
-            )
+            if self.form == "official":
+                weights = official_weights(teacher, self.threshold, self.temperature)
+            elif self.rule == "fixed":
+                weights = false_negative_weights(teacher, self.threshold)
+            else:
+                relative = self.rule == "pair_relative"
+                weights = pair_false_negative_weights(teacher, self.pair_margin, relative)
         noise_weights = None
         if self.noise_weighting == "complementary" and noise is not None:
             anchors = self.complementary.anchor_vectors(indices, sentences).to(z1.device)  # (n, d)

@@ -29,6 +29,11 @@ NoiseWeighting = Literal["none", "complementary"]
 NEEDS_SCORER = ("complementary", "distill")  # weightings that need a complementary model
 # where phi comes from: as set, or calibrated on the complementary model (dclr.losses.calibration)
 PhiCalibration = Literal["none", "random_pairs", "paraphrase_recall"]
+# which in-batch negatives count as false: fixed (complementary cosine >= phi, the paper) or,
+# per anchor, relative to the complementary model's anchor-positive cosine g_ii, as
+# sentence-transformers' GISTEmbedLoss masks: pair_absolute drops cos > g_ii - margin,
+# pair_relative drops cos > g_ii - |g_ii| * margin (strict `>`, as GIST)
+FalseNegativeRule = Literal["fixed", "pair_absolute", "pair_relative"]
 
 
 @dataclass
@@ -48,6 +53,10 @@ class DCLROptions:
     # cos(h_i^C, noise) >= phi, the paper's "any negative" (dclr.txt l.94; docs/dclr-loss-forms.md)
     noise_weighting: NoiseWeighting = "none"
     dclr_form: LossForm = "paper"  # paper equations, or what the official code computes
+    # fixed (phi above) | pair_absolute | pair_relative (per anchor, from its own positive's
+    # complementary cosine and pair_margin; GISTEmbedLoss's margin_strategy; phi is not used)
+    false_negative_rule: FalseNegativeRule = "fixed"
+    pair_margin: float = 0.0  # the margin of the pair rules (GIST's default: 0)
 
     def check_options(self) -> None:
         """Every value in range and every combination the objective implements; a ConfigError
@@ -74,6 +83,20 @@ class DCLROptions:
             raise ConfigError(f"noise_temperature must be > 0, got {self.noise_temperature}")
         if self.dclr_form == "official" and self.weighting not in ("complementary", "none"):
             raise ConfigError("the official form implements complementary weighting only")
+        if self.false_negative_rule != "fixed":
+            if self.weighting != "complementary" or self.dclr_form != "paper":
+                raise ConfigError(
+                    f"false_negative_rule: {self.false_negative_rule} compares each negative "
+                    "with its anchor's positive under the complementary model: it needs "
+                    "weighting: complementary and dclr_form: paper"
+                )
+            if self.noise_weighting != "none":
+                raise ConfigError(
+                    f"false_negative_rule: {self.false_negative_rule} has no positive to compare "
+                    "a noise negative with: use noise_weighting: none"
+                )
+            if not 0 <= self.pair_margin <= 2:
+                raise ConfigError(f"pair_margin must be in [0, 2], got {self.pair_margin}")
         if self.noise_weighting == "complementary" and (
             self.weighting != "complementary" or self.dclr_form != "paper"
         ):
@@ -97,6 +120,7 @@ _LITERALS: dict[str, tuple[str, ...]] = {
     "weighting": get_args(Weighting),
     "noise_weighting": get_args(NoiseWeighting),
     "dclr_form": get_args(LossForm),
+    "false_negative_rule": get_args(FalseNegativeRule),
 }
 
 
@@ -147,3 +171,8 @@ class DCLRSection(DCLROptions, ContrastiveSection):
             raise ConfigError("complementary_rows: sampled needs complementary_mode: cached")
         if self.phi_calibration != "none" and self.weighting != "complementary":
             raise ConfigError(PHI_CALIBRATION_NEEDS)
+        if self.phi_calibration != "none" and self.false_negative_rule != "fixed":
+            raise ConfigError(
+                f"phi_calibration sets phi, which false_negative_rule: "
+                f"{self.false_negative_rule} does not use: set phi_calibration: none"
+            )

@@ -268,6 +268,8 @@ class DCLRLoss(nn.Module):
             "noise_temperature": self.noise_temperature,
             "noise_mode": o.noise_mode,
             "false_negative_threshold": o.threshold,
+            "false_negative_rule": o.rule,
+            "pair_margin": o.pair_margin,
             "weighting": o.weighting,
             "noise_weighting": o.noise_weighting,
             "form": o.form,
