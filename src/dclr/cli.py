@@ -750,7 +750,7 @@ def _print_audit(result: dict) -> None:
     out.print(
         f"[bold]{escape(st['corpus'])}[/]: {st['texts']} texts; {result['batches']} batches of "
         f"{st['batch_size']} (seed {st['seed']}) → {result['pairs']} in-batch negative pairs; "
-        f"guide {escape(st['guide'])} [{st['pooler']}]"
+        f"guide {escape(st['guide'])} " + escape(f"[{st['pooler']}]")
     )
     out.print(
         f"exact copies (equal after case/whitespace): {result['exact_copies']} pairs "

@@ -73,6 +73,13 @@ def test_report_keys_copies_and_near_duplicates():
     assert "precision" not in fixed  # no known pair in the batches: gold P/R left out
 
 
+def test_a_pair_met_in_two_batches_is_shown_once():
+    twice = [["a dog runs", "a dog runs!", *unrelated(4)], ["a dog runs", "a dog runs!", "x"]]
+    result = audit_pairs(twice, stub_vectors, {"random_pairs q=0.001": 0.5})
+    fixed = {r["rule"]: r for r in result["rules"]}["fixed 0.9"]
+    assert fixed["near_duplicates"] == 2 and len(fixed["examples"]) == 1
+
+
 def test_drop_counts_are_monotone_in_phi():
     result = audit_pairs(BATCHES, stub_vectors, {"random_pairs q=0.001": 0.5}, phis=FIXED_PHIS)
     rows = sorted(result["rules"], key=lambda r: r["phi"])

@@ -103,7 +103,7 @@ def rule_rows(
     for label, phi in phis.items():
         dropped = pairs.cos >= phi
         near = dropped & ~pairs.copy
-        shown = np.flatnonzero(near)[np.argsort(pairs.cos[near], kind="stable")[:examples]]
+        ranked = np.flatnonzero(near)[np.argsort(pairs.cos[near], kind="stable")]
         row: dict[str, Any] = {
             "rule": label,
             "phi": float(phi),
@@ -111,20 +111,31 @@ def rule_rows(
             "dropped_share": float(dropped.mean()) if len(dropped) else float("nan"),
             "exact_copies": int((dropped & pairs.copy).sum()),
             "near_duplicates": int(near.sum()),
-            "examples": [
-                {
-                    "cos": float(pairs.cos[p]),
-                    "a": batches[pairs.where[p, 0]][pairs.where[p, 1]],
-                    "b": batches[pairs.where[p, 0]][pairs.where[p, 2]],
-                }
-                for p in shown
-            ],
+            "examples": _examples(pairs, batches, ranked, examples),
         }
         if with_gold:
             pr = pr_rows(pairs.cos, pairs.gold, [phi])[0]
             row.update(precision=pr["precision"], recall=pr["recall"])
         rows.append(row)
     return rows
+
+
+def _examples(
+    pairs: BatchPairs, batches: Sequence[Sequence[str]], ranked: np.ndarray, k: int
+) -> list[dict[str, Any]]:
+    """The first k pairs of `ranked` (pair positions), each pair of texts once (the same two
+    sentences can meet in several batches)."""
+    out: list[dict[str, Any]] = []
+    seen: set[frozenset[str]] = set()
+    for p in ranked:
+        if len(out) == k:
+            break
+        b, i, j = (int(x) for x in pairs.where[p])
+        a, c = batches[b][i], batches[b][j]
+        if frozenset((a, c)) not in seen:
+            seen.add(frozenset((a, c)))
+            out.append({"cos": float(pairs.cos[p]), "a": a, "b": c})
+    return out
 
 
 def recommend(pairs: BatchPairs, calibrated_phi: float | None) -> dict[str, Any]:
