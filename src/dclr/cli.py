@@ -785,8 +785,8 @@ def _print_audit(result: dict) -> None:
     out.print(f"[bold]recommendation:[/] {escape(result['recommendation']['text'])}")
 
 
-def _pct(value: float) -> str:
-    return "—" if value != value else f"{100 * value:.1f}"  # NaN: nothing dropped / no gold
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}"  # None: nothing dropped
 
 
 config_app = typer.Typer(help="Training recipes.", no_args_is_help=True)

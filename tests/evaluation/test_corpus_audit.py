@@ -111,6 +111,28 @@ def test_gold_pairs_give_precision_and_recall():
     assert fixed["precision"] == pytest.approx(3 / 5) and fixed["recall"] == 1.0
 
 
+def test_gold_precision_is_null_when_nothing_is_dropped():
+    gold = GoldIndex([ParaphrasePair("a dog runs", "a dog runs!", "test")])
+    result = audit_pairs(BATCHES, stub_vectors, {"random_pairs q=0.001": 0.5}, phis=[0.99],
+                         gold=gold)  # fmt: skip
+    row = {r["rule"]: r for r in result["rules"]}["fixed 0.99"]
+    assert row["near_duplicates"] == 0 and row["recall"] == pytest.approx(2 / 3)
+    json.dumps(result, allow_nan=False)  # strict JSON for scripts
+    unrelated_only = audit_pairs([unrelated(8)], stub_vectors, {}, phis=[0.9], gold=gold)
+    assert "precision" not in unrelated_only["rules"][0]
+
+
+def test_a_table_column_is_read_as_training_reads_it(tiny_model_dir, tmp_path):
+    rows = [{"id": i, "text": f"row {i} of the table"} for i in range(40)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = audit_corpus(str(path), str(tiny_model_dir), batch_size=8, batches=2,
+                          column="text", pooler="mean", gold_sources="")  # fmt: skip
+    assert result["settings"]["texts"] == 40 and result["pairs"] == 2 * 28
+    texts = {e["a"] for r in result["rules"] for e in r["examples"]}
+    assert all(t.startswith("row ") for t in texts)
+
+
 def test_histogram_png_is_written(tmp_path):
     result = audit_pairs(BATCHES, stub_vectors, {"random_pairs q=0.001": 0.5})
     path = plot_histogram(result, tmp_path / "h.png")

@@ -115,7 +115,8 @@ def rule_rows(
         }
         if with_gold:
             pr = pr_rows(pairs.cos, pairs.gold, [phi])[0]
-            row.update(precision=pr["precision"], recall=pr["recall"])
+            # None (JSON null), not NaN: nothing dropped has no precision
+            row.update({k: None if np.isnan(pr[k]) else pr[k] for k in ("precision", "recall")})
         rows.append(row)
     return rows
 
