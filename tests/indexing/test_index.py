@@ -200,3 +200,43 @@ def test_the_search_table_names_lines_as_encode_does(model_dir, corpus_file, tmp
     assert "line" in header and "row" not in header
     hit = next(line for line in found.output.splitlines() if CORPUS[3] in line and "│" in line)
     assert [c.strip() for c in hit.split("│")][1:4] == ["1", "1.0000", "4"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_the_users_own_id_column_is_kept_in_the_results(model_dir, tmp_path, fmt):
+    """Issue 38: `index build` dropped the user's id column; hits carried row numbers only.
+    With --id-column each hit carries its row's id (numbers as JSON writes them)."""
+    texts = ["A man plays a guitar.", "A dog runs.", "The sky is blue."]
+    ids = ["doc-7", 42, "x/3"]
+    corpus = tmp_path / f"docs.{fmt}"
+    if fmt == "csv":
+        corpus.write_text(
+            "id,text\n" + "".join(f"{i},{t}\n" for i, t in zip(ids, texts, strict=True))
+        )
+    elif fmt == "jsonl":
+        rows = [json.dumps({"id": i, "text": t}) for i, t in zip(ids, texts, strict=True)]
+        corpus.write_text("\n".join(rows) + "\n")
+    else:
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        table = pa.table({"id": [str(i) for i in ids], "text": texts})
+        pq.write_table(table, corpus)
+    out = tmp_path / "idx"
+    built = runner.invoke(app, ["index", "build", str(model_dir), str(corpus), "--out", str(out),
+                                "--pooler", "mean", "--column", "text", "--id-column", "id"])  # fmt: skip
+    assert built.exit_code == 0, built.output
+    found = runner.invoke(app, ["search", texts[1], "--index", str(out), "-k", "3", "--json"])
+    hits = json.loads(found.output)["results"]
+    assert hits[0]["text"] == texts[1] and hits[0]["doc_id"] == "42" and hits[0]["row"] == 1
+    assert {h["doc_id"] for h in hits} == {"doc-7", "42", "x/3"}
+    table = runner.invoke(app, ["search", texts[0], "--index", str(out), "-k", "1"])
+    assert "doc-7" in table.output
+
+
+def test_an_id_column_on_a_text_file_is_refused_before_encoding(model_dir, corpus_file, tmp_path):
+    out = tmp_path / "idx"
+    built = runner.invoke(app, ["index", "build", str(model_dir), str(corpus_file), "--out",
+                                str(out), "--pooler", "mean", "--id-column", "id"])  # fmt: skip
+    assert built.exit_code != 0 and "no id column" in built.output
+    assert not (out / "embeddings").exists()  # nothing was encoded

@@ -83,6 +83,19 @@ class TextSource:
             return _jsonl_rows(self.path, self.column)
         return _parquet_rows(self.path, self.column)
 
+    def ids(self, column: str) -> Iterator[str]:
+        """Every row's value in `column` as a string (a user's own document id: numbers are
+        written as JSON writes them), in file order; "" where a row has none."""
+        if self.format in ("csv", "tsv"):
+            return _csv_rows(self.path, column, "\t" if self.format == "tsv" else ",")
+        if self.format == "jsonl":
+            return _jsonl_ids(self.path, column)
+        if self.format == "parquet":
+            return _parquet_ids(self.path, column)
+        raise InputError(
+            "a text file has no id column", path=self.path, fix="drop --id-column, or index a table"
+        )
+
     def count(self) -> int:
         """The number of rows (a fast byte scan for .txt/.jsonl, metadata for Parquet)."""
         if self.format in ("txt", "jsonl"):
@@ -293,3 +306,39 @@ def _parquet_rows(path: Path, column: str | None) -> Iterator[str]:
     for batch in handle.iter_batches(batch_size=_PARQUET_BATCH, columns=[column]):
         for value in batch.column(0).to_pylist():
             yield (value or "").strip()
+
+
+def _id_text(value: object) -> str:
+    """A document id as text: strings as they are, anything else as JSON writes it."""
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value)
+
+
+def _jsonl_ids(path: Path, column: str) -> Iterator[str]:
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            line = _decode(raw, path, number).strip()
+            if not line:
+                yield ""
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
+            if not isinstance(record, dict):
+                raise InputError("each line must be a JSON object", path=path, line=number)
+            yield _id_text(record.get(column))
+
+
+def _parquet_ids(path: Path, column: str) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    handle = pq.ParquetFile(path)
+    if column not in handle.schema_arrow.names:
+        raise InputError(
+            f"no column {column!r}",
+            path=path,
+            fix=f"pick one of: {', '.join(handle.schema_arrow.names)}",
+        )
+    for batch in handle.iter_batches(batch_size=_PARQUET_BATCH, columns=[column]):
+        for value in batch.column(0).to_pylist():
+            yield _id_text(value)

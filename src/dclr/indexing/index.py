@@ -33,6 +33,7 @@ finds, under the lock, so never one that a live build holds.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import mmap
@@ -178,16 +179,22 @@ def duplicate_rows(source: TextSource) -> frozenset[int]:
 
 
 def _write_texts(
-    folder: Path, source: TextSource, rows: np.ndarray, skip: frozenset[int] = frozenset()
+    folder: Path,
+    source: TextSource,
+    rows: np.ndarray,
+    skip: frozenset[int] = frozenset(),
+    id_column: str | None = None,
 ) -> None:
     """Write texts.jsonl (id order = row order) and its byte offsets; checks the rows match.
-    Rows in `skip` (duplicates left out of the index) are passed over."""
+    Rows in `skip` (duplicates left out of the index) are passed over. With `id_column`, each
+    record also keeps the row's own document id (`doc_id`), which search results carry."""
     offsets = np.empty(len(rows) + 1, dtype=np.int64)
     position = 0
     next_id = 0
     tmp = folder / f".{TEXTS}.tmp"
+    ids = source.ids(id_column) if id_column else itertools.repeat(None)
     with tmp.open("wb") as fh:
-        for row, text in enumerate(source.rows()):
+        for row, (text, doc_id) in enumerate(zip(source.rows(), ids, strict=False)):
             if is_blank(text) or row in skip:
                 continue
             if next_id >= len(rows) or rows[next_id] != row:
@@ -196,7 +203,10 @@ def _write_texts(
                     path=source.path,
                     fix="rebuild with --overwrite",
                 )
-            line = json.dumps({"id": next_id, "row": row, "text": text}, ensure_ascii=False)
+            record = {"id": next_id, "row": row, "text": text}
+            if id_column:
+                record["doc_id"] = doc_id
+            line = json.dumps(record, ensure_ascii=False)
             data = (line + "\n").encode("utf-8")
             offsets[next_id] = position
             fh.write(data)
@@ -222,8 +232,12 @@ def build_index(
     show_progress: bool = False,
     precision: str = "fp32",
     dedup: bool = False,
+    id_column: str | None = None,
 ) -> dict[str, Any]:
     """Encode `source` (resumably, into out_dir/embeddings), build the index, write the folder.
+
+    `id_column`: a CSV/TSV/JSONL field or Parquet column of the user's own document ids; each
+    hit then carries its row's `doc_id` beside the row number.
 
     `dedup`: rows equal to an earlier row after lower-casing and collapsing whitespace are left
     out of the index (they are still encoded, so the shards serve either choice), so copies do
@@ -249,6 +263,7 @@ def build_index(
             show_progress,
             precision,
             dedup,
+            id_column,
         )
 
 
@@ -264,6 +279,7 @@ def _build_locked(
     show_progress: bool,
     precision: str = "fp32",
     dedup: bool = False,
+    id_column: str | None = None,
 ) -> dict[str, Any]:
     import faiss
 
@@ -271,6 +287,8 @@ def _build_locked(
     from dclr.indexing.shards import iter_shards
 
     remove_stale_staging(out_dir)  # first: a build that fails below still cleans them up
+    if id_column:  # a missing column or a text file is refused before anything is encoded
+        next(iter(source.ids(id_column)), None)
     settings = BulkSettings(normalize=True, batch_size=batch_size)
     manifest = bulk_encode(
         model,
@@ -300,7 +318,7 @@ def _build_locked(
     try:
         with atomic.storage_guard(staging, needed=vectors.nbytes):
             faiss.write_index(index, str(staging / INDEX_FILE))
-            _write_texts(staging, source, rows, skip)
+            _write_texts(staging, source, rows, skip, id_column)
         files = {name: atomic.file_record(staging / name) for name in INDEX_FILES}
         meta = {
             "format": FORMAT_VERSION,
@@ -315,6 +333,7 @@ def _build_locked(
             "input": manifest["input"],
             "dedup": dedup,
             "duplicates_left_out": len(skip),
+            "id_column": id_column,
             "build_id": uuid.uuid4().hex[:BUILD_ID_CHARS],  # which build a server serves
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": files,
@@ -401,6 +420,7 @@ class Hit:
     row: int
     score: float
     text: str
+    doc_id: str | None = None  # the row's own id (`index build --id-column`), else None
 
 
 class SearchIndex:
@@ -488,7 +508,15 @@ class SearchIndex:
                 if vector_id < 0:  # fewer than k found (IVF cells too small)
                     continue
                 record = self.record(int(vector_id))
-                hits.append(Hit(int(vector_id), int(record["row"]), float(score), record["text"]))
+                hits.append(
+                    Hit(
+                        int(vector_id),
+                        int(record["row"]),
+                        float(score),
+                        record["text"],
+                        record.get("doc_id"),
+                    )
+                )
             results.append(hits)
         return results
 

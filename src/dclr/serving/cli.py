@@ -166,6 +166,13 @@ def index_build(
             "so copies do not fill the results."
         ),
     ] = False,
+    id_column: Annotated[
+        str | None,
+        typer.Option(
+            help="CSV/TSV/JSONL field or Parquet column of your own document ids: every hit "
+            "carries its row's `doc_id` (search, /search) beside the row number."
+        ),
+    ] = None,
     overwrite: Overwrite = False,
     precision: PrecisionOpt = "fp32",
 ) -> None:
@@ -189,6 +196,7 @@ def index_build(
             show_progress=True,
             precision=precision,
             dedup=dedup,
+            id_column=id_column,
         )
     except ModuleNotFoundError as err:
         _need_extra(err)
@@ -275,12 +283,15 @@ def search(
     # formats (csv header, parquet): the 0-based row the JSON and the API return
     by_line = (meta.get("input") or {}).get("format") in LINE_FORMATS
     where = "line" if by_line else "row (0-based)"
-    for column, justify in (("#", "right"), ("score", "right"), (where, "right"), ("text", "left")):
+    with_ids = bool(meta.get("id_column"))
+    columns = [("#", "right"), ("score", "right"), (where, "right")]
+    columns += [("id", "left")] * with_ids + [("text", "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r, hit in enumerate(hits, start=1):
-        table.add_row(
-            str(r), f"{hit.score:.4f}", str(hit.row + 1 if by_line else hit.row), hit.text
-        )
+        place = str(hit.row + 1 if by_line else hit.row)
+        ids = [escape(hit.doc_id or "")] * with_ids
+        table.add_row(str(r), f"{hit.score:.4f}", place, *ids, hit.text)
     out.print(table)
 
 

@@ -89,6 +89,9 @@ class SearchHit(BaseModel):
     row: int = Field(description="Row of the indexed input file (0-based).")
     score: float = Field(description="Cosine similarity to the query.")
     text: str
+    doc_id: str | None = Field(
+        default=None, description="The row's own id (`dclr index build --id-column`)."
+    )
 
 
 class SearchResponse(BaseModel):
