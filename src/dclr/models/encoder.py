@@ -404,7 +404,7 @@ class SentenceEncoder(nn.Module):
     @torch.inference_mode()
     def encode_ids_poolers(
         self,
-        ids: Sequence[Sequence[int]],
+        ids: Sequence[list[int]],
         poolers: Sequence[str],
         batch_size: int = 128,
         normalize: bool = False,
@@ -441,10 +441,10 @@ class SentenceEncoder(nn.Module):
                 one = torch.tensor([ids[batch_rows[0]]], device=self.device)  # (1, L)
                 pooled = self._forward_padded_pooled(poolers, one, torch.ones_like(one))
             elif self.packing:  # straight from token ids: no pad-then-unpad round trip
-                pooled = self._forward_ids_pooled([list(ids[i]) for i in batch_rows], poolers)
+                pooled = self._forward_ids_pooled([ids[i] for i in batch_rows], poolers)
             else:
                 batch = self.tokenizer.pad(
-                    {"input_ids": [list(ids[i]) for i in batch_rows]}, return_tensors="pt"
+                    {"input_ids": [ids[i] for i in batch_rows]}, return_tensors="pt"
                 )
                 features = {k: v.to(self.device) for k, v in batch.items()}
                 pooled = self._forward_padded_pooled(poolers, **features)

@@ -37,6 +37,7 @@ that fails gets its own error.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import math
@@ -162,6 +163,8 @@ class EmbeddingBatcher:
         self._queue: list[_Request] = []  # sorted by key
         # size class -> its latest passes (tokens, seconds, when measured)
         self._passes: dict[int, collections.deque[tuple[int, float, float]]] = {}
+        # (when its oldest pass was measured, the fit) until a pass is measured or that expires
+        self._fitted: tuple[float, tuple[float, float]] | None = None
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dclr-encode")
@@ -207,12 +210,22 @@ class EmbeddingBatcher:
         ~12 ms for ~13 tokens, 7x the per-token cost of a full pass), so a rate in tokens/s alone
         would take a stream of single queries for a slow machine. With too little spread in the
         pass sizes to separate the two, all of the time is put on the tokens (conservative for
-        larger passes)."""
+        larger passes). Computed once per measured pass (and again when its oldest pass
+        expires), not on every admission."""
         now = time.perf_counter()
-        window = [(t, s) for size in self._passes.values() for t, s, when in size
-                  if now - when < RATE_MEMORY_S]  # fmt: skip
-        if not window:
+        if self._fitted is not None and now - self._fitted[0] < RATE_MEMORY_S:
+            return self._fitted[1]
+        recent = [p for size in self._passes.values() for p in size if now - p[2] < RATE_MEMORY_S]
+        if not recent:
+            self._fitted = None
             return None
+        fit = self._fit_window([(tokens, seconds) for tokens, seconds, _ in recent])
+        self._fitted = (min(when for _, _, when in recent), fit)
+        return fit
+
+    @staticmethod
+    def _fit_window(window: list[tuple[int, float]]) -> tuple[float, float]:
+        """(seconds per pass, seconds per token) by least squares on (tokens, seconds) pairs."""
         n = len(window)
         total_t, total_s = sum(t for t, _ in window), sum(s for _, s in window)
         mean_t, mean_s = total_t / n, total_s / n
@@ -290,6 +303,7 @@ class EmbeddingBatcher:
             return
         size = int(math.log(max(tokens, 1), 4))
         passes = self._passes.setdefault(size, collections.deque(maxlen=PASSES_PER_SIZE))
+        self._fitted = None  # refit on the next estimate
         passes.append((tokens, seconds, time.perf_counter()))
         self.stats.tokens_per_s = round(self.live_rate(), 1)
 
@@ -315,7 +329,8 @@ class EmbeddingBatcher:
                 None,
             )
         costs = self._costs()
-        queue = sorted([*self._queue, request], key=lambda r: r.key)
+        at = bisect.bisect_right(self._queue, request.key, key=lambda r: r.key)
+        queue = [*self._queue[:at], request, *self._queue[at:]]  # the queue stays sorted
         # An idle server takes any request, unless the client said how long it waits and this
         # request alone would outlast that: it would time out, and its work would be wasted.
         busy = bool(self._queue) or self._running is not None
