@@ -175,6 +175,39 @@ def test_served_vectors_equal_bulk_vectors_whatever_the_batch_mates(tiny_model_d
     np.testing.assert_allclose(served[:5], alone, rtol=0, atol=1e-6)
 
 
+def test_small_passes_run_on_one_thread_and_larger_ones_on_all(tiny_model_dir, monkeypatch):
+    """Issue 35: a query's pass (a few texts) runs the model on one intra-op thread, so the
+    second core stays with the event loop; a pass of ONE_THREAD_BELOW_TOKENS tokens or more
+    gets every thread the process was given. The vectors do not depend on it."""
+    import torch
+
+    from dclr.serving.service import ONE_THREAD_BELOW_TOKENS, encoder_functions
+
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean")
+    seen: list[tuple[int, int]] = []
+    real = encoder.encode_ids_poolers
+
+    def spy(ids, *args, **kwargs):
+        seen.append((sum(map(len, ids)), torch.get_num_threads()))
+        return real(ids, *args, **kwargs)
+
+    monkeypatch.setattr(encoder, "encode_ids_poolers", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        tokenize, encode = encoder_functions(encoder)
+        one = tokenize(["the cat sat on a mat"])
+        many = one * (ONE_THREAD_BELOW_TOKENS // len(one[0]) + 1)
+        small = encode(one)[0]
+        encode(many)
+        again = encode(one)[0]
+    finally:
+        torch.set_num_threads(before)
+    assert [threads for _, threads in seen] == [1, 2, 1]
+    assert seen[0][0] < ONE_THREAD_BELOW_TOKENS <= seen[1][0]
+    np.testing.assert_array_equal(small, again)
+
+
 def test_indexing_traffic_a_quiet_machine_finishes_in_time_is_never_refused():
     """Issue 35: 8 clients x 64 texts were refused (503) by a character estimate at the padded
     rate, though the machine finished them in 4-6 s. In tokens at the live rate all are in."""

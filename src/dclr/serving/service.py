@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -79,6 +80,12 @@ MAX_PROBLEMS = 5
 # FAISS threads: a request searches one query, which one thread does fastest; more OpenMP
 # threads would only spin against the encoder's own threads in this process.
 SEARCH_THREADS = 1
+# Passes under this many tokens (a query of a few texts) run the model on one intra-op thread.
+# Measured on the 2-core EPYC (benchmarks/serve_vs_peer.py, dclr only, c1x1 = sequential
+# one-text requests): p50 20.2 ms and 26.6 CPU s / 1,000 texts with 2 threads, 16.1 ms and 17.0 s
+# with 1; a forward of <= 60 tokens takes the same time on 1 or 2 threads in isolation. Larger
+# passes keep every thread: with one, 32 clients x 1 text fell from 194 to 137 texts/s.
+ONE_THREAD_BELOW_TOKENS = 128
 # nginx's status for "client closed the request" (never seen by the client, which is gone).
 CLIENT_CLOSED = 499
 ERRORS: dict[int | str, dict[str, Any]] = {  # FastAPI's `responses` type
@@ -104,6 +111,15 @@ class BatchOptions:
     max_queue_wait_s: float = MAX_QUEUE_WAIT_S
 
 
+def pass_threads(tokens: int, threads: int) -> int:
+    """Intra-op threads for a pass of `tokens` tokens: one below `ONE_THREAD_BELOW_TOKENS`.
+
+    A pass that small gains nothing from a second thread (its matrices are too small to split
+    well), and the threads it would wake compete with the event loop, which parses, validates and
+    answers requests on the same cores."""
+    return 1 if tokens < ONE_THREAD_BELOW_TOKENS else threads
+
+
 def encoder_functions(encoder: SentenceEncoder) -> tuple[Tokenize, EncodeIds]:
     """The batcher's two halves: texts -> token ids (truncated where the model truncates, as
     bulk encoding does), and token ids -> (unit vectors (n, d) float32,).
@@ -117,7 +133,12 @@ def encoder_functions(encoder: SentenceEncoder) -> tuple[Tokenize, EncodeIds]:
     def tokenize(texts: list[str]) -> list[list[int]]:
         return encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
 
+    threads = torch.get_num_threads()  # the process's setting (the encode thread starts at it)
+
     def encode(ids: list[list[int]]) -> tuple[np.ndarray]:
+        want = pass_threads(sum(len(x) for x in ids), threads)
+        if torch.get_num_threads() != want:  # ~1.5 us; only when a pass crosses the line
+            torch.set_num_threads(want)
         vectors = encoder.encode_ids_poolers(ids, (pooler,), batch_size=len(ids), normalize=True)
         trim_heap()  # see dclr.indexing.memory: keeps resident memory flat across shapes
         return (vectors[pooler],)
