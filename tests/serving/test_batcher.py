@@ -171,6 +171,7 @@ def test_served_vectors_equal_bulk_vectors_whatever_the_batch_mates(tiny_model_d
     results, stats = run(scenario)
     served = np.concatenate([vectors for vectors, _ in results])
     assert stats.batches > 2 and stats.largest_batch > 3  # passes mixed several requests
+    assert stats.busy_s > 0  # the model's busy seconds, for /health
     np.testing.assert_allclose(served, bulk, rtol=0, atol=1e-6)
     np.testing.assert_allclose(served[:5], alone, rtol=0, atol=1e-6)
 

@@ -109,6 +109,7 @@ class BatcherStats:
     failed: int = 0  # requests whose own texts made the encoder fail
     late: int = 0  # requests answered after their deadline (the rate estimate was wrong)
     tokens_per_s: float = 0.0  # measured throughput of a full pass (0: not measured yet)
+    busy_s: float = 0.0  # seconds the model spent in passes (busy / uptime: how loaded it is)
 
 
 @dataclass(eq=False)
@@ -468,7 +469,9 @@ class EmbeddingBatcher:
                 else:
                     await self._isolate(slices)
             else:
-                self._measure(tokens, time.perf_counter() - tic)
+                seconds = time.perf_counter() - tic
+                self._measure(tokens, seconds)
+                self.stats.busy_s += seconds
                 offset = 0
                 for request, start, stop in slices:
                     count = stop - start
