@@ -27,6 +27,7 @@ from dclr.evaluation.retrieval_runs import retrieval_test_scores, starting_retri
 from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
 from dclr.options.config import TrainConfig
+from dclr.options.flat import flat_values
 from dclr.training import runfolder
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.loop import Trainer
@@ -253,6 +254,7 @@ def _run_phases(
         summary.update(final)
         write_run_cards(
             config,
+            flat_values(config),
             result.steps,
             result.best_dir,
             result.final_dir,

@@ -17,13 +17,19 @@ from typing import Any
 
 from dclr.errors import ConfigError
 from dclr.methods.registry import builtin_sections, get_method, method_sections
-from dclr.options.config import CORE_SECTIONS, core_field, field_names, set_flat
+from dclr.options.config import CORE_SECTIONS
+from dclr.options.flat import core_field, field_names, set_flat
 
 
-def convert_flat(values: dict[str, Any], source: str = "config") -> dict[str, Any]:
+def convert_flat(
+    values: dict[str, Any], source: str = "config", flat_format: bool = True
+) -> dict[str, Any]:
     """A flat (pre-sections) config -> the sectioned form. The method's plugin may rename its
     method or add options first (`Method.convert_flat`, e.g. `schedule: sup` -> method `nli`),
-    and supplies the defaults the flat format assumed (`Method.flat_defaults`)."""
+    and supplies the defaults the flat format assumed (`Method.flat_defaults`). With
+    `flat_format` (a recipe or config.yaml written in that format) an option it omits keeps the
+    flat format's default where a section's own differs (`flat_format_defaults`); without (flat
+    names given as overrides alone) every omitted option takes its section's default."""
     flat = dict(values)
     method = str(flat.get("method", "simcse"))
     flat = get_method(method).convert_flat(flat)
@@ -47,7 +53,25 @@ def convert_flat(values: dict[str, Any], source: str = "config") -> dict[str, An
             # else: an inert default, as every old config.yaml holds for every method
         else:
             set_flat(nested, key, value, source, method_sections)
+    if flat_format:
+        flat_format_defaults(nested, flat)
     return nested
+
+
+def flat_format_defaults(nested: dict[str, Any], given: dict[str, Any]) -> None:
+    """Write into `nested` the flat format's default (`LEGACY_DEFAULTS`) of every option of the
+    method's sections that the flat recipe omits (`given`) and whose section default differs,
+    so an old recipe trains as it did. Today that is ConSERT's tau: the `consert:` section holds
+    the paper's 0.1 (`ConSERTOptions`), the flat format had one temperature, 0.05, for every
+    method, so `method: consert` (or `nli` with `contrastive: consert`) without a temperature
+    converts to `consert.temperature: 0.05`."""
+    for name, cls in method_sections(str(nested["method"]), nested).items():
+        for item in dataclasses.fields(cls):
+            key = item.name
+            if key in given or key not in LEGACY_DEFAULTS or key in FLAT_ONLY_DEFAULTS:
+                continue
+            if item.default != LEGACY_DEFAULTS[key]:
+                nested.setdefault(name, {}).setdefault(key, LEGACY_DEFAULTS[key])
 
 
 def has_target(nested: dict[str, Any], key: str) -> bool:
@@ -62,6 +86,8 @@ def has_target(nested: dict[str, Any], key: str) -> bool:
 # them all, whatever the method, so those that do not apply are dropped when they hold their
 # default (they had no effect) and refused otherwise. The defaults are read from the sections
 # (`legacy_defaults`); tests/training/test_config.py checks them against the flat format's values.
+# The flat format had one default per name; the sections may not (ConSERT's tau is its paper's,
+# SimCSE's is its own): `flat_format_defaults` writes the flat one in where they differ.
 LEGACY_KEYS = (
     "noise_ratio", "noise_std", "noise_steps", "noise_step_size", "noise_temperature",
     "noise_mode", "false_negative_threshold", "weighting", "dclr_form", "complementary_model",
@@ -76,8 +102,11 @@ FLAT_ONLY_DEFAULTS: dict[str, Any] = {"schedule": "unsup"}
 
 
 def legacy_defaults() -> dict[str, Any]:
-    """{flat option: its default} of `LEGACY_KEYS`, from the built-in method sections, then the
-    core sections, then `FLAT_ONLY_DEFAULTS` (a name several sections share has one default)."""
+    """{flat option: its flat-format default} of `LEGACY_KEYS`, from the built-in method
+    sections in `BUILTIN` order, then the core sections, then `FLAT_ONLY_DEFAULTS`. A name several
+    sections share takes its first declaration's default: SimCSE's section comes first, as the
+    flat TrainConfig was SimCSE's options plus the others' (so `temperature` is 0.05, not
+    ConSERT's 0.1)."""
     found: dict[str, Any] = {}
     for cls in [*builtin_sections().values(), *CORE_SECTIONS.values()]:
         for item in dataclasses.fields(cls):

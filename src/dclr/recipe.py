@@ -18,15 +18,8 @@ from dclr.configfile import field_types, read_recipe
 from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
 from dclr.flat_recipe import convert_flat
 from dclr.methods.registry import available_methods, get_method, method_sections
-from dclr.options.config import (
-    CORE_SECTIONS,
-    ModelSection,
-    TrainConfig,
-    apply_overrides,
-    build_config,
-    deep_merge,
-    is_flat,
-)
+from dclr.options.config import CORE_SECTIONS, TrainConfig, build_config, deep_merge
+from dclr.options.flat import apply_overrides, flat_name, is_flat
 
 
 def config_from_dict(values: dict[str, Any], source: str = "config") -> TrainConfig:
@@ -63,11 +56,13 @@ def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = No
             )
         values = loaded
     overrides = dict(overrides or {})
-    if not values:  # overrides alone (tests, notebooks): flat names convert as a flat recipe
+    from_file = bool(values)
+    if not values:  # overrides alone (tests, notebooks): flat names placed as a flat recipe's
         flat = {k: v for k, v in overrides.items() if "." not in k}
         values = flat if flat else {"method": overrides.get("method", "simcse")}
         overrides = {k: v for k, v in overrides.items() if "." in k}
-    nested = convert_flat(values, source) if is_flat(values) else values
+    # the flat format's own defaults apply to a recipe written in it, not to flat overrides
+    nested = convert_flat(values, source, from_file) if is_flat(values) else values
     return checked(config_from_dict(apply_overrides(nested, overrides, method_sections), source))
 
 
@@ -84,5 +79,5 @@ def flat_hints() -> dict[str, Any]:
     classes = [*CORE_SECTIONS.values(), *(get_method(m).section for m in available_methods())]
     for cls in classes:
         for name, hint in field_types(cls).items():
-            hints.setdefault("model" if (cls, name) == (ModelSection, "name") else name, hint)
+            hints.setdefault(flat_name(cls, name), hint)
     return hints

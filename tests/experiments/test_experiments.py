@@ -32,12 +32,12 @@ RECIPES = REPO_ROOT / "recipes"
 
 def fake_train(calls: list) -> typing.Callable:
     def train(config: TrainConfig, resume: bool) -> None:
-        calls.append((Path(config.output_dir).name, resume))
-        run = Path(config.output_dir)
+        calls.append((Path(config.run.output_dir).name, resume))
+        run = Path(config.run.output_dir)
         run.mkdir(parents=True, exist_ok=True)
         config.save(run / "config.yaml")
         (run / "env.json").write_text(json.dumps({"git_commit": None}))
-        after = {"avg": 70.0 + config.seed - 42, "STSBenchmark": 71.0, "SICKRelatedness": 72.0}
+        after = {"avg": 70.0 + config.run.seed - 42, "STSBenchmark": 71.0, "SICKRelatedness": 72.0}
         (run / "results.json").write_text(json.dumps({"steps": 60, "after": after}))
 
     return train
@@ -50,20 +50,20 @@ def test_every_experiment_resolves_to_valid_configs(tmp_path: Path) -> None:
             assert planned and all(p.action == "start" for p in planned)
             for item in planned:
                 item.config.validate()
-                assert Path(item.config.output_dir) == item.run_dir
+                assert Path(item.config.run.output_dir) == item.run_dir
 
 
 def test_ablation_rows_set_the_dclr_options() -> None:
     specs = experiment_specs("ablation", "cpu", 1)
     assert {s.labels["variant"] for s in specs} == set(paper.ABLATION_LABELS) == set(ABLATIONS)
     by_variant = {s.labels["variant"]: load_config(RECIPES / s.recipe, s.overrides) for s in specs}
-    assert by_variant["no_noise"].noise_mode == "none"
-    assert by_variant["random_noise"].noise_mode == "random"
-    assert by_variant["self_weighting"].weighting == "self"
-    assert by_variant["distill"].weighting == "distill"
-    assert by_variant["no_weighting"].weighting == "none"
-    assert by_variant["full"].noise_mode == "optimized"
-    assert by_variant["full"].weighting == "complementary"
+    assert by_variant["no_noise"].options.noise_mode == "none"
+    assert by_variant["random_noise"].options.noise_mode == "random"
+    assert by_variant["self_weighting"].options.weighting == "self"
+    assert by_variant["distill"].options.weighting == "distill"
+    assert by_variant["no_weighting"].options.weighting == "none"
+    assert by_variant["full"].options.noise_mode == "optimized"
+    assert by_variant["full"].options.weighting == "complementary"
 
 
 def test_identical_configs_share_one_run(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_paper_scale_dclr_uses_the_simcse_run_as_complementary(tmp_path: Path) -
     simcse = planned[0]
     assert simcse.config.method == "simcse" and simcse.labels == []  # a dependency, trained first
     for item in planned[1:]:
-        assert item.config.complementary_model == str(simcse.run_dir / "best")
+        assert item.config.section("dclr").complementary_model == str(simcse.run_dir / "best")
 
 
 def test_augmentations_needs_the_view_option() -> None:
@@ -97,7 +97,7 @@ def test_augmentations_needs_the_view_option() -> None:
         assert {s.overrides[VIEW_FIELD] for s in specs} == offered - {"adversarial"}
         for spec in specs:  # every one resolves to a valid config, cutoffs with a rate > 0
             config = load_config(RECIPES / spec.recipe, spec.overrides)
-            assert (config.view2_rate > 0) == (config.view2 in RATED)
+            assert (config.options.view2_rate > 0) == (config.options.view2 in RATED)
     else:
         with pytest.raises(ExperimentUnavailable, match="not available yet"):
             experiment_specs("augmentations", "cpu", 1)
@@ -158,7 +158,7 @@ def test_search_trials_are_registered_runs(tmp_path: Path) -> None:
     def worker(values: dict, resume: bool, threads: int) -> str:
         config = config_from_dict(values)
         train(config, resume)
-        return config.output_dir
+        return config.run.output_dir
 
     space = SearchSpace.parse(["seed=42,44"], [], [], None)
     recipe = RECIPES / "dclr_minilm_cpu.yaml"
@@ -295,8 +295,8 @@ def test_a_run_another_process_trains_is_left_for_later(tmp_path: Path) -> None:
 
     def sometimes_locked(config: TrainConfig, resume: bool) -> None:
         if not locked:  # the first run: another process holds its folder
-            locked.append(Path(config.output_dir).name)
-            raise LockHeld(f"{config.output_dir} is in use by pid 1 on vm\n  fix: wait")
+            locked.append(Path(config.run.output_dir).name)
+            raise LockHeld(f"{config.run.output_dir} is in use by pid 1 on vm\n  fix: wait")
         train(config, resume)
 
     logs: list[str] = []

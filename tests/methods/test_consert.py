@@ -186,7 +186,7 @@ def test_few_shot_training_uses_the_subset(model_dir, corpus_file, tmp_path):
     )
     assert len(trainer.data) == 16
     saved = load_config(tmp_path / "r" / "config.yaml")
-    assert saved.few_shot_sentences == 16 and saved.few_shot_sampling == "random"
+    assert saved.data.few_shot_sentences == 16 and saved.data.few_shot_sampling == "random"
 
 
 def test_resume_with_views_reproduces_the_trajectory(model_dir, corpus_file, tmp_path, monkeypatch):

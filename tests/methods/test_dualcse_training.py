@@ -162,9 +162,12 @@ def test_every_dualcse_recipe_validates(recipe):
     cfg = load_dualcse_config(recipe)
     assert isinstance(cfg, TrainConfig) and cfg.model.name
     if recipe.name.startswith("dualcse") and "_base" in recipe.name:  # the paper's settings
-        cross = cfg.encoder == "cross"
-        assert (cfg.batch_size, cfg.learning_rate) == ((64, 5e-5) if cross else (32, 3e-5))
-        assert cfg.temperature == 0.05
+        cross = cfg.options.encoder == "cross"
+        optimisation = cfg.optimisation
+        assert (optimisation.batch_size, optimisation.learning_rate) == (
+            (64, 5e-5) if cross else (32, 3e-5)
+        )
+        assert cfg.options.temperature == 0.05
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from sentence_transformers import SentenceTransformer
 from dclr.models.card import CardFacts, render_card, sts_table, write_run_cards
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder
 from dclr.models.export import save_encoder, st_modules
+from dclr.options.flat import flat_values
 from dclr.recipe import load_config
 
 
@@ -50,7 +51,17 @@ def test_run_card_has_method_settings_corpus_steps_and_the_table(tmp_path):
     after = {"STS12": 71.90, "avg": 79.0, "alignment": 0.25, "uniformity": -2.5}
     from dclr.methods.registry import get_method
 
-    write_run_cards(config, 60, best, final, before, after, ["STS12"], method=get_method("dclr"))
+    write_run_cards(
+        config,
+        flat_values(config),
+        60,
+        best,
+        final,
+        before,
+        after,
+        ["STS12"],
+        method=get_method("dclr"),
+    )
 
     card = (best / "README.md").read_text()
     assert "DCLR, debiased contrastive learning" in card
@@ -82,7 +93,7 @@ def test_a_card_shows_the_derived_settings_and_no_local_path(tmp_path):
          "complementary_model": str(source), "phi_calibration": "random_pairs"},
     )  # fmt: skip
     derived = {"false_negative_threshold": 0.523456}
-    write_run_cards(config, 2, best, tmp_path / "none", None, None, method=get_method("dclr"),
+    write_run_cards(config, flat_values(config), 2, best, tmp_path / "none", None, None, method=get_method("dclr"),
                     derived=derived)  # fmt: skip
     card = (best / "README.md").read_text()
     assert "| false_negative_threshold | `0.5235` (computed by this run, not set) |" in card

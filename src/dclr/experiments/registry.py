@@ -22,7 +22,7 @@ from typing import Any
 
 from dclr.configfile import read_recipe
 from dclr.data.sts import STS_TASKS
-from dclr.options.config import flat_config
+from dclr.options.flat import flat_config
 
 INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"

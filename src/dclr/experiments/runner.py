@@ -27,6 +27,7 @@ from dclr.experiments.registry import Registry, config_hash, set_labels
 from dclr.experiments.runspec import RunSpec, default_recipes_dir
 from dclr.experiments.specs import experiment_specs
 from dclr.options.config import TrainConfig
+from dclr.options.flat import flat_values
 from dclr.recipe import load_config
 from dclr.runlock import LockHeld
 from dclr.training.checkpoint import latest_checkpoint
@@ -70,7 +71,7 @@ def portable_hash(config: TrainConfig, root: Path) -> str:
     prefix = str(root.resolve())
     values = {
         k: v.replace(prefix, ROOT_TOKEN) if isinstance(v, str) else v
-        for k, v in config.flat().items()
+        for k, v in flat_values(config).items()
         if not (k in HASH_NEUTRAL_DEFAULTS and v == HASH_NEUTRAL_DEFAULTS[k])
     }
     return config_hash(values)

@@ -5,7 +5,9 @@ Every view a is an anchor; its positive p(a) is the other view of the same sente
 negatives are the 2(N - 1) views of the other sentences (itself excluded):
     loss = mean_a -log( e^{s_a,p(a)} / sum_{b != a} e^{s_ab} )
 i.e. both directions (z1 -> z2 and z2 -> z1), with same-side negatives. ConSERT's default
-temperature is 0.1 and its pooling the mean of the last two layers (pooler `avg_top2`).
+temperature is 0.1 (`dclr.options.contrastive.ConSERTOptions`, declared once for `dclr train`,
+this loss and `dclr.st.ConSERTLoss`) and its evaluation pooling the mean of the last two layers
+(pooler `avg_top2`).
 Compared with SimCSE's InfoNCE (N - 1 negatives, one direction) only the negatives differ.
 """
 
@@ -19,9 +21,8 @@ from dclr.contract import Batch
 from dclr.distributed import gather_with_grad
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import SimCSELoss
+from dclr.options.contrastive import ConSERTOptions
 from dclr.views.pair import PositiveViews
-
-CONSERT_TEMPERATURE = 0.1  # ConSERT's tau (Yan et al. 2021, Sec. 4.1)
 
 
 def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -39,7 +40,7 @@ class ConSERTLoss(SimCSELoss):
 
     Args:
         model: maps tokenized features to (n, d) vectors (under DDP, the wrapped model).
-        temperature: tau > 0 (ConSERT: 0.1).
+        temperature: tau > 0 (default `ConSERTOptions`'s, the paper's 0.1).
         views: the two positive-view strategies (`dclr.views.PositiveViews`; ConSERT's best is
             token shuffle + feature cutoff); None: two dropout views.
     With both views `dropout` the views are SimCSE's; only the 2(N - 1) negatives differ.
@@ -49,7 +50,7 @@ class ConSERTLoss(SimCSELoss):
     def __init__(
         self,
         model: Callable[..., torch.Tensor],
-        temperature: float = CONSERT_TEMPERATURE,
+        temperature: float = ConSERTOptions.temperature,
         views: PositiveViews | None = None,
     ) -> None:
         super().__init__(model, temperature, views)

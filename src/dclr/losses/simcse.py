@@ -17,6 +17,7 @@ from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix as cosine_matrix  # re-exported for callers
 from dclr.losses.infonce import info_nce
+from dclr.options.contrastive import SimCSEOptions
 from dclr.views.pair import PositiveViews
 
 
@@ -56,7 +57,7 @@ class SimCSELoss(nn.Module):
     Args:
         model: maps tokenized features (input_ids, attention_mask, ...) to (n, d) vectors; under
             DDP pass the wrapped model. Views are gathered across ranks before the loss.
-        temperature: tau > 0 (SimCSE: 0.05).
+        temperature: tau > 0 (default `SimCSEOptions`'s, SimCSE's 0.05).
         views: positive-view strategies (`dclr.views.PositiveViews`); None: two dropout views.
     `forward(batch)` reads `batch.features` (one tokenization of the n sentences) and `batch.step`.
     Returns a dict with "loss".
@@ -65,7 +66,7 @@ class SimCSELoss(nn.Module):
     def __init__(
         self,
         model: Callable[..., torch.Tensor],
-        temperature: float = 0.05,
+        temperature: float = SimCSEOptions.temperature,
         views: PositiveViews | None = None,
     ) -> None:
         super().__init__()

@@ -24,6 +24,7 @@ from dclr.contract import Batch, SupportsGradCache
 from dclr.errors import ConfigError, InputError
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
+from dclr.options.nli import NLIOptions
 from dclr.views.adversarial import fgsm_perturbation
 from dclr.views.masks import content_mask
 from dclr.views.pair import ViewSpec, dropout_off, unwrap, view_generator, view_inputs
@@ -89,7 +90,7 @@ class SupervisedNLILoss(nn.Module):
             required, and the loss is the (u, v, |u - v|) head's cross-entropy;
             'joint' — 'nli_head' plus `joint_weight` times `contrastive` (an unsupervised loss
             module: SimCSE, ConSERT or DCLR with its views) on the same 2n sentences.
-        temperature: tau of supervised SimCSE.
+        temperature: tau of supervised SimCSE (default: `NLIOptions`'s, as `dclr train`'s `nli:`).
         head: the NLIHead ('nli_head', 'joint'); a training-only parameter of this loss.
         hard_negatives: whether 'simcse' features hold a third block of hard negatives.
         adversarial: ('joint' only) make one view adversarial: the input embeddings moved by
@@ -105,10 +106,10 @@ class SupervisedNLILoss(nn.Module):
         self,
         model: Callable[..., torch.Tensor],
         kind: SupervisedKind,
-        temperature: float = 0.05,
+        temperature: float = NLIOptions.temperature,
         head: NLIHead | None = None,
         contrastive: nn.Module | None = None,
-        joint_weight: float = 1.0,
+        joint_weight: float = NLIOptions.joint_weight,
         hard_negatives: bool = True,
         adversarial: AdversarialView | None = None,
     ) -> None:

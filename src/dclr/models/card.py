@@ -57,6 +57,7 @@ class CardFacts:
     def from_run(
         cls,
         config: Any,
+        values: dict[str, Any],
         folder: Path,
         steps: int | None,
         step_note: str | None = None,
@@ -66,14 +67,14 @@ class CardFacts:
         method: Any = None,
         derived: dict[str, Any] | None = None,
     ) -> CardFacts:
-        """Facts of a `dclr train` run; `method` (the plugin) names itself and its settings
+        """Facts of a `dclr train` run of `config`, whose options by flat name are `values`
+        (`dclr.options.flat.flat_values`); `method` (the plugin) names itself and its settings
         (`title`, `card_settings`). Settings are read by name, so a config without one of them
         simply leaves it out. `derived` (the run's `TrainResult.derived`) replaces the config's
         value of each setting the run computed, e.g. the calibrated `false_negative_threshold`."""
         import json
 
-        values = config.flat() if hasattr(config, "flat") else dict(vars(config))
-        values.update(derived or {})
+        values = {**values, **(derived or {})}
         own = method.card_settings(config) if method is not None else []
         names = dict.fromkeys([*COMMON_SETTINGS, *own, *(derived or {})])
         settings = {n: values[n] for n in names if n in values}
@@ -255,6 +256,7 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
 
 def write_run_cards(
     config: Any,
+    values: dict[str, Any],
     steps: int,
     best_dir: Path,
     final_dir: Path,
@@ -264,9 +266,10 @@ def write_run_cards(
     method: Any = None,
     derived: dict[str, Any] | None = None,
 ) -> None:
-    """The cards of a finished `dclr train` run (`method`: the plugin; `derived`: the settings
-    the run computed; see `CardFacts.from_run`): `best/` with the before/after table (`after`
-    scores `best/`), `final/` with the run's facts only. `tasks` default: the 7 STS tasks."""
+    """The cards of a finished `dclr train` run (`values`: its options by flat name; `method`:
+    the plugin; `derived`: the settings the run computed; see `CardFacts.from_run`): `best/`
+    with the before/after table (`after` scores `best/`), `final/` with the run's facts only.
+    `tasks` default: the 7 STS tasks."""
     if tasks is None:
         from dclr.data.sts import STS_TASKS
 
@@ -277,7 +280,7 @@ def write_run_cards(
     ):
         if Path(folder).is_dir():
             facts = CardFacts.from_run(
-                config, Path(folder), steps, note, before, scores, tasks, method, derived
+                config, values, Path(folder), steps, note, before, scores, tasks, method, derived
             )
             write_card(folder, facts)
 

@@ -12,7 +12,7 @@ A recipe is YAML:
 The method's section (here `dclr`) is the dataclass its plugin registers (`dclr.methods`); a
 method that builds on another (`nli` with `contrastive: consert`) reads that method's section too.
 Overrides (`--set`) take a dotted `section.field=value` or, as before, a flat `field=value`, which
-goes to the section that has the field.
+goes to the section that has the field (`dclr.options.flat`, the one module that knows flat names).
 
 This module is the core config: it never looks a method up. Which dataclass each method section
 is comes from the caller as a `SectionTypes` function; recipe loading with the method registry,
@@ -33,7 +33,7 @@ from typing import Any, Literal, cast, get_args, get_origin
 
 import yaml
 
-from dclr.configfile import check_choices, check_known, field_types, from_dict, unknown_option_error
+from dclr.configfile import check_choices, check_known, field_types, from_dict
 from dclr.data.sampling import FewShotSampling
 from dclr.errors import ConfigError
 from dclr.models.pooler_names import PoolerName, check_pooler
@@ -222,18 +222,6 @@ CORE_SECTIONS: dict[str, type] = {
     "optimisation": OptimisationSection,
     "run": RunSection,
 }
-# Flat (pre-sections) option names that differ from their field name.
-RENAMED = {"model": ("model", "name")}
-
-
-def core_field(key: str) -> tuple[str, str] | None:
-    """(section, field) of a flat core option name, or None if it is not a core option."""
-    if key in RENAMED:
-        return RENAMED[key]
-    for name, cls in CORE_SECTIONS.items():
-        if key in {f.name for f in dataclasses.fields(cls)} and key != "name":
-            return name, key
-    return None
 
 
 @dataclass
@@ -261,23 +249,6 @@ class TrainConfig:
         """{section name: its dataclass} of the method sections this config holds."""
         return {name: type(section) for name, section in self.sections.items()}
 
-    def __getattr__(self, name: str) -> Any:
-        """Read an option by its flat name (`config.noise_mode`, `config.batch_size`): a
-        convenience for notebooks and tables; set options through their section."""
-        if name.startswith("_") or name in (
-            "sections",
-            "method",
-            "model",
-            "data",
-            "optimisation",
-            "run",
-        ):
-            raise AttributeError(name)
-        values = self.flat()
-        if name in values:
-            return values[name]
-        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
-
     @property
     def options(self) -> Any:
         """This config's method section."""
@@ -304,76 +275,25 @@ class TrainConfig:
             out[name] = dataclasses.asdict(section)
         return out
 
-    def flat(self) -> dict[str, Any]:
-        """Every option under its flat name (see `flat_config`): for indexes and tables."""
-        return flat_config(self.to_dict())
-
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     def updated(self, values: dict[str, Any]) -> TrainConfig:
-        """A validated copy with `values` (dotted `section.field` or flat names) applied; the
-        copy keeps this config's method and section types (another method: `dclr.recipe`)."""
+        """A validated copy with `values` (dotted `section.field` names) applied; the copy keeps
+        this config's method and section types (another method, or flat names: `dclr.recipe`)."""
         if values.get("method", self.method) != self.method:
             raise ConfigError(
                 "TrainConfig.updated keeps the method; build a config of another method with "
                 "dclr.load_config"
             )
         own = self.section_types()
-        nested = apply_overrides(self.to_dict(), values, lambda _m, _n: own)
+        nested = apply_section_overrides(self.to_dict(), values, lambda _m, _n: own)
         return build_config(nested, lambda _m, _n: own, "config").validate()
-
-
-def flat_config(values: dict[str, Any]) -> dict[str, Any]:
-    """A saved config (sectioned, or an old flat one) with every option under its flat name:
-    `model` for model.name; the method's own section wins a name two sections share."""
-    if is_flat(values):
-        return dict(values)
-    method = values.get("method", "simcse")
-    out: dict[str, Any] = {"method": method}
-    sections = [k for k in values if k != "method" and k not in CORE_SECTIONS]
-    for name in [*CORE_SECTIONS, *sorted(sections, key=lambda n: n == method)]:
-        for key, value in (values.get(name) or {}).items():
-            out["model" if (name, key) == ("model", "name") else key] = value
-    return out
 
 
 # ---- building from a nested dict ------------------------------------------------------------
 # (method, nested values so far) -> {section name: dataclass} of every method section it reads.
 SectionTypes = Callable[[str, dict[str, Any]], dict[str, type]]
-
-
-def is_flat(values: dict[str, Any]) -> bool:
-    """A pre-sections recipe: `model` is a string, or any key is neither a section nor `method`."""
-    if isinstance(values.get("model"), str):
-        return True
-    return any(not isinstance(value, dict) and key != "method" for key, value in values.items())
-
-
-def field_names(cls: type) -> list[str]:
-    names = [f.name for f in dataclasses.fields(cls)]
-    return ["model" if (cls is ModelSection and n == "name") else n for n in names]
-
-
-def set_flat(
-    nested: dict[str, Any], key: str, value: Any, source: str, sections_for: SectionTypes
-) -> None:
-    """Put flat option `key` in its core section, else in every method section that has it."""
-    where = core_field(key)
-    if where is not None:
-        nested.setdefault(where[0], {})[where[1]] = value
-        return
-    method = nested.get("method", "simcse")
-    sections = sections_for(method, nested)
-    targets = [name for name, cls in sections.items() if key in field_names(cls)]
-    if not targets:
-        known = sorted(
-            {core_key for cls in CORE_SECTIONS.values() for core_key in field_names(cls)}
-            | {f for cls in sections.values() for f in field_names(cls)}
-        )
-        raise unknown_option_error([key], known, f"{source} (method {method!r})")
-    for name in targets:
-        nested.setdefault(name, {})[key] = value
 
 
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -386,10 +306,19 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(
-    nested: dict[str, Any], overrides: dict[str, Any], sections_for: SectionTypes
+# Where an override by flat name goes (`dclr.options.flat.set_flat`, which `--set` passes).
+PlaceFlat = Callable[[dict[str, Any], str, Any], None]
+
+
+def apply_section_overrides(
+    nested: dict[str, Any],
+    overrides: dict[str, Any],
+    sections_for: SectionTypes,
+    place_flat: PlaceFlat | None = None,
 ) -> dict[str, Any]:
-    """`section.field=value` or flat `field=value` overrides on a sectioned config dict."""
+    """`section.field=value` overrides (or a whole `section: {...}`) on a sectioned config dict;
+    a flat `field=value` goes to `place_flat` (`dclr.options.flat.apply_overrides`), else it is
+    refused."""
     out = copy.deepcopy(nested)
     if "method" in overrides:
         out["method"] = overrides["method"]
@@ -401,8 +330,13 @@ def apply_overrides(
             out.setdefault(section, {})[name] = value
         elif isinstance(value, dict):
             out[key] = deep_merge(out.get(key, {}), value)
+        elif place_flat is not None:
+            place_flat(out, key, value)
         else:
-            set_flat(out, key, value, "--set", sections_for)
+            raise ConfigError(
+                f"{key}: name the option with its section (e.g. optimisation.batch_size); flat "
+                "names are read by dclr.recipe.updated and dclr.load_config"
+            )
     for key in overrides:  # checked once all are applied: one may choose another's section
         if "." in key:
             section, name = key.split(".", 1)

@@ -1,9 +1,13 @@
 """The options of the two-view contrastive methods (SimCSE, ConSERT), declared once and torch-free.
 
-`ContrastiveSection` (tau and the two positive views) is the `simcse:` section and the base of
-ConSERT's and DCLR's; `dclr train --help` lists its fields without importing torch. Checks that
-need another method's options (an adversarial view needs NLI labels) are the methods' own
-(`ContrastiveMethod.validate`, `NLI.validate`).
+Each method's objective options are one dataclass, as DCLR's are (`dclr.options.dclr`):
+`SimCSEOptions` is what `dclr.losses.simcse.SimCSELoss` defaults to, `ConSERTOptions` what
+`dclr.losses.consert.ConSERTLoss` and the sentence-transformers face `dclr.st.ConSERTLoss` default
+to; the recipe sections extend them with the two positive views (`ContrastiveSection` is the
+`simcse:` section and the base of ConSERT's and DCLR's; `ConSERTSection` is `consert:`), so a
+default cannot differ between `dclr train`, the loss and the ST face. `dclr train --help` lists
+the fields without importing torch. Checks that need another method's options (an adversarial
+view needs NLI labels) are the methods' own (`ContrastiveMethod.validate`, `NLI.validate`).
 """
 
 from __future__ import annotations
@@ -19,10 +23,28 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class ContrastiveSection:
-    """Options of a two-view contrastive objective. Field comments are the documentation."""
+class SimCSEOptions:
+    """The number of SimCSE's objective (Gao et al. 2021): InfoNCE's tau."""
 
-    temperature: float = 0.05  # tau of the contrastive loss (SimCSE: 0.05, ConSERT: 0.1)
+    temperature: float = 0.05  # tau of the contrastive loss (SimCSE: 0.05)
+
+
+@dataclass
+class ConSERTOptions(SimCSEOptions):
+    """The number of ConSERT's objective (Yan et al. 2021): NT-Xent's tau, the paper's best.
+
+    ../shared/papers/consert.txt l.93 (Sec. 5.5, Influence of Temperature): "The optimal NT-Xent
+    temperature is 0.1, with the best range approximately 0.08–0.12."
+    """
+
+    temperature: float = 0.1  # tau of NT-Xent (ConSERT Sec. 5.5: 0.1)
+
+
+@dataclass
+class ContrastiveSection(SimCSEOptions):
+    """Options of a two-view contrastive objective (`simcse:`; the base of ConSERT's and DCLR's
+    sections): tau and the two positive views. Field comments are the documentation."""
+
     view1: ViewStrategy = "dropout"  # dropout | none | token_shuffle | token/span/feature_cutoff
     view1_rate: float = 0.0  # fraction cut by a cutoff view, in [0, 1)
     view2: ViewStrategy = "dropout"  # the second view's strategy (ConSERT best: feature_cutoff)
@@ -55,6 +77,7 @@ ADVERSARIAL_NEEDS_LABELS = (
 
 
 @dataclass
-class ConSERTSection(ContrastiveSection):
-    """ConSERT's options: the two views and tau (ConSERT's own tau is 0.1; the default stays
-    0.05 so a recipe that omits it trains as it always did)."""
+class ConSERTSection(ConSERTOptions, ContrastiveSection):
+    """`consert:` in a recipe: ConSERT's tau (`ConSERTOptions`, 0.1 unless the recipe says
+    otherwise) and the two views. A flat (pre-sections) recipe trained at the flat format's 0.05:
+    `dclr.flat_recipe` writes that value in when converting one that omits it."""

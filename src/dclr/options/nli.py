@@ -1,5 +1,10 @@
 """Supervised NLI training's options (`nli:` in a recipe), declared once and torch-free, so
-`dclr train --help` lists them without importing torch. The method is `dclr.methods.nli`."""
+`dclr train --help` lists them without importing torch. The method is `dclr.methods.nli`.
+
+`NLIOptions` is what the objective takes (`dclr.losses.supervised.SupervisedNLILoss` defaults to
+its values) and what the `nli:` section extends (`NLISection` adds the schedule, the data and the
+second stage), so the two cannot drift. The joint objective's contrastive part is configured by
+that method's own section (`nli.contrastive: consert` reads `consert:`, with ConSERT's tau)."""
 
 from __future__ import annotations
 
@@ -25,17 +30,24 @@ TWO_STAGE = ("sup_then_unsup", "joint_then_unsup")
 
 
 @dataclass
-class NLISection:
-    """Supervised NLI options (SimCSE-supervised; ConSERT's schedules)."""
+class NLIOptions:
+    """The numbers of the supervised objective (`SupervisedNLILoss`)."""
+
+    temperature: float = 0.05  # tau of supervised SimCSE (Gao et al. 2021: 0.05)
+    # alpha in joint: L = L_nli_head + alpha * L_contrastive. 1.0 keeps older runs unchanged;
+    # ConSERT's released scripts use 0.15 (`--cl_rate 0.15`), the paper-scale recipes too.
+    joint_weight: float = 1.0
+
+
+@dataclass
+class NLISection(NLIOptions):
+    """Supervised NLI options (SimCSE-supervised; ConSERT's schedules): the objective's
+    (`NLIOptions`), the schedule, the labelled data and the second stage."""
 
     schedule: Schedule = "sup"  # sup | joint | sup_then_unsup | joint_then_unsup
     supervised_loss: SupervisedLoss = "simcse"  # sup: simcse (triples) | nli_head (u, v, |u-v|)
     nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
     nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
-    temperature: float = 0.05  # tau of supervised SimCSE
-    # alpha in joint: L = L_nli_head + alpha * L_contrastive. 1.0 keeps older runs unchanged;
-    # ConSERT's released scripts use 0.15 (`--cl_rate 0.15`), the paper-scale recipes too.
-    joint_weight: float = 1.0
     adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (joint only)
     contrastive: Contrastive = "simcse"  # the joint part / second stage: its section configures it
     # Stage 2 of sup_then_unsup / joint_then_unsup (None: stage 1's value). ConSERT's released

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from dclr.distributed import gather_with_grad
-from dclr.losses.consert import CONSERT_TEMPERATURE, nt_xent_loss
+from dclr.losses.consert import nt_xent_loss
 from dclr.losses.simcse import check_temperature
+from dclr.options.contrastive import ConSERTOptions
 from dclr.st.embed import ddp_scale, two_views
 
 CONSERT_CITATION = """
@@ -37,13 +38,14 @@ class ConSERTLoss(nn.Module):
 
     Args:
         model: the SentenceTransformer being trained.
-        temperature: tau > 0 (ConSERT: 0.1).
+        temperature: tau > 0 (default `ConSERTOptions`'s, the paper's 0.1: the same as
+            `dclr train`'s `consert:` section and `dclr.losses.consert.ConSERTLoss`).
 
     ConSERT's token-shuffle / cutoff views live in `dclr train` (`dclr.views`); here the views are
     dropout or the columns you give. Under torch.distributed the views are gathered across ranks.
     """
 
-    def __init__(self, model: nn.Module, temperature: float = CONSERT_TEMPERATURE) -> None:
+    def __init__(self, model: nn.Module, temperature: float = ConSERTOptions.temperature) -> None:
         super().__init__()
         self.model = model
         self.temperature = check_temperature(temperature)

@@ -42,6 +42,7 @@ from dclr.data.sampling import few_shot_indices, repeat_to, take
 from dclr.errors import ConfigError, TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.options.config import TrainConfig
+from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.gradcache import GradCache
@@ -304,7 +305,7 @@ class Trainer:
             for kind, values in state.start_records.items():  # measured before step 1
                 log.log(0, kind, values)
         if main:
-            for line in derived_lines(state.derived, self.config.flat(), state.start_records):
+            for line in derived_lines(state.derived, flat_values(self.config), state.start_records):
                 announce(line)
         end = min(self.total_steps, stop_at_step or self.total_steps)
         work = self._announce_steps(end - state.start) if main else 0.0
