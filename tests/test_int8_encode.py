@@ -1,0 +1,74 @@
+"""benchmarks/int8_encode.py's OpenVINO peer (issue 38 item 6): sentence-transformers takes the
+calibration dataset's four arguments together, and an environment without the backend gets the
+command that builds one, in the report, instead of a traceback."""
+
+import json
+import sys
+
+import pytest
+from helpers import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import int8_encode  # noqa: E402
+
+
+def test_a_missing_backend_names_the_packages_and_the_venv_command():
+    present = {"openvino", "nncf"}
+    problem = int8_encode.openvino_backend_problem(installed=present.__contains__)
+    assert problem is not None
+    assert "needs optimum-intel, datasets" in problem
+    assert int8_encode.OPENVINO_VENV in problem
+    assert "torch==2.13.0" in int8_encode.OPENVINO_VENV  # an unpinned torch is the CUDA build
+
+
+def test_a_torchvision_that_does_not_load_is_named_with_its_fix():
+    def everything(name: str) -> bool:
+        return True
+
+    problem = int8_encode.openvino_backend_problem(everything, torchvision_loads=lambda: False)
+    assert problem is not None and "pip uninstall -y torchvision" in problem
+    assert int8_encode.openvino_backend_problem(everything, torchvision_loads=lambda: True) is None
+    absent = set(int8_encode.OPENVINO_PACKAGES).__contains__  # no torchvision: nothing to load
+    assert int8_encode.openvino_backend_problem(absent, torchvision_loads=lambda: False) is None
+
+
+def test_the_calibration_folder_is_what_optimum_intel_loads(tmp_path):
+    """All four dataset arguments or none (sentence-transformers >= 5 raises otherwise), read back
+    with the call optimum-intel makes: load_dataset(name, name=config, split=split)[column]."""
+    datasets = pytest.importorskip("datasets")
+    texts = ["A man is playing a guitar.", 'She said "no".', "ünïcödé, and a comma"]
+    kwargs = int8_encode.calibration_folder(texts, tmp_path / "calibration")
+    assert set(kwargs) == {"dataset_name", "dataset_config_name", "dataset_split", "column_name"}
+    assert all(value is not None for value in kwargs.values())
+    loaded = datasets.load_dataset(
+        kwargs["dataset_name"],
+        name=kwargs["dataset_config_name"],
+        split=kwargs["dataset_split"],
+        cache_dir=str(tmp_path / "cache"),
+    )
+    assert loaded[kwargs["column_name"]] == texts
+
+
+def test_without_the_backend_the_report_says_how_to_build_it(tmp_path, monkeypatch, data_dir):
+    """The only variant asked for cannot be built here: the run still writes its report (it
+    divided by the number of built variants before), with the reason and the venv command."""
+    if int8_encode.openvino_backend_problem() is None:
+        pytest.skip("the OpenVINO backend is installed in this environment")
+    out = tmp_path / "int8"
+    argv = ["int8_encode.py", "--data-dir", str(data_dir), "--variants", "st_openvino_int8"]
+    argv += ["--n-sentences", "4", "--sts", "none", "--no-memory", "--work", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
+    int8_encode.main()
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["sentences_per_s"] == {}
+    reason = result["skipped"]["st_openvino_int8"]
+    assert reason.startswith("ImportError: needs ") and int8_encode.OPENVINO_VENV in reason
+    assert "not run: st_openvino_int8: ImportError: needs" in out.with_suffix(".md").read_text()
+
+
+def test_quick_mode_shortens_the_run_but_a_given_value_wins():
+    args = int8_encode.parse_args(["--quick", "--repeats", "3"])
+    assert (args.n_sentences, args.sts, args.calibration_n) == (500, "dev", 100)
+    assert args.repeats == 3
+    full = int8_encode.parse_args([])
+    assert (full.n_sentences, full.repeats, full.sts, full.calibration_n) == (4000, 3, "test", 300)
