@@ -19,7 +19,6 @@ from dclr.atomic import named_os_error
 from dclr.clitools import console, fail, out, quiet_hf
 from dclr.errors import DclrError, InputError
 from dclr.indexing.index import EXACT_MAX_VECTORS
-from dclr.models.resolve import served_name
 from dclr.serving.batcher import (
     MAX_BATCH_TEXTS,
     MAX_BATCH_TOKENS,
@@ -403,6 +402,7 @@ def serve(
         from dclr.indexing.fingerprint import model_fingerprint
         from dclr.indexing.index import SearchIndex
         from dclr.models.precision import load_inference_encoder
+        from dclr.models.resolve import served_name
         from dclr.serving.guard import LOOPBACK_HOSTS, Security
         from dclr.serving.limits import Limits
         from dclr.serving.server import is_loopback, run

@@ -1,0 +1,32 @@
+"""`dclr --help` and the help of every command group stay light (issue 36): they import neither
+torch nor transformers nor matplotlib, so the help answers in a fraction of a second."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "matplotlib", "sentence_transformers")
+PROBE = f"""
+import json, sys
+from typer.testing import CliRunner
+from dclr.cli import app
+result = CliRunner().invoke(app, sys.argv[1:])
+loaded = sorted(m for m in {HEAVY!r} if m in sys.modules)
+print(json.dumps({{"exit": result.exit_code, "loaded": loaded}}))
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["report", "--help"], ["serve", "--help"],
+                                  ["train", "--help"], ["experiment", "--help"]])  # fmt: skip
+def test_help_imports_no_heavy_library(args):
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["exit"] == 0
+    assert result["loaded"] == [], f"dclr {' '.join(args)} imported {result['loaded']}"
