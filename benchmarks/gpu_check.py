@@ -77,9 +77,8 @@ def steps(model: str, tmp: Path, n_steps: int) -> list[dict[str, Any]]:
     """Part 1: one short run per (method, batch, precision) through `Trainer`."""
     import torch
 
-    from dclr.methods.registry import get_method
+    from dclr.driver import trainer_for
     from dclr.recipe import load_config
-    from dclr.training.loop import Trainer
 
     rows = []
     for recipe, method in ((SIMCSE_RECIPE, "simcse"), (DCLR_RECIPE, "dclr")):
@@ -96,7 +95,7 @@ def steps(model: str, tmp: Path, n_steps: int) -> list[dict[str, Any]]:
                 if method == "dclr":  # the starting model scores; phi as set (no calibration)
                     overrides |= {"complementary_model": model, "phi_calibration": "none"}
                 config = load_config(recipe, overrides)
-                trainer = Trainer(config, get_method(config.method))
+                trainer = trainer_for(config)
                 if cuda:
                     torch.cuda.reset_peak_memory_stats(trainer.device)
                 try:
@@ -135,9 +134,8 @@ def trajectory(model: str, out_dir: Path) -> list[float]:
     """The first TRAJECTORY_STEPS losses of deterministic DCLR (dropout and noise off) here."""
     import torch
 
-    from dclr.methods.registry import get_method
+    from dclr.driver import trainer_for
     from dclr.recipe import load_config
-    from dclr.training.loop import Trainer
     from dclr.training.tracking import read_metrics
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -146,7 +144,7 @@ def trajectory(model: str, out_dir: Path) -> list[float]:
                  "noise_mode": "none", "phi_calibration": "none", "max_steps": 60,
                  "output_dir": str(out_dir)}  # fmt: skip
     config = load_config(DCLR_RECIPE, overrides)
-    Trainer(config, get_method("dclr")).train(stop_at_step=TRAJECTORY_STEPS)
+    trainer_for(config).train(stop_at_step=TRAJECTORY_STEPS)
     return [float(r["loss"]) for r in read_metrics(out_dir, "train")][:TRAJECTORY_STEPS]
 
 

@@ -46,12 +46,11 @@ def token_counts(data_dir: str) -> dict[str, int]:
     import numpy as np
 
     import dclr
-    from dclr.data.sampler import training_batches
     from dclr.evaluation.sts import StsEvaluator
     from dclr.methods.dclr_calibrate import CALIBRATION_SENTENCES
     from dclr.methods.registry import get_method
     from dclr.models.encoder import SentenceEncoder, model_limit
-    from dclr.training.loop import prepared
+    from dclr.training.prepare import prepare_run
 
     config = dclr.load_config(str(RECIPE), {"data.data_dir": data_dir})
     method = get_method(config.method)
@@ -63,11 +62,9 @@ def token_counts(data_dir: str) -> dict[str, int]:
         return sum(len(x) for x in ids)
 
     evaluation = list(dict.fromkeys(StsEvaluator(data_dir, mode="test").sentences()))
-    data, _ = prepared(method.load_data(config), config)
-    corpus, sampler = training_batches(data, config.optimisation.batch_size, config.run.seed)
-    lines = list(corpus)
-    steps = config.optimisation.max_steps
-    sampled = [int(i) for s in range(steps) for i in sampler.global_batch(s)]
+    run = prepare_run(config, method)  # the examples and batch plan `dclr train` would use
+    lines, steps = list(run.data), run.total_steps
+    sampled = [int(i) for s in range(steps) for i in run.global_batch(s)]
     rng = np.random.default_rng(config.run.seed)  # as dclr_calibrate draws its sample
     calibration = rng.choice(len(lines), size=min(CALIBRATION_SENTENCES, len(lines)), replace=False)
     return {

@@ -2,12 +2,16 @@
 
 The loop (`dclr.training.loop`) and the methods (`dclr.methods`) both import this module and
 neither imports the other's registry: the method is resolved once, at the top (`dclr.driver`,
-`dclr.recipe`), and handed to `Trainer(config, method)`.
+`dclr.recipe`), and handed down in the `PreparedRun` the loop trains (`Trainer(run)`).
 
 * `Batch`: the one thing the loop hands an objective. Every method's objective is called as
   `objective(batch) -> dict[str, Tensor]` with `"loss"` and named parts to log. The loop fills
   what it knows (the step, the batch's corpus indices and examples); the method's `collate` turns
   its examples into `features` (and `labels`).
+* `PreparedRun`: one run, prepared once at the top (`dclr.training.prepare.prepare_run`, called by
+  `dclr.driver`): its config and method, the model, the examples, the batch plan, the total
+  steps, the device and the run folder. The driver hands it to the method's hooks and to the loop
+  (`Trainer(run)`), so neither redoes the preparation.
 * `TrainResult`: what a finished (or deliberately stopped) run produced.
 * `Objective` and its optional hooks, each a Protocol the loop checks with `isinstance`:
   `HasTrainingModules` (modules trained and checkpointed with the model, never exported),
@@ -30,6 +34,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from dclr.data.sampler import BatchSampler
     from dclr.options.config import TrainConfig
 
 Evaluator = Callable[[nn.Module], dict[str, float]]
@@ -53,6 +58,51 @@ class Batch:
     indices: torch.Tensor | None = None
     sentences: Sequence[Any] | None = None
     labels: torch.Tensor | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedRun:
+    """One run as prepared before its first step (`dclr.training.prepare.prepare_run`); the method's
+    hooks and the loop read it and never prepare it again.
+
+    model: the model that is trained and exported, on `device`.
+    data: the examples the run trains on, as `plan` indexes them (deduplicated, the few-shot
+        subset, repeated to fill a batch, paraphrase-dense sentences appended: as configured).
+    plan: the global batch of every step, a pure function of (seed, step) (`dclr.data.sampler`).
+    batch_size: the global batch actually used (the config's, unless `data.small_data` shrank it).
+    total_steps: the steps the run trains (`optimisation.max_steps`, else its epochs of `plan`).
+    rank, world: this process and the number of processes (torchrun).
+    data_report: the summary of the training sentences (`dclr.data.report`; rank 0 of a sentence
+        corpus), or None.
+    """
+
+    config: TrainConfig
+    method: MethodPlugin
+    model: nn.Module
+    data: Sequence[Any]
+    plan: BatchSampler
+    batch_size: int
+    total_steps: int
+    device: torch.device
+    run_dir: Path
+    rank: int = 0
+    world: int = 1
+    data_report: dict[str, Any] | None = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.plan.steps_per_epoch
+
+    def global_batch(self, step: int) -> torch.Tensor:
+        """Data indices of the global batch of 0-based `step`, (batch_size,)."""
+        return self.plan.global_batch(step)
+
+    def planned_rows(self) -> list[int]:
+        """Every data index some step of the run samples, each once, in order of first use."""
+        seen: dict[int, None] = {}
+        for step in range(self.total_steps):
+            seen.update(dict.fromkeys(int(i) for i in self.global_batch(step)))
+        return list(seen)
 
 
 @dataclass
@@ -108,15 +158,6 @@ class HasDerivedSettings(Protocol):
 
 
 @runtime_checkable
-class UsesBatchPlan(Protocol):
-    """An objective that prepares for the rows the run's batches will hold (every step's, known in
-    advance from (seed, step)): e.g. DCLR's sampled-rows complementary cache encodes them.
-    `rows()` lists them; it is called only by an objective that needs them."""
-
-    def prefill_batch_plan(self, rows: Callable[[], Sequence[int]]) -> None: ...
-
-
-@runtime_checkable
 class SupportsGradCache(Protocol):
     """A two-view loss split into its encoder (`model`) and its objective on the embeddings
     (`objective(z1, z2, batch)`), so GradCache can encode in chunks."""
@@ -131,7 +172,13 @@ class SupportsGradCache(Protocol):
 @runtime_checkable
 class MethodPlugin(Protocol):
     """What the loop (`Trainer`) and the driver ask of a method; `dclr.methods.base.Method`
-    gives every hook a sentence-encoder default."""
+    gives every hook a sentence-encoder default.
+
+    The hooks that prepare a run (`check`, `build_model`, `load_data`) and those asked of a
+    config that is not one run (`stages`, `inference_pooler`, `evaluate_final`, which also scores
+    the last stage of a schedule) take the config; the hooks of a prepared run take the
+    `PreparedRun`. `evaluate_start` takes both: a schedule's starting model is scored once for
+    all its stages, with no run prepared (`run` None)."""
 
     name: str
     section: type
@@ -146,14 +193,12 @@ class MethodPlugin(Protocol):
     def load_data(self, config: TrainConfig) -> Sequence[Any]: ...
 
     def collate(
-        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+        self, run: PreparedRun, examples: Sequence[Any]
     ) -> tuple[dict[str, Any], torch.Tensor | None]: ...
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module: ...
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module: ...
 
-    def dev_evaluator(self, config: TrainConfig) -> Evaluator | None: ...
+    def dev_evaluator(self, run: PreparedRun) -> Evaluator | None: ...
 
     def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path: ...
 
@@ -161,10 +206,12 @@ class MethodPlugin(Protocol):
         """The pooler a model of this run is evaluated (and served) with."""
         ...
 
-    def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None: ...
+    def evaluate_start(
+        self, config: TrainConfig, run: PreparedRun | None = None
+    ) -> dict[str, float] | None: ...
 
     def evaluate_final(self, config: TrainConfig, result: TrainResult) -> dict[str, Any]: ...
 
-    def describe(self, config: TrainConfig) -> dict[str, Any]: ...
+    def describe(self, run: PreparedRun) -> dict[str, Any]: ...
 
     def stages(self, config: TrainConfig) -> list[TrainConfig]: ...

@@ -1,10 +1,12 @@
 """`dclr train`: evaluate the starting model, train, evaluate the trained model, write results.json.
 
-The layer above the training loop: it resolves the config's method once
-(`dclr.methods.registry.get_method`) and hands it down (`Trainer(config, method)`, the method's
-hooks). The core returns data (the summary written to results.json); the command line renders
-it. A method whose schedule has several stages (`Method.stages`) runs each as its own run folder
-under the output folder.
+The layer above the training loop. It looks the config's method up once (`resolve`, the only call
+of `dclr.methods.registry.get_method` here), prepares each run once
+(`dclr.training.prepare.prepare_run`: the model, the examples, the batch plan, the total steps,
+the device and the run folder) and hands that `PreparedRun` to the method's hooks and to the loop
+(`Trainer(run)`). The core returns data (the summary written to results.json); the command line
+renders it. A method whose schedule has several stages (`Method.stages`) runs each as its own run
+folder under the output folder.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 
 from dclr import distributed as dist
 from dclr._meta import __version__
-from dclr.contract import MethodPlugin, TrainResult
+from dclr.contract import Evaluator, MethodPlugin, PreparedRun, TrainResult
 from dclr.evaluation.retrieval_runs import retrieval_test_scores, starting_retrieval
 from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
@@ -31,19 +33,34 @@ from dclr.options.flat import flat_values
 from dclr.training import runfolder
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.loop import Trainer
-from dclr.training.phases import PhaseTimes, breakdown, phase, timed
+from dclr.training.phases import PhaseTimes, breakdown, phase
+from dclr.training.prepare import prepare_run
+
+Runs = list[tuple[TrainConfig, MethodPlugin]]  # the runs of a config, each with its method
 
 
-def trainer_for(config: TrainConfig, **injected: Any) -> Trainer:
-    """A `Trainer` for `config` with its method looked up by name (`model`, `data` and
-    `evaluator` may be injected, as `Trainer` takes them)."""
-    return Trainer(config, get_method(config.method), **injected)
+def resolve(config: TrainConfig) -> tuple[MethodPlugin, Runs]:
+    """`config`'s method, and its runs each with its own method: `config` itself, or the stages of
+    its schedule (`Method.stages`). The driver's one look-up of a method by name."""
+    method = get_method(config.method)
+    stages = method.stages(config)
+    if len(stages) == 1:
+        return method, [(config, method)]
+    return method, [run for stage in stages for run in resolve(stage)[1]]
+
+
+def trainer_for(
+    config: TrainConfig, evaluator: Evaluator | None = None, **injected: Any
+) -> Trainer:
+    """A `Trainer` for `config`, its method looked up and its run prepared (`model` and `data` may
+    be injected, as `prepare_run` takes them, and `evaluator`, as `Trainer` does)."""
+    return Trainer(prepare_run(config, resolve(config)[0], **injected), evaluator)
 
 
 def run_schedule(config: TrainConfig) -> list[TrainResult]:
     """Train every stage of the method's schedule (`Method.stages`), in order, without the
     before/after evaluation of `run_training`."""
-    return [trainer_for(stage).train() for stage in get_method(config.method).stages(config)]
+    return [Trainer(prepare_run(stage, method)).train() for stage, method in resolve(config)[1]]
 
 
 def environment() -> dict[str, Any]:
@@ -83,49 +100,54 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def starting_scores(
+    folder: Path, reuse: bool, evaluate: Callable[[], dict[str, float] | None]
+) -> dict[str, float] | None:
+    """The starting model's scores ("before") of a run or a schedule in `folder`: its before.json
+    when `reuse` and it is there, else `evaluate()`, written to before.json (unless None)."""
+    file = folder / "before.json"
+    if reuse and file.exists():
+        return json.loads(file.read_text())
+    with phase("before_eval"):
+        before = evaluate()
+    if before is not None:
+        write_json(file, before)
+    return before
+
+
 def run_stages(
-    config: TrainConfig, resume: bool = False, overwrite: bool = False
+    config: TrainConfig,
+    method: MethodPlugin,
+    stages: Runs,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """A schedule of several runs (`Method.stages`): each stage is a run in its own folder; a
-    finished stage is skipped, an interrupted one resumed. The before/after scores compare the
-    starting model with the best model of the last stage. The root folder is locked for the
-    schedule (`dclr.training.runfolder`)."""
+    """A schedule of several runs (`Method.stages`, resolved with their methods): each stage is a
+    run in its own folder; a finished stage is skipped, an interrupted one resumed. The
+    before/after scores compare the starting model with the best model of the last stage. The
+    root folder is locked for the schedule (`dclr.training.runfolder`)."""
     root = Path(config.run.output_dir)
     with runfolder.claim(root, resume, overwrite):
-        return _run_stages(config, root, resume)
-
-
-def _run_stages(config: TrainConfig, root: Path, resume: bool) -> dict[str, Any]:
-    method = get_method(config.method)  # the schedule's method; each stage resolves its own
-    config.save(root / "config.yaml")
-    before_file = root / "before.json"
-    before = json.loads(before_file.read_text()) if before_file.exists() else None
-    if before is None:
-        before = method.evaluate_start(config)
-        if before is not None:
-            write_json(before_file, before)
-    stages, last = [], None
-    for stage in method.stages(config):
-        stage_dir = Path(stage.run.output_dir)
-        if not (stage_dir / "results.json").exists():
-            again = resume and latest_checkpoint(stage_dir / "checkpoints") is not None
-            run_training(stage.updated({"run.test_eval": False}), resume=again)
-        stages.append(json.loads((stage_dir / "results.json").read_text()))
-        last = stage
-    assert last is not None
-    summary: dict[str, Any] = {
-        "method": config.method,
-        "stages": stages,
-        "best_dir": stages[-1]["best_dir"],
-    }
-    if config.run.test_eval:
-        final = get_method(last.method)
-        result = _result_of(stages[-1])
-        summary.update(
-            before=before, **final.evaluate_final(last.updated({"run.test_eval": True}), result)
-        )
-    write_json(root / "results.json", summary)
-    return summary
+        config.save(root / "config.yaml")
+        # scored once for the schedule and kept across its reruns, as its finished stages are
+        before = starting_scores(root, True, lambda: method.evaluate_start(config))
+        done = []
+        for stage, stage_method in stages:
+            stage_dir = Path(stage.run.output_dir)
+            if not (stage_dir / "results.json").exists():
+                again = resume and latest_checkpoint(stage_dir / "checkpoints") is not None
+                run_one(stage.updated({"run.test_eval": False}), stage_method, resume=again)
+            done.append(json.loads((stage_dir / "results.json").read_text()))
+        summary: dict[str, Any] = {"method": config.method, "stages": done}
+        summary["best_dir"] = done[-1]["best_dir"]
+        if config.run.test_eval:
+            last, last_method = stages[-1]
+            final = last_method.evaluate_final(
+                last.updated({"run.test_eval": True}), _result_of(done[-1])
+            )
+            summary.update(before=before, **final)
+        write_json(root / "results.json", summary)
+        return summary
 
 
 def _result_of(summary: dict[str, Any]) -> TrainResult:
@@ -153,59 +175,49 @@ def run_training(
     or `overwrite` (see `dclr.training.runfolder`). `notify(event, data)` hears what the run
     learns before training ("data": the data report), for a caller that shows it.
     """
-    method = get_method(config.method)  # resolved once, here, and handed down
-    if len(method.stages(config)) > 1:
-        return run_stages(config, resume, overwrite)
+    method, runs = resolve(config)  # looked up once, here, and handed down
+    if len(runs) > 1:
+        return run_stages(config, method, runs, resume, overwrite)
+    return run_one(config, method, resume, overwrite, notify)
+
+
+def run_one(
+    config: TrainConfig,
+    method: MethodPlugin,
+    resume: bool = False,
+    overwrite: bool = False,
+    notify: Notify | None = None,
+) -> dict[str, Any]:
+    """`run_training` of one run with its method (a config of one stage)."""
     run_dir = Path(config.run.output_dir)
     with runfolder.claim(run_dir, resume, overwrite, main=runfolder.rank_from_env() == 0):
         if resume:  # before the model and data load: a run folder never mixes two methods
             runfolder.check_resume(run_dir, config.to_dict())
-        return _run_training(config, method, run_dir, resume, notify)
-
-
-def _run_training(
-    config: TrainConfig,
-    method: MethodPlugin,
-    run_dir: Path,
-    resume: bool,
-    notify: Notify | None = None,
-) -> dict[str, Any]:
-    times, start = PhaseTimes(), time.perf_counter()
-    with times.active():
-        summary, main = _run_phases(config, method, run_dir, resume, notify)
-    if main:  # the phase times of this process (a resumed run: since the resume)
-        total = time.perf_counter() - start
-        summary["phase_seconds"] = breakdown(times, summary["train_seconds"], total)
-        write_json(run_dir / "results.json", summary)
-    return summary
+        times, start = PhaseTimes(), time.perf_counter()
+        with times.active():
+            summary, main = _run_phases(config, method, resume, notify)
+        if main:  # the phase times of this process (a resumed run: since the resume)
+            total = time.perf_counter() - start
+            summary["phase_seconds"] = breakdown(times, summary["train_seconds"], total)
+            write_json(run_dir / "results.json", summary)
+        return summary
 
 
 def _run_phases(
-    config: TrainConfig,
-    method: MethodPlugin,
-    run_dir: Path,
-    resume: bool,
-    notify: Notify | None = None,
+    config: TrainConfig, method: MethodPlugin, resume: bool, notify: Notify | None = None
 ) -> tuple[dict[str, Any], bool]:
+    """Prepare the run, score the starting model, train, score the trained model, write the
+    cards; returns the summary and whether this process is the main one."""
     with phase("setup"):
-        trainer = Trainer(config, method)
-    if notify is not None and trainer.data_report is not None and trainer.rank == 0:
-        notify("data", trainer.data_report)
-    if trainer.evaluator is not None:
-        trainer.evaluator = timed(trainer.evaluator, "dev_eval")
-    main = trainer.rank == 0
-    before_file = run_dir / "before.json"
-    before: dict[str, float] | None = None
-    before_search: dict[str, float] | None = None
+        run = prepare_run(config, method)
+        trainer = Trainer(run)
+    if notify is not None and run.data_report is not None:
+        notify("data", run.data_report)
+    main = run.rank == 0
+    before, before_search = None, None
     if main:
-        write_json(run_dir / "env.json", environment())
-        if not (resume and before_file.exists()):
-            with phase("before_eval"):
-                before = method.evaluate_start(config)
-            if before is not None:
-                write_json(before_file, before)
-        elif before_file.exists():
-            before = json.loads(before_file.read_text())
+        write_json(run.run_dir / "env.json", environment())
+        before = starting_scores(run.run_dir, resume, lambda: method.evaluate_start(config, run))
         if config.run.test_retrieval:
             with phase("before_eval"):
                 before_search = starting_retrieval(
@@ -216,39 +228,10 @@ def _run_phases(
                 )
     with phase("train"):
         result = trainer.train(resume=resume)
-    summary: dict[str, Any] = {
-        "method": config.method,
-        **method.describe(config),
-        "steps": result.steps,
-        "best_step": result.best_step,
-        "best_dev_metric": result.best_metric,
-        "best_dir": str(result.best_dir),
-        "final_dir": str(result.final_dir),
-        "train_seconds": result.train_seconds,
-        "cpu_seconds": result.cpu_seconds,
-    }
-    if result.derived:  # e.g. the calibrated phi, used in place of the config's
-        summary["derived"] = result.derived
-    if result.start_records:
-        summary["start_records"] = result.start_records
-    if trainer.data_report is not None:
-        summary["data"] = trainer.data_report
+    summary = _train_summary(run, result)
     if main:
         with phase("after_eval"):
-            final = method.evaluate_final(config, result)
-            if config.run.test_retrieval:
-                final["retrieval"] = {
-                    "task": config.run.test_retrieval,
-                    "split": "test",
-                    "before": before_search,
-                    "after": retrieval_test_scores(
-                        str(result.best_dir),
-                        method.inference_pooler(config),
-                        config.run.test_retrieval,
-                        config.data.data_dir,
-                        f"encode {config.run.test_retrieval} (after: best model)",
-                    ),
-                }
+            final = _final_scores(run, result, before_search)
         if before is not None or "after" in final:
             summary["before"] = before
         summary.update(final)
@@ -263,9 +246,53 @@ def _run_phases(
             method=method,
             derived=result.derived,
         )
-        if not config.run.keep_checkpoints_at_end and result.steps >= trainer.total_steps:
-            drop_checkpoints(run_dir)
+        if not config.run.keep_checkpoints_at_end and result.steps >= run.total_steps:
+            drop_checkpoints(run.run_dir)
     return summary, main
+
+
+def _train_summary(run: PreparedRun, result: TrainResult) -> dict[str, Any]:
+    """What results.json says of the training itself."""
+    summary: dict[str, Any] = {
+        "method": run.config.method,
+        **run.method.describe(run),
+        "steps": result.steps,
+        "best_step": result.best_step,
+        "best_dev_metric": result.best_metric,
+        "best_dir": str(result.best_dir),
+        "final_dir": str(result.final_dir),
+        "train_seconds": result.train_seconds,
+        "cpu_seconds": result.cpu_seconds,
+    }
+    if result.derived:  # e.g. the calibrated phi, used in place of the config's
+        summary["derived"] = result.derived
+    if result.start_records:
+        summary["start_records"] = result.start_records
+    if run.data_report is not None:
+        summary["data"] = run.data_report
+    return summary
+
+
+def _final_scores(
+    run: PreparedRun, result: TrainResult, before_search: dict[str, float] | None
+) -> dict[str, Any]:
+    """The trained model's test scores (the method's, and `run.test_retrieval`'s)."""
+    config, method = run.config, run.method
+    final = method.evaluate_final(config, result)
+    if config.run.test_retrieval:
+        final["retrieval"] = {
+            "task": config.run.test_retrieval,
+            "split": "test",
+            "before": before_search,
+            "after": retrieval_test_scores(
+                str(result.best_dir),
+                method.inference_pooler(config),
+                config.run.test_retrieval,
+                config.data.data_dir,
+                f"encode {config.run.test_retrieval} (after: best model)",
+            ),
+        }
+    return final
 
 
 def drop_checkpoints(run_dir: Path) -> None:

@@ -113,5 +113,6 @@ def test_training_reads_data_column(tmp_path, tiny_dropout_model_dir):
          "eval_steps": 0, "test_eval": False, "output_dir": str(tmp_path / "run")},
     )  # fmt: skip
     trainer = trainer_for(config)
-    assert sorted(trainer.data) == sorted(TEXTS)
-    assert trainer.data_report["lines"] == 4 and trainer.data_report["blank_skipped"] == 1
+    report = trainer.run.data_report
+    assert sorted(trainer.run.data) == sorted(TEXTS)
+    assert report["lines"] == 4 and report["blank_skipped"] == 1

@@ -35,9 +35,9 @@ def test_the_trainer_reports_its_corpus_and_dedups_it(tmp_path):
                "data.corpus": str(corpus), "optimisation.batch_size": 4,
                "optimisation.max_steps": 1, "run.test_eval": False, "run.eval_steps": 0,
                "run.output_dir": str(tmp_path / "run")}  # fmt: skip
-    kept = trainer_for(load_config(None, options))
+    kept = trainer_for(load_config(None, options)).run
     assert kept.data_report["duplicates"] == 2 and kept.data_report["blank_skipped"] > 0
     assert len(kept.data) == len(lines) + 2
-    dropped = trainer_for(load_config(None, {**options, "data.dedup": True}))
+    dropped = trainer_for(load_config(None, {**options, "data.dedup": True})).run
     assert len(dropped.data) == len(lines) and dropped.data_report["duplicates_dropped"] == 2
     assert dropped.data_report["duplicates"] == 0

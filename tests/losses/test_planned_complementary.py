@@ -17,9 +17,11 @@ from helpers import pseudo_sentence
 from dclr.data.corpus import ListCorpus, TextFileCorpus
 from dclr.driver import trainer_for
 from dclr.losses.complementary import CachedComplementary, PlannedComplementary
+from dclr.methods.dclr import DCLR_METHOD
 from dclr.methods.dclr_rows import sample_rows_only
 from dclr.models.encoder import SentenceEncoder, length_batches
 from dclr.recipe import load_config
+from dclr.training.prepare import prepare_run
 from dclr.training.tracking import read_metrics
 
 CORPUS_LINES = 300  # several lengths, several batches of the cache's 256 per length at most
@@ -131,8 +133,9 @@ def test_auto_samples_rows_only_for_a_short_run_on_a_large_corpus_without_a_cach
     def decide(rows: str, steps: int) -> bool:
         config = run_config(tiny_model_dir, corpus_file, tmp_path / "run", rows)
         config.optimisation.max_steps = steps
+        run = prepare_run(config, DCLR_METHOD, data=corpus)
         cache = tmp_path / "auto" / "comp.npy"
-        return sample_rows_only(config, config.section("dclr"), corpus, cache, "mean", "tiny")
+        return sample_rows_only(run, config.section("dclr"), cache, "mean", "tiny")
 
     assert decide("auto", 5)  # 5 x 16 = 80 rows of 300
     assert not decide("auto", 10)  # 160 rows: over half the corpus

@@ -1,11 +1,13 @@
 """ConSERT: NT-Xent against a hand-written formula; view, few-shot and method options."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import interrupt_on_call, write_pseudo_corpus
 
+from dclr.contract import PreparedRun
 from dclr.data.sampling import few_shot_indices as sample_indices
 from dclr.driver import trainer_for
 from dclr.errors import ConfigError
@@ -17,7 +19,10 @@ from dclr.training.tracking import read_metrics
 
 
 def build_loss(config, model):
-    return get_method(config.method).build_objective(config, model, [], torch.device("cpu"))
+    """The method's objective around `model`, asked of a run with no data and no batch plan."""
+    method = get_method(config.method)
+    run = PreparedRun(config, method, model, [], None, 2, 0, torch.device("cpu"), Path("."))
+    return method.build_objective(run, model)
 
 
 def few_shot_indices(size, config):
@@ -184,7 +189,7 @@ def test_few_shot_training_uses_the_subset(model_dir, corpus_file, tmp_path):
     trainer, _ = run(
         model_dir, corpus_file, tmp_path / "r", few_shot_sentences=16, few_shot_sampling="random"
     )
-    assert len(trainer.data) == 16
+    assert len(trainer.run.data) == 16
     saved = load_config(tmp_path / "r" / "config.yaml")
     assert saved.data.few_shot_sentences == 16 and saved.data.few_shot_sampling == "random"
 
@@ -232,8 +237,8 @@ def test_shrink_batch_trains_on_all_texts_each_step(model_dir, corpus_file, tmp_
             view1="token_shuffle", view2="embedding_dropout", view2_rate=0.1,
             few_shot_sentences=n, small_data="shrink_batch",
         )  # fmt: skip
-    assert trainer.batch_size == n and len(trainer.data) == n
-    assert sorted(trainer.global_batch(2).tolist()) == list(range(n))
+    assert trainer.run.batch_size == n and len(trainer.run.data) == n
+    assert sorted(trainer.run.global_batch(2).tolist()) == list(range(n))
     if n == 1:  # one text: NT-Xent has no negative, the loss is exactly 0 (nothing to learn)
         assert set(losses.values()) == {0.0}
     else:
@@ -246,8 +251,8 @@ def test_repeat_fills_a_batch_with_copies(model_dir, corpus_file, tmp_path):
             model_dir, corpus_file, tmp_path / "r", method="consert", few_shot_sentences=3,
             small_data="repeat",
         )  # fmt: skip
-    assert trainer.batch_size == 8 and len(trainer.data) == 9  # 3 copies of 3 texts
-    assert len(set(trainer.data)) == 3 and all(math.isfinite(v) for v in losses.values())
+    assert trainer.run.batch_size == 8 and len(trainer.run.data) == 9  # 3 copies of 3 texts
+    assert len(set(trainer.run.data)) == 3 and all(math.isfinite(v) for v in losses.values())
 
 
 def test_sts_all_is_consert_89192_texts(data_dir):

@@ -11,10 +11,11 @@ from dclr.data.sts import STS_TASKS
 from dclr.evaluation.scores import evaluate_model
 from dclr.losses.complementary import CachedComplementary
 from dclr.methods.dclr import DCLR_METHOD
-from dclr.methods.dclr_start import run_corpus, shared_start_scores
+from dclr.methods.dclr_start import shared_start_scores
 from dclr.models.encoder import SentenceEncoder
 from dclr.recipe import load_config
-from dclr.training.phases import PhaseTimes, breakdown, phase, timed
+from dclr.training.phases import PhaseTimes, breakdown, phase
+from dclr.training.prepare import prepare_run
 
 pytestmark = pytest.mark.slow
 
@@ -34,34 +35,28 @@ def test_shared_pass_equals_the_separate_cache_and_eval(tmp_path, monkeypatch, d
         "dclr.complementary_cache": str(tmp_path / "shared.npy"),
         "run.output_dir": str(tmp_path / "run"),
     }
-    config = load_config(None, overrides)
-    scores = shared_start_scores(config, "cls_before_pooler", DCLR_METHOD)
+    run = prepare_run(load_config(None, overrides), DCLR_METHOD)
+    scores = shared_start_scores(run, "cls_before_pooler")
     assert scores is not None
     alone = SentenceEncoder.from_pretrained(model, pooler="mean")
     CachedComplementary.build_or_load(
-        tmp_path / "alone.npy",
-        alone,
-        run_corpus(config, DCLR_METHOD),
-        model,
-        32,
-        show_progress=False,
+        tmp_path / "alone.npy", alone, run.data, model, 32, show_progress=False
     )
     assert (tmp_path / "shared.npy").read_bytes() == (tmp_path / "alone.npy").read_bytes()
     separate = evaluate_model(model, "cls_before_pooler", str(data_dir))
     for task in (*STS_TASKS, "avg"):
         assert scores[task] == pytest.approx(separate[task], abs=0.01), task
-    assert (
-        shared_start_scores(config, "cls_before_pooler", DCLR_METHOD) is None
-    )  # now known: not redone
+    assert shared_start_scores(run, "cls_before_pooler") is None  # now known: not redone
     other = load_config(None, {**overrides, "dclr.complementary_model": str(tmp_path)})
-    assert shared_start_scores(other, "cls_before_pooler", DCLR_METHOD) is None  # another scorer
+    assert shared_start_scores(prepare_run(other, DCLR_METHOD), "cls_before_pooler") is None
 
 
 def test_phase_times_add_up():
     times = PhaseTimes()
     with times.active(), phase("train"):
-        timed(lambda: None, "dev_eval")()
-        timed(lambda: None, "dev_eval")()
+        for _ in range(2):  # a phase entered twice adds up
+            with phase("dev_eval"):
+                pass
     with phase("after_eval"):  # no active timer: not recorded
         pass
     table = breakdown(times, train_steps=0.0, total=1.0)

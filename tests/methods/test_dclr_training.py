@@ -217,7 +217,9 @@ def test_dense_batches_and_calibrated_phi_in_the_trainer(
     trainer = trainer_for(config)
     gold = GoldIndex(gold_paraphrase_pairs(data_dir))
     for step in range(2):
-        flags = np.asarray(gold.matrix([trainer.data[int(i)] for i in trainer.global_batch(step)]))
+        flags = np.asarray(
+            gold.matrix([trainer.run.data[int(i)] for i in trainer.run.global_batch(step)])
+        )
         assert flags.sum() == 2 * 2  # 8 * 0.5 / 2 = 2 pairs, each counted (i, j) and (j, i)
     trainer.train()
     (row,) = read_metrics(tmp_path / "run", "calibration")

@@ -3,6 +3,7 @@ the supervised-SimCSE baseline, and every shipped recipe validates."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -92,9 +93,9 @@ def test_training_moves_the_weights_and_lowers_the_loss_on_a_fixed_batch(model_d
         model_dir, data_root, tmp_path / "run", max_steps=8, learning_rate=1e-3, dropout=0.0
     )
     trainer = DualCSETrainer(cfg)
-    trainer.data = trainer.data[:4]  # one batch, seen every step
-    trainer.sampler = build_sampler(trainer.data, 4, cfg.run.seed)
-    trainer.steps_per_epoch = 1
+    batch = trainer.run.data[:4]  # one batch, seen every step
+    plan = build_sampler(batch, 4, cfg.run.seed)
+    trainer.run = dataclasses.replace(trainer.run, data=batch, plan=plan)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
     trajectory = losses(tmp_path / "run")

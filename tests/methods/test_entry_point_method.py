@@ -56,8 +56,8 @@ class Spread(Method):
     name = "spread"
     section = SpreadOptions
 
-    def build_objective(self, config, model, data, device):
-        return SpreadObjective(model, config.section(self.name).scale)
+    def build_objective(self, run, model):
+        return SpreadObjective(model, run.config.section(self.name).scale)
 
 
 METHOD = Spread()

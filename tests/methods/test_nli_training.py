@@ -69,7 +69,7 @@ def losses(run_dir):
 def test_supervised_simcse_on_senteval_nli_trains_reproducibly(model_dir, nli_folder, tmp_path):
     options = {"schedule": "sup", "nli_data": str(nli_folder)}
     a = trainer_for(config(model_dir, tmp_path / "a", **options))
-    assert len(a.data) == 40  # one (premise, entailment, contradiction) triple per premise
+    assert len(a.run.data) == 40  # one (premise, entailment, contradiction) triple per premise
     a.train()
     trainer_for(config(model_dir, tmp_path / "b", **options)).train()
     first, second = losses(tmp_path / "a"), losses(tmp_path / "b")
@@ -103,7 +103,7 @@ def test_joint_schedule_logs_both_parts_and_trains_the_head(model_dir, nli_folde
         view1="token_shuffle", view2="feature_cutoff", view2_rate=0.2, joint_weight=0.5,
     )  # fmt: skip
     trainer = trainer_for(cfg)
-    assert len(trainer.data) == 120  # every labelled pair
+    assert len(trainer.run.data) == 120  # every labelled pair
     trainer.train()
     rows = losses(tmp_path / "j")
     for row in rows.values():

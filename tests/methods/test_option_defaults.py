@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -53,7 +54,7 @@ def built_by_dclr_train(method: str, config: Any) -> Any:
         return plugin.loss_module(config, None, section, Scorer())
     if method == "nli":
         return supervised_objective(config, None, 8, "simcse", True, section.temperature)
-    return plugin.build_objective(config, None, [], torch.device("cpu"))
+    return plugin.build_objective(SimpleNamespace(config=config), None)  # reads run.config only
 
 
 def option_values(obj: Any, options: type) -> dict[str, Any]:

@@ -48,8 +48,8 @@ class Toy(Method):
     name = "toy_alignment"
     section = ToySection
 
-    def build_objective(self, config, model, data, device) -> nn.Module:
-        return ToyObjective(model, config.section(self.name).scale)
+    def build_objective(self, run, model) -> nn.Module:
+        return ToyObjective(model, run.config.section(self.name).scale)
 
 
 @pytest.fixture

@@ -29,7 +29,6 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -277,13 +276,6 @@ class DCLRLoss(torch.nn.Module):
     ) -> DCLRLoss:  # fmt: skip
         """The loss from option keywords (`DCLROptions` field names), for scripts and tests."""
         return cls(model, complementary, DCLROptions(**options), seed=seed, views=views)
-
-    def prefill_batch_plan(self, rows: Callable[[], Sequence[int]]) -> None:
-        """Let the complementary model encode, up front, the rows the run will sample (a
-        sampled-rows cache does; for the others the plan is not even listed)."""
-        prefill = getattr(self.complementary, "prefill", None)
-        if prefill is not None:
-            prefill(rows())
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
         k = round(self.noise_ratio * z1.shape[0])

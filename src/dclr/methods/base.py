@@ -7,16 +7,18 @@ found by its `name` in `dclr.methods.registry`:
   `config.section(name)`; a recipe writes it under the method's name;
 * `build_model(config)`: the trained model (default: a `SentenceEncoder` from `config.model`);
 * `load_data(config)`: the training examples, a sequence the loop indexes (default: the corpus);
-* `collate(model, examples, config)`: examples -> (features, labels), before moving to the device;
-* `build_objective(config, model, data, device)`: an `nn.Module` called as
-  `objective(batch) -> dict[str, Tensor]` with "loss" and named parts (`dclr.contract.Batch`);
+* `collate(run, examples)`: examples -> (features, labels), before moving to the device;
+* `build_objective(run, model)`: an `nn.Module` called as `objective(batch) -> dict[str, Tensor]`
+  with "loss" and named parts (`dclr.contract.Batch`);
 * hooks with sentence-encoder defaults: `dev_evaluator` (STS dev during training), `export`
   (`final/`, `best/`), `evaluate_start` / `evaluate_final` (the test tables), `stages` (a schedule
   of several runs).
 
-The loop never asks which method it runs, and never looks one up: the driver resolves the method
-once and hands it to `Trainer(config, method)`. Everything method-specific is here or in a
-subclass.
+`run` is the `dclr.contract.PreparedRun` the driver prepared from the config and the first two
+hooks (`dclr.training.prepare.prepare_run`): the config, the model, the examples as the batch plan
+indexes them, the plan, the total steps and the device. The loop never asks which method it runs,
+and never looks one up: the driver resolves the method once and hands it down in the run
+(`Trainer(run)`). Everything method-specific is here or in a subclass.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from dclr.contract import Evaluator, TrainResult
+from dclr.contract import Evaluator, PreparedRun, TrainResult
 from dclr.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -167,21 +169,20 @@ class Method:
         return load_corpus(config.data.corpus, config.data.data_dir, config.data.column)
 
     def collate(
-        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+        self, run: PreparedRun, examples: Sequence[Any]
     ) -> tuple[dict[str, Any], torch.Tensor | None]:
         """Sentences -> one tokenization (n rows), no labels."""
-        return model.tokenize(list(examples), max_length=config.model.max_length), None  # type: ignore[operator]
+        limit = run.config.model.max_length
+        return run.model.tokenize(list(examples), max_length=limit), None  # type: ignore[operator]
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module:
-        """The objective around `model` (the DDP-wrapped model under torchrun)."""
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
+        """The objective around `model` (`run.model`, DDP-wrapped under torchrun)."""
         raise NotImplementedError
 
     # ---- hooks --------------------------------------------------------------------------------
-    def dev_evaluator(self, config: TrainConfig) -> Evaluator | None:
+    def dev_evaluator(self, run: PreparedRun) -> Evaluator | None:
         """Called every `eval_steps` on rank 0; its "metric" picks `best/`. None: never."""
-        return sts_dev_evaluator(config) if config.run.eval_steps > 0 else None
+        return sts_dev_evaluator(run.config) if run.config.run.eval_steps > 0 else None
 
     def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
         """Write an inference model (no training-only parts) to `path`."""
@@ -194,8 +195,11 @@ class Method:
             return "cls_before_pooler"
         return config.model.eval_pooler or config.model.pooler
 
-    def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
-        """The starting model's test scores ("before"), or None."""
+    def evaluate_start(
+        self, config: TrainConfig, run: PreparedRun | None = None
+    ) -> dict[str, float] | None:
+        """The starting model's test scores ("before"), or None; `run`: the prepared run about
+        to train (None for a schedule, whose start is scored once for all its stages)."""
         if not config.run.test_eval:
             return None
         from dclr.evaluation.scores import starting_scores
@@ -225,7 +229,7 @@ class Method:
             return []
         return [f.name for f in dataclasses.fields(section)]
 
-    def describe(self, config: TrainConfig) -> dict[str, Any]:
+    def describe(self, run: PreparedRun) -> dict[str, Any]:
         """Extra fields for results.json (e.g. DualCSE's encoder kind)."""
         return {}
 

@@ -16,19 +16,16 @@ from dclr.methods.dclr_rows import sample_rows_only
 from dclr.methods.simcse import ContrastiveMethod, build_views
 from dclr.options.contrastive import ContrastiveSection
 from dclr.options.dclr import DCLRSection
+from dclr.training.phases import phase
 
 if TYPE_CHECKING:
+    from dclr.contract import PreparedRun
     from dclr.options.config import TrainConfig
 
 
-def build_complementary(
-    config: TrainConfig,
-    section: DCLRSection,
-    corpus: Sequence[str],
-    device: torch.device,
-    show_progress: bool = True,
-) -> Any:
-    """The frozen complementary model of DCLR, in the configured mode (None if not needed)."""
+def build_complementary(run: PreparedRun, section: DCLRSection, show_progress: bool = True) -> Any:
+    """The frozen complementary model of DCLR over the run's examples, in the configured mode
+    (None if not needed)."""
     from dclr.losses.complementary import (
         CachedComplementary,
         OnTheFlyComplementary,
@@ -39,15 +36,14 @@ def build_complementary(
 
     if not section.needs_complementary:
         return None
+    config, corpus, device = run.config, run.data, run.device
     spec = section.complementary_model or config.model.name
     encoder = SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
     encoder = encoder.to(device)
     limit = config.model.max_length
     if section.complementary_mode == "cached":
-        from dclr.training.phases import phase
-
         cache = Path(section.complementary_cache) if section.complementary_cache else None
-        if sample_rows_only(config, section, corpus, cache, encoder.pooler, spec):
+        if sample_rows_only(run, section, cache, encoder.pooler, spec):
             return PlannedComplementary(encoder, corpus, limit, device=device)
         with phase("complementary_cache"):
             return CachedComplementary.build_or_load(
@@ -115,32 +111,45 @@ class DCLR(ContrastiveMethod):
             derived_settings=derived_settings,
         )
 
-    def evaluate_start(self, config: TrainConfig) -> dict[str, float] | None:
-        """The before-eval, from the pass that builds the complementary cache when both encode
-        with the starting model (`dclr.methods.dclr_start`); else evaluated on its own."""
+    def evaluate_start(
+        self, config: TrainConfig, run: PreparedRun | None = None
+    ) -> dict[str, float] | None:
+        """The before-eval, from the pass that builds the run's complementary cache when both
+        encode with the starting model (`dclr.methods.dclr_start`); else evaluated on its own."""
         from dclr.methods.dclr_start import shared_start_scores
-        from dclr.training.phases import phase
 
-        with phase("shared_start"):
-            shared = shared_start_scores(config, self.inference_pooler(config), self)
+        shared = None
+        if run is not None:
+            with phase("shared_start"):
+                shared = shared_start_scores(run, self.inference_pooler(config))
         return shared if shared is not None else super().evaluate_start(config)
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module:
-        section = config.section(self.name)
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
+        section = run.config.section(self.name)
         # Rank 0 builds the complementary cache first; the other ranks then load it.
-        main = dist.rank() == 0
-        complementary = build_complementary(config, section, data, device) if main else None
-        if dist.world_size() > 1:
+        main = run.rank == 0
+        complementary = build_complementary(run, section) if main else None
+        if run.world > 1:
             torch.distributed.barrier()
         if not main:
-            complementary = build_complementary(config, section, data, device, False)
+            complementary = build_complementary(run, section, False)
+        objective = self.calibrated_loss(run, model, section, complementary)
+        prefill = getattr(complementary, "prefill", None)
+        if prefill is not None:  # a cache of the sampled rows only: encode the plan's rows now
+            with phase("complementary_cache"):
+                prefill(run.planned_rows())
+        return objective
+
+    def calibrated_loss(
+        self, run: PreparedRun, model: Any, section: DCLRSection, complementary: Any
+    ) -> nn.Module:
+        """The loss, with phi as set or calibrated before step 1 (`section.phi_calibration`)."""
+        config = run.config
         if section.phi_calibration == "none":
             return self.loss_module(config, model, section, complementary)
         # a calibrated phi is the loss's input, the calibration its step-0 record, and phi the
         # value the run reports (start, results.json, model card) in place of the config's
-        calibration = calibrate(config, section, data, device)
+        calibration = calibrate(config, section, run.data, run.device)
         phi = calibration["phi"]
         calibrated = dataclasses.replace(section, false_negative_threshold=phi)
         records = {"calibration": calibration}

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dclr.options.config import TrainConfig
+    from dclr.contract import PreparedRun
     from dclr.options.dclr import DCLRSection
 
 # auto: encode only the sampled rows when the run's steps x batch reach under this share of the
@@ -17,23 +15,17 @@ SAMPLED_ROWS_SHARE = 0.5
 
 
 def sample_rows_only(
-    config: TrainConfig,
-    section: DCLRSection,
-    corpus: Sequence[str],
-    cache: Path | None,
-    pooler: str,
-    spec: str,
+    run: PreparedRun, section: DCLRSection, cache: Path | None, pooler: str, spec: str
 ) -> bool:
     """Whether the cached complementary model encodes only the rows the run samples
-    (`complementary_rows`; auto: a short run on a large corpus, and no whole-corpus cache yet)."""
+    (`complementary_rows`; auto: a short run on a large corpus, and no whole-corpus cache yet).
+    The run's steps, batch and examples are those its batch plan samples."""
     from dclr.losses.complementary import CachedComplementary  # torch: only when deciding
 
     if section.complementary_rows != "auto":
         return section.complementary_rows == "sampled"
-    opt = config.optimisation
-    batch = opt.batch_size
-    steps = opt.max_steps or math.ceil(opt.epochs * (len(corpus) // batch))  # as `Trainer`
-    if steps * batch >= SAMPLED_ROWS_SHARE * len(corpus):
+    corpus = run.data
+    if run.total_steps * run.batch_size >= SAMPLED_ROWS_SHARE * len(corpus):
         return False
-    path, _ = CachedComplementary.locate(cache, pooler, corpus, spec, config.model.max_length)
+    path, _ = CachedComplementary.locate(cache, pooler, corpus, spec, run.config.model.max_length)
     return not CachedComplementary.exists(path)

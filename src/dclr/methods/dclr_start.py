@@ -18,7 +18,9 @@ paths would write them (the complementary cache and the starting-scores cache), 
 loads them as usual. It steps aside (returns None) whenever the two do not coincide: another
 complementary model, a mode other than `cached`, either result already cached, no test eval, or a
 run whose cache holds only the rows it samples (`complementary_rows`; then the before-eval is
-`dclr eval`'s own and the cache a few thousand rows).
+`dclr eval`'s own and the cache a few thousand rows). The corpus is the prepared run's
+(`dclr.contract.PreparedRun.data`: the examples its batch plan indexes, so the cache written
+here is the one the run looks up).
 """
 
 from __future__ import annotations
@@ -27,46 +29,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dclr.methods.dclr_rows import sample_rows_only
 
 if TYPE_CHECKING:
-    from dclr.methods.base import Method
-    from dclr.options.config import TrainConfig
+    from dclr.contract import PreparedRun
 
 
-def run_corpus(config: TrainConfig, method: Method) -> list[str]:
-    """The corpus `Trainer` trains on (few-shot subset, paraphrase-dense sentences included)."""
-    from dclr.data.sampler import training_batches
-    from dclr.training.loop import prepared
-
-    data, _ = prepared(method.load_data(config), config)
-    d = config.data
-    corpus, _ = training_batches(
-        data,
-        config.optimisation.batch_size,
-        config.run.seed,
-        d.paraphrase_density,
-        d.paraphrase_sources,
-        d.data_dir,
-    )  # the corpus only: data.no_duplicates changes the batches, not the lines
-    return corpus  # type: ignore[return-value]
-
-
-def shared_start_scores(
-    config: TrainConfig, pooler: str, method: Method
-) -> dict[str, float] | None:
+def shared_start_scores(run: PreparedRun, pooler: str) -> dict[str, float] | None:
     """The starting model's STS test scores with `pooler`, computed in the pass that builds the
-    complementary cache of DCLR `method`; None when the two do not coincide (module docstring)."""
+    complementary cache of the DCLR `run`; None when the two do not coincide (module docstring)."""
     from dclr.evaluation.scores import cached_starting_scores, save_starting_scores
     from dclr.evaluation.sts import StsEvaluator
     from dclr.losses.complementary import CACHE_BATCH_SIZE, CachedComplementary, freeze
     from dclr.models.encoder import SentenceEncoder, model_limit
 
+    config = run.config
     if not config.run.test_eval:
         return None
-    section = config.section(method.name)
+    section = config.section(run.method.name)
     spec = section.complementary_model or config.model.name
     if (
         not section.needs_complementary
@@ -77,19 +58,18 @@ def shared_start_scores(
     data_dir = config.data.data_dir
     if cached_starting_scores(config.model.name, pooler, data_dir) is not None:
         return None
-    corpus = run_corpus(config, method)
+    corpus = run.data
     encoder = SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
     if pooler == "cls" and encoder.packing:
         return None
     cache_arg = Path(section.complementary_cache) if section.complementary_cache else None
-    if sample_rows_only(config, section, corpus, cache_arg, encoder.pooler, spec):
+    if sample_rows_only(run, section, cache_arg, encoder.pooler, spec):
         return None  # the run encodes only the rows it samples: no corpus pass to share
     limit = config.model.max_length
     cache, expected = CachedComplementary.locate(cache_arg, encoder.pooler, corpus, spec, limit)
     if CachedComplementary.exists(cache):
         return None
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    encoder = freeze(encoder.to(device))  # as build_complementary leaves it
+    encoder = freeze(encoder.to(run.device))  # as build_complementary leaves it
     evaluator = StsEvaluator(data_dir, mode="test")
     wanted = evaluator.sentences()
     full = model_limit(encoder.tokenizer)

@@ -18,7 +18,7 @@ from dclr.methods.base import Method, build_encoder, dropout_overrides
 from dclr.options.dualcse import DualCSESection, SupervisedINLISection
 
 if TYPE_CHECKING:
-    from dclr.contract import TrainResult
+    from dclr.contract import PreparedRun, TrainResult
     from dclr.options.config import TrainConfig
 
 # Every DualCSE-family recipe starts from these (the DualCSE paper's setting; no STS evaluation).
@@ -48,10 +48,10 @@ class INLIMethod(Method):
     def items(self, config: TrainConfig, examples: Sequence[Any]) -> list[tuple[str, ...]]:
         raise NotImplementedError
 
-    def dev_evaluator(self, config: TrainConfig) -> None:
+    def dev_evaluator(self, run: PreparedRun) -> None:
         return None
 
-    def evaluate_start(self, config: TrainConfig) -> None:
+    def evaluate_start(self, config: TrainConfig, run: PreparedRun | None = None) -> None:
         return None
 
     def evaluate_final(self, config: TrainConfig, result: TrainResult) -> dict[str, Any]:
@@ -88,28 +88,24 @@ class DualCSE(INLIMethod):
         overrides = dropout_overrides(config)
         return DualEncoder.build(config.model.name, kind, config.model.pooler, **overrides)
 
-    def collate(
-        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
-    ) -> tuple[dict[str, Any], None]:
+    def collate(self, run: PreparedRun, examples: Sequence[Any]) -> tuple[dict[str, Any], None]:
         """{"explicit": tokens, "implicit": tokens} of the 4n sentences, each as its semantics."""
         from dclr.dualcse.model import SEMANTICS
 
-        sentences, limit = column_major(examples), config.model.max_length
+        sentences, limit, model = column_major(examples), run.config.model.max_length, run.model
         return {s: model.tokenize(sentences, s, limit) for s in SEMANTICS}, None  # type: ignore[operator]
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module:
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
         from dclr.losses.dualcse import DualCSELoss
 
-        section: DualCSESection = config.section(self.name)
+        section: DualCSESection = run.config.section(self.name)
         return DualCSELoss(model, section)
 
     def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
         return model.save(path, extra={**extra, "method": self.name})  # type: ignore[operator]
 
-    def describe(self, config: TrainConfig) -> dict[str, Any]:
-        return {"encoder": config.section(self.name).encoder}
+    def describe(self, run: PreparedRun) -> dict[str, Any]:
+        return {"encoder": run.config.section(self.name).encoder}
 
 
 class SupervisedSimCSEOnINLI(INLIMethod):
@@ -127,19 +123,15 @@ class SupervisedSimCSEOnINLI(INLIMethod):
     def build_model(self, config: TrainConfig) -> nn.Module:
         return build_encoder(config)
 
-    def collate(
-        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
-    ) -> tuple[dict[str, Any], None]:
+    def collate(self, run: PreparedRun, examples: Sequence[Any]) -> tuple[dict[str, Any], None]:
         """[anchors; positives; hard negatives] (3n sentences), one tokenization."""
-        texts = column_major(examples)
-        return model.tokenize(texts, max_length=config.model.max_length), None  # type: ignore[operator]
+        texts, limit = column_major(examples), run.config.model.max_length
+        return run.model.tokenize(texts, max_length=limit), None  # type: ignore[operator]
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module:
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
         from dclr.losses.supervised import SupervisedNLILoss
 
-        temperature = config.section(self.name).temperature
+        temperature = run.config.section(self.name).temperature
         return SupervisedNLILoss(model, "simcse", temperature=temperature, hard_negatives=True)
 
     def export(self, model: nn.Module, path: Path, extra: dict[str, Any]) -> Path:
@@ -147,7 +139,7 @@ class SupervisedSimCSEOnINLI(INLIMethod):
 
         return save_encoder(model, path, extra={**extra, "method": self.name})  # type: ignore[arg-type]
 
-    def describe(self, config: TrainConfig) -> dict[str, Any]:
+    def describe(self, run: PreparedRun) -> dict[str, Any]:
         return {"encoder": "single"}
 
 

@@ -24,6 +24,7 @@ from dclr.options.dclr import PHI_CALIBRATION_NEEDS
 from dclr.options.nli import SUPERVISED_STAGE, TWO_STAGE, NLISection
 
 if TYPE_CHECKING:
+    from dclr.contract import PreparedRun
     from dclr.options.config import TrainConfig
 
 
@@ -155,27 +156,27 @@ class NLI(Method):
         return load_nli_examples(config)
 
     def collate(
-        self, model: nn.Module, examples: Sequence[Any], config: TrainConfig
+        self, run: PreparedRun, examples: Sequence[Any]
     ) -> tuple[dict[str, Any], torch.Tensor | None]:
         texts, labels = nli_texts(examples)
-        return model.tokenize(texts, max_length=config.model.max_length), labels  # type: ignore[operator]
+        limit = run.config.model.max_length
+        return run.model.tokenize(texts, max_length=limit), labels  # type: ignore[operator]
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module:
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
+        config = run.config
         section: NLISection = config.section("nli")
         if section.schedule in TWO_STAGE:
             raise ConfigError(
                 f"schedule {section.schedule!r} has two stages: run it with "
-                "dclr.training.loop.run_schedule (or `dclr train`)"
+                "dclr.driver.run_schedule (or `dclr train`)"
             )
         kind = "joint" if section.schedule == "joint" else section.supervised_loss
         hidden = getattr(model, "module", model).hidden_size
         loss = supervised_objective(
-            config, model, hidden, kind, has_hard_negatives(data), section.temperature,
+            config, model, hidden, kind, has_hard_negatives(run.data), section.temperature,
             section.contrastive,
         )  # fmt: skip
-        return loss.to(device)
+        return loss.to(run.device)
 
     def stages(self, config: TrainConfig) -> list[TrainConfig]:
         """`sup_then_unsup` / `joint_then_unsup`: stage 1 (`sup` / `joint`) on the NLI data writes

@@ -7,10 +7,8 @@ which subclass it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import nn
 
 from dclr import distributed as dist
@@ -21,6 +19,7 @@ from dclr.options.contrastive import ADVERSARIAL_NEEDS_LABELS, ContrastiveSectio
 from dclr.views.pair import PositiveViews, ViewSpec
 
 if TYPE_CHECKING:
+    from dclr.contract import PreparedRun
     from dclr.options.config import TrainConfig
 
 
@@ -63,10 +62,8 @@ class ContrastiveMethod(Method):
         views = build_views(section, config.run.seed, dist.rank())
         return self.loss_class(model, temperature=section.temperature, views=views)
 
-    def build_objective(
-        self, config: TrainConfig, model: Any, data: Sequence[Any], device: torch.device
-    ) -> nn.Module:
-        return self.loss_module(config, model, config.section(self.name), None)
+    def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
+        return self.loss_module(run.config, model, run.config.section(self.name), None)
 
 
 class SimCSE(ContrastiveMethod):

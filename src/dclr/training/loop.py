@@ -1,10 +1,12 @@
-"""The one training loop: config + method plugin -> model, data, objective -> steps.
+"""The one training loop: a prepared run -> objective -> steps.
 
-The loop owns batching, resume, the NaN stop, precision, clipping, logging, checkpoints and the
-evaluation hook; everything about *what* is trained comes from the method it is handed
-(`Trainer(config, method)`, a `dclr.contract.MethodPlugin`, resolved once by the driver): its
-model, examples, collate function and objective, called as `objective(batch) -> dict[str, Tensor]`.
-The loop never looks a method up by name.
+The loop owns each rank's slice of the planned batches, resume, the NaN stop, precision,
+clipping, logging, checkpoints and the evaluation hook; everything about *what* is trained comes
+from the run it is handed (`Trainer(run)`, a `dclr.contract.PreparedRun`, prepared once by the
+driver: `dclr.training.prepare`): its method (a `dclr.contract.MethodPlugin`), model, examples
+and batch plan; the method collates the examples and builds the objective, called as
+`objective(batch) -> dict[str, Tensor]`. The loop never looks a method up by name and never loads
+or plans the data.
 
 Batches are a pure function of (seed, step) (`dclr.data.sampler`: epoch e uses the permutation of a
 generator seeded with seed + e, or paraphrase-dense batches), so a resumed run sees exactly the
@@ -15,33 +17,25 @@ batch.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from dclr import distributed as dist
 from dclr.contract import (
     Batch,
     Evaluator,
     HasDerivedSettings,
     HasStartRecords,
     HasTrainingModules,
-    MethodPlugin,
+    PreparedRun,
     TrainResult,
-    UsesBatchPlan,
 )
-from dclr.data.sampler import training_batches
-from dclr.data.sampling import few_shot_indices, repeat_to, take
-from dclr.errors import ConfigError, TrainingDiverged
+from dclr.errors import TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
-from dclr.options.config import TrainConfig
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
@@ -67,64 +61,6 @@ def to_device(features: Mapping[str, Any], device: torch.device) -> dict[str, An
         k: to_device(v, device) if isinstance(v, Mapping) else v.to(device)
         for k, v in features.items()
     }
-
-
-def prepared(data: Sequence[Any], config: TrainConfig) -> tuple[Sequence[Any], int]:
-    """The examples a run trains on: `data.dedup` (first copy of each normalised line), then the
-    few-shot subset; and the number of duplicates dropped."""
-    dropped = 0
-    if config.data.dedup:
-        from dclr.data.corpus import ListCorpus
-        from dclr.data.report import dedup_lines
-
-        kept = dedup_lines(data)
-        dropped = len(data) - len(kept)
-        data = ListCorpus(kept, name=f"{getattr(data, 'name', 'corpus')}+dedup")
-    return few_shot(data, config), dropped
-
-
-def few_shot(data: Sequence[Any], config: TrainConfig) -> Sequence[Any]:
-    """The few-shot subset of `data` the config asks for (the data itself if none)."""
-    d = config.data
-    subset = few_shot_indices(
-        len(data), d.few_shot_sentences, d.few_shot_fraction, d.few_shot_sampling, config.run.seed
-    )
-    return data if subset is None else take(data, subset)  # config.yaml reproduces it
-
-
-def fit_small_data(
-    data: Sequence[Any], batch_size: int, config: TrainConfig, world: int = 1
-) -> tuple[Sequence[Any], int]:
-    """(data, global batch size) for data smaller than one batch, per `data.small_data`.
-
-    `refuse`: a ConfigError. `shrink_batch`: every step trains on all n examples (batch n; with
-    n = 1 a contrastive loss has no negative and is 0). `repeat`: the examples repeated whole until
-    they fill a batch (copies of a sentence then meet as negatives). A notice says which.
-    """
-    n = len(data)
-    if n >= batch_size:
-        return data, batch_size
-    mode = config.data.small_data
-    if mode == "refuse":
-        raise ConfigError(
-            f"the training data has {n} examples, fewer than one batch of {batch_size}; "
-            "set data.small_data: shrink_batch (train on all of them each step) or repeat"
-        )
-    if mode == "shrink_batch":
-        if n % world:
-            raise ConfigError(f"a shrunk batch of {n} is not divisible by {world} ranks")
-        warnings.warn(
-            f"data.small_data: shrink_batch: {n} examples < batch_size {batch_size}; "
-            f"training on batches of {n}",
-            stacklevel=2,
-        )
-        return data, n
-    warnings.warn(
-        f"data.small_data: repeat: {n} examples < batch_size {batch_size}; repeating them "
-        f"{-(-batch_size // n)} times",
-        stacklevel=2,
-    )
-    return repeat_to(data, batch_size), batch_size
 
 
 def _texts_of(row: Any) -> list[str]:
@@ -189,103 +125,31 @@ class _Meter:
 
 
 class Trainer:
-    """Runs `config` with `method` (the plugin of `config.method`, resolved by the caller:
-    `dclr.driver.trainer_for(config)`); `model`, `data` and `evaluator` may be injected (tests,
-    experiments)."""
+    """Trains a `PreparedRun` (`dclr.training.prepare.prepare_run`; `dclr.driver.trainer_for(config)`
+    looks the method up and prepares the run); `evaluator` may be injected in place of the
+    method's dev evaluator (tests, experiments)."""
 
-    def __init__(
-        self,
-        config: TrainConfig,
-        method: MethodPlugin,
-        model: torch.nn.Module | None = None,
-        data: Sequence[Any] | None = None,
-        evaluator: Evaluator | None = None,
-    ) -> None:
-        if method.name != config.method:
-            raise ConfigError(
-                f"Trainer got method {method.name!r} for a config of method {config.method!r}"
-            )
-        self.config = config.validate()
-        method.check(self.config)
-        self.method = method
-        if len(self.method.stages(config)) > 1:
-            raise ConfigError(
-                f"method {config.method!r} runs several stages here: run it with "
-                "dclr.driver.run_schedule (or `dclr train`)"
-            )
-        dist.init_from_env()
-        self.rank, self.world = dist.rank(), dist.world_size()
-        batch_size = config.optimisation.batch_size
-        if batch_size % self.world:
-            raise ConfigError(f"batch_size {batch_size} is not divisible by {self.world} ranks")
-        if self.world > 1 and not self.method.distributed:
-            raise ConfigError(f"method {config.method!r} runs in one process (no DDP support yet)")
-        self.device = torch.device(
-            f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
-        )
-        self.model = (model or self.method.build_model(config)).to(self.device)
-        packing = config.model.packing
-        if packing == "on" or (packing == "auto" and self.device.type == "cpu"):
-            enable = getattr(self.model, "enable_packing", None)
-            if enable is not None:
-                enable()
-        loaded = data if data is not None else self.method.load_data(config)
-        self.data, dropped = prepared(loaded, config)
-        reports = method.sentence_batches and self.rank == 0  # one rank tokenizes the sample
-        self.data_report = self._data_report(loaded, dropped) if reports else None
-        self.data, batch_size = fit_small_data(self.data, batch_size, config, self.world)
-        self.batch_size = batch_size  # the global batch actually used (config's unless shrunk)
-        d = config.data  # random batches, or paraphrase-dense ones (the data gains pair sentences)
-        self.data, self.sampler = training_batches(
-            self.data, batch_size, config.run.seed, d.paraphrase_density,
-            d.paraphrase_sources, d.data_dir, d.no_duplicates,
-        )  # fmt: skip
+    def __init__(self, run: PreparedRun, evaluator: Evaluator | None = None) -> None:
+        self.run = run
+        self.config, self.method, self.model = run.config, run.method, run.model
+        self.device, self.rank, self.world = run.device, run.rank, run.world
+        self.run_dir = run.run_dir
         self.evaluator = evaluator
         if evaluator is None and self.rank == 0:
-            self.evaluator = self.method.dev_evaluator(config)
-        self.run_dir = Path(config.run.output_dir)
-        self.steps_per_epoch = self.sampler.steps_per_epoch
-        epochs = config.optimisation.epochs
-        self.total_steps = config.optimisation.max_steps or math.ceil(epochs * self.steps_per_epoch)
-
-    # ---- data ---------------------------------------------------------------------------------
-    def _data_report(self, loaded: Sequence[Any], dropped: int) -> dict[str, Any]:
-        """`dclr.data.report.data_report` of the sentences this run trains on."""
-        from dclr.data.report import data_report
-
-        tokenizer = getattr(self.model, "tokenizer", None)
-        counts = None
-        if tokenizer is not None:
-
-            def counts(texts: list[str]) -> list[int]:
-                ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
-                return [len(x) for x in ids]
-
-        skipped = int(getattr(loaded, "n_skipped", 0))
-        return data_report(self.data, skipped, counts, self.config.model.max_length, dropped)
-
-    def global_batch(self, step: int) -> torch.Tensor:
-        """Data indices of the global batch of 0-based `step`, (batch_size,)."""
-        return self.sampler.global_batch(step)
-
-    def planned_rows(self) -> list[int]:
-        """Every data index some step of the run samples, each once, in order of first use."""
-        seen: dict[int, None] = {}
-        for step in range(self.total_steps):
-            seen.update(dict.fromkeys(int(i) for i in self.global_batch(step)))
-        return list(seen)
+            self.evaluator = self.method.dev_evaluator(run)
 
     def batch(self, step: int) -> tuple[Batch, int]:
         """The `Batch` of 0-based `step` on this rank, and its number of local examples."""
-        ids = self.global_batch(step)
-        local = self.batch_size // self.world
-        mine = [self.data[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
-        features, labels = self.method.collate(self.model, mine, self.config)
+        run = self.run
+        ids = run.global_batch(step)
+        local = run.batch_size // self.world
+        mine = [run.data[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
+        features, labels = self.method.collate(run, mine)
         batch = Batch(
             features=to_device(features, self.device),
             step=step,
             indices=ids,
-            sentences=[self.data[int(i)] for i in ids],
+            sentences=[run.data[int(i)] for i in ids],
             labels=None if labels is None else labels.to(self.device),
         )
         return batch, len(mine)
@@ -307,11 +171,11 @@ class Trainer:
         if main:
             for line in derived_lines(state.derived, flat_values(self.config), state.start_records):
                 announce(line)
-        end = min(self.total_steps, stop_at_step or self.total_steps)
+        end = min(self.run.total_steps, stop_at_step or self.run.total_steps)
         work = self._announce_steps(end - state.start) if main else 0.0
         seconds_before = state.train_seconds
         bar = progress_bar(
-            total=self.total_steps, initial=state.start, desc="train", unit="step", enabled=main
+            total=self.run.total_steps, initial=state.start, desc="train", unit="step", enabled=main
         )
         self.model.train()
         meter = _Meter(time.perf_counter())
@@ -323,7 +187,7 @@ class Trainer:
                 meter.seen += local * self.world
                 bar.update(1)
                 bar.set_postfix(loss=short_number(parts["loss"].item()))
-                is_last = done == self.total_steps
+                is_last = done == self.run.total_steps
                 self._maybe_log(state, log, meter, parts, done, is_last)
                 self._maybe_evaluate(state, log, done, is_last)
                 every = self.config.run.checkpoint_every
@@ -351,10 +215,7 @@ class Trainer:
             model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        objective = self.method.build_objective(self.config, model, self.data, self.device)
-        if isinstance(objective, UsesBatchPlan):  # e.g. encode the rows the steps will sample
-            with phase("complementary_cache"):
-                objective.prefill_batch_plan(self.planned_rows)
+        objective = self.method.build_objective(self.run, model)
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}
         groups = param_groups(self.model, opt.weight_decay)
@@ -362,12 +223,12 @@ class Trainer:
             groups += param_groups(module, opt.weight_decay)
         optimizer = torch.optim.AdamW(groups, lr=opt.learning_rate)
         scheduler = get_linear_schedule_with_warmup(
-            optimizer, int(opt.warmup_ratio * self.total_steps), self.total_steps
+            optimizer, int(opt.warmup_ratio * self.run.total_steps), self.run.total_steps
         )
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
         state = _RunState(objective, optimizer, scheduler, extra, scaler)
-        if self.batch_size != opt.batch_size:  # data.small_data: shrink_batch
-            state.derived["batch_size"] = self.batch_size
+        if self.run.batch_size != opt.batch_size:  # data.small_data: shrink_batch
+            state.derived["batch_size"] = self.run.batch_size
         if isinstance(objective, HasDerivedSettings):
             state.derived.update(objective.derived_settings)
         if isinstance(objective, HasStartRecords):
@@ -446,7 +307,7 @@ class Trainer:
             {
                 **{k: v.item() for k, v in parts.items()},
                 "lr": state.scheduler.get_last_lr()[0],
-                "epoch": done / self.steps_per_epoch,
+                "epoch": done / self.run.steps_per_epoch,
                 "examples_per_s": meter.seen / elapsed if elapsed else 0.0,
                 "train_seconds": state.train_seconds,
                 "cpu_seconds": state.cpu_seconds,
@@ -463,7 +324,8 @@ class Trainer:
             return
         if self.rank == 0 and self.evaluator is not None:
             assert log is not None
-            results = self.evaluator(self.model)
+            with phase("dev_eval"):
+                results = self.evaluator(self.model)
             log.log(done, "eval", results)
             if state.best is None or results["metric"] > state.best:
                 state.best, state.best_step = results["metric"], done
@@ -510,12 +372,12 @@ class Trainer:
             dict(state.derived),
             dict(state.start_records),
         )
-        if end < self.total_steps:  # stopped early on purpose: resume later
+        if end < self.run.total_steps:  # stopped early on purpose: resume later
             return result
         if self.rank == 0:
-            self.method.export(self.model, final_dir, {"step": self.total_steps})
+            self.method.export(self.model, final_dir, {"step": self.run.total_steps})
             if state.best is None:  # never evaluated: the final model is the one to use
-                self.method.export(self.model, best_dir, {"step": self.total_steps})
+                self.method.export(self.model, best_dir, {"step": self.run.total_steps})
         self._barrier()
         return result
 
@@ -528,7 +390,7 @@ class Trainer:
         tokens = self._tokens_per_step()
         flops = work_flops("train", linear_weights(self.model), tokens * steps) if tokens else 0.0
         guess = estimate(f"train:{cfg.method}", flops, self.device) if flops else None
-        announce(f"train: {steps:,} steps of batch {self.batch_size} ({cfg.method})"
+        announce(f"train: {steps:,} steps of batch {self.run.batch_size} ({cfg.method})"
                  + (f", {guess.text()}" if guess else ""))  # fmt: skip
         return flops
 
@@ -536,7 +398,7 @@ class Trainer:
         """Tokens one step forwards: batch x texts per example x mean tokens of the first
         `sample` examples (two dropout views of a sentence; an NLI triplet's three texts)."""
         tokenizer = getattr(self.model, "tokenizer", None)
-        rows = [self.data[i] for i in range(min(sample, len(self.data)))]
+        rows = [self.run.data[i] for i in range(min(sample, len(self.run.data)))]
         texts = [_texts_of(r) for r in rows]
         if tokenizer is None or not texts or not all(texts):
             return 0  # rows of another kind: no estimate

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
 
 _ACTIVE: ContextVar[PhaseTimes | None] = ContextVar("dclr_phase_times", default=None)
 
@@ -45,16 +44,6 @@ def phase(name: str) -> Iterator[None]:
         times = _ACTIVE.get()
         if times is not None:
             times.add(name, time.perf_counter() - start)
-
-
-def timed(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """`fn` with every call timed as phase `name`."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with phase(name):
-            return fn(*args, **kwargs)
-
-    return wrapper
 
 
 def breakdown(times: PhaseTimes, train_steps: float, total: float) -> dict[str, float]:
