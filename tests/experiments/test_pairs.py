@@ -1,0 +1,212 @@
+"""The pairs study (issue 37): the audit's pure functions on hand-made batches, the batches the
+trainer draws, the report builder on synthetic records, and the example on a tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dclr.experiments import pairs as study
+from dclr.experiments.pairs_report import build_report
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "st_pairs_false_negatives.py"
+
+
+def _rows(premises: list[str]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(premise=p, explicit=f"{p} e", implied=f"{p} i") for p in premises]
+
+
+def test_pairs_from_rows_groups_entailments_of_one_premise():
+    pairs = study.pairs_from_rows(_rows(["A b", "C d", "a  B"]))  # "a  B" = "A b" normalised
+    assert pairs.anchors == ["A b", "A b", "C d", "C d", "a  B", "a  B"]
+    assert pairs.positives[:2] == ["A b e", "A b i"]
+    assert pairs.group.tolist() == [0, 0, 1, 1, 0, 0]
+
+
+def test_known_false_negatives_are_other_rows_of_the_same_premise():
+    known = study.known_false_negatives(np.array([0, 1, 0, 2]))
+    expected = np.zeros((4, 4), dtype=bool)
+    expected[0, 2] = expected[2, 0] = True
+    assert (known == expected).all()
+
+
+def test_rule_drops_by_hand():
+    # anchors x positives; g_ii on the diagonal
+    cos = np.array([[0.80, 0.85, 0.30],
+                    [0.90, 0.60, 0.55],
+                    [0.10, 0.95, 0.50]])  # fmt: skip
+    fixed = study.rule_drops(cos, "fixed", 0.9)  # >= 0.9, off the diagonal
+    assert fixed.tolist() == [[False, False, False], [True, False, False], [False, True, False]]
+    absolute = study.rule_drops(cos, "pair_absolute", 0.1)  # > g_ii - 0.1
+    assert absolute.tolist() == [[False, True, False], [True, False, True], [False, True, False]]
+    relative = study.rule_drops(cos, "pair_relative", 0.1)  # > 0.9 g_ii: 0.72, 0.54, 0.45
+    assert relative.tolist() == [[False, True, False], [True, False, True], [False, True, False]]
+    relative = study.rule_drops(cos, "pair_relative", 0.5)  # > 0.5 g_ii: 0.40, 0.30, 0.25
+    assert relative.tolist() == [[False, True, False], [True, False, True], [False, True, False]]
+    assert not study.rule_drops(cos, "none", 0.0).any()
+    gist0 = study.rule_drops(cos, "pair_absolute", 0.0)  # strict >, as GIST
+    assert gist0.tolist() == [[False, True, False], [True, False, False], [False, True, False]]
+
+
+def test_precision_recall_and_audit_on_a_hand_made_batch():
+    # 4 pairs; rows 0 and 2 share a premise, so (0, 2) and (2, 0) are the known false negatives
+    pairs = study.Pairs(["p", "q", "p", "r"], ["p1", "q1", "p2", "r1"], np.array([0, 1, 0, 2]))
+    a = np.eye(4, dtype=np.float32)
+    positives = np.eye(4, dtype=np.float32)
+    positives[2] = [0.95, 0, np.sqrt(1 - 0.95**2), 0]  # cos(anchor 0, positive 2) = 0.95
+    positives[1] = [0, 0.5, 0, np.sqrt(0.75)]  # cos(anchor 3, positive 1) = 0.87; g_11 = 0.5
+    result = study.audit_batches([[0, 1, 2, 3]], pairs, a, positives,
+                                 {"fixed 0.9": ("fixed", 0.9), "fixed 0.8": ("fixed", 0.8),
+                                  "none": ("none", 0.0)})  # fmt: skip
+    assert result["negatives"] == 12 and result["known_false_negatives"] == 2
+    assert result["false_negative_rate"] == pytest.approx(2 / 12)
+    assert result["batches_with_false_negatives"] == 1
+    high = result["rules"]["fixed 0.9"]  # drops (0, 2) only: precise, half the known ones
+    assert (high["dropped"], high["true_positives"], high["precision"], high["recall"]) == (1, 1, 1.0, 0.5)  # fmt: skip
+    low = result["rules"]["fixed 0.8"]  # also (3, 1), an unrelated pair
+    assert (low["dropped"], low["true_positives"], low["precision"], low["recall"]) == (2, 1, 0.5, 0.5)  # fmt: skip
+    none = result["rules"]["none"]
+    assert none["dropped"] == 0 and none["precision"] is None and none["recall"] == 0.0
+    assert study.precision_recall(np.zeros(3, bool), np.zeros(3, bool))["recall"] is None
+
+
+def _synthetic_records(out: Path) -> None:
+    rng = np.random.default_rng(0)
+    setup = {"model": "m", "steps": 10, "batch_size": 8, "lr": 3e-5, "max_seq_length": 64,
+             "pooling": "mean (no head)", "temperature": 0.05, "corpus": "INLI train"}  # fmt: skip
+    base = {t: 70.0 for t in study.STS_TASKS}
+    study.write_record(out / "records" / "start.json", {
+        "kind": "start", "setup": setup, "sts": {**base, "avg": 70.0},
+        "inli": {"ndcg@10": 50.0}, "stsb_dev": 80.0})  # fmt: skip
+    shift = {v: k * 0.5 for k, v in enumerate(study.VARIANTS)}
+    shift["dclr"] = 3.0  # a clear gain: its interval must exclude 0
+    for variant, (label, family, sampler) in study.VARIANTS.items():
+        for seed in study.SEEDS:
+            noise = 0.0 if variant in ("mnrl", "dclr") else 0.3 * rng.standard_normal()
+            sts = {t: 70.0 + shift[variant] + noise + (seed - 42) for t in study.STS_TASKS}
+            sts["avg"] = float(np.mean(list(sts.values())))
+            options = {"margin": 0.1} if variant == "gist_tuned" else {}
+            record = {"kind": "run", "variant": variant, "label": label, "seed": seed,
+                      "family": family, "batch_sampler": sampler, "options": options,
+                      "setup": setup, "sts": sts, "inli": {"ndcg@10": 50.0 + (seed - 42)}}  # fmt: skip
+            if family == "dclr":
+                record["dclr_parts"] = {"dropped_fraction": 0.001}
+            study.write_record(study.run_record_path(out, variant, seed), record)
+    for margin, dev in ((0.0, 80.0), (0.05, 80.5), (0.1, 80.5), (0.2, 79.0)):
+        study.write_record(study.tuning_record_path(out, "gist", margin),
+                           {"kind": "tuning", "family": "gist", "margin": margin, "seed": 42,
+                            "stsb_dev": dev})  # fmt: skip
+    rules = {"GIST absolute, margin 0": {"rule": "pair_absolute", "value": 0.0, "dropped": 5,
+                                         "known": 4, "true_positives": 2, "precision": 0.4,
+                                         "recall": 0.5, "dropped_share": 0.001}}  # fmt: skip
+    block = {"batches": 30, "negatives": 1680, "known_false_negatives": 4,
+             "false_negative_rate": 4 / 1680, "batches_with_false_negatives": 2, "rules": rules}  # fmt: skip
+    study.write_record(out / "records" / "audit.json", {
+        "kind": "audit", "pairs": 16000, "calibration": {"phi": 0.6, "sentences": 4000,
+                                                         "target": 0.001},
+        "guide_cos_positive": {"q10": 0.4, "q50": 0.6, "q90": 0.8},
+        "trained_batches": {"default": block, "no_duplicates": {**block, "known_false_negatives": 0}},
+        "epoch": {"default": block}})  # fmt: skip
+
+
+def test_report_builds_from_synthetic_records(tmp_path):
+    _synthetic_records(tmp_path)
+    md = build_report(tmp_path)
+    text = md.read_text()
+    assert (tmp_path / "pairs.png").stat().st_size > 1000
+    assert "![paired differences against MNRL](pairs.png)" in text
+    # the seed offsets cancel in paired differences: dclr is +3 - 0 over MNRL, beyond the noise
+    dclr_row = next(line for line in text.splitlines() if line.startswith("| DCLRLoss, φ = 0.9 |"))
+    assert "| 3 |" in dclr_row and "**+3.00 [+3.00, +3.00]**" in dclr_row
+    assert "DCLRLoss, φ = 0.9 is above MNRL on the 7-task STS avg" in text
+    assert "GISTEmbedLoss, margin 0.1 (tuned)" in text
+    assert "| GISTEmbedLoss absolute | 0.05 | 80.50 ← chosen |" in text  # tie: the smaller margin
+    assert "| starting model | — | 70.00 |" in text
+    assert "precision" in text and "40.0" in text  # the audit's precision, in %
+    assert study.tuned_margin(tmp_path, "gist") == 0.05
+    assert study.tuned_margin(tmp_path, "relative") is None
+
+
+def test_report_without_runs_says_so(tmp_path):
+    md = build_report(tmp_path)
+    assert "no runs yet" in md.read_text() and not (tmp_path / "pairs.png").exists()
+
+
+def _tiny_data(tmp_path: Path, data_dir: Path) -> Path:
+    from inli_data import write_inli_dir
+
+    root = write_inli_dir(tmp_path / "data", n_train=16, n_eval=6)
+    (root / "senteval").symlink_to(data_dir / "senteval")
+    # one premise twice: rows 0 and 16 share a premise
+    return root
+
+
+@pytest.mark.slow
+def test_trainer_draws_the_planned_batches_and_runs_write_records(tmp_path, data_dir, monkeypatch):
+    pytest.importorskip("datasets")
+    from helpers import make_tiny_model_dir
+    from sentence_transformers.base.sampler import DefaultBatchSampler, NoDuplicatesBatchSampler
+
+    root = _tiny_data(tmp_path, data_dir)
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    seen: list[list[int]] = []
+    for cls in (DefaultBatchSampler, NoDuplicatesBatchSampler):
+        original = cls.__iter__
+
+        def spy(self, original=original):
+            for batch in original(self):
+                seen.append([int(i) for i in batch])
+                yield batch
+
+        monkeypatch.setattr(cls, "__iter__", spy)
+    setup = study.Setup(model=str(model), data_dir=str(root), steps=2, batch_size=8,
+                        sts_tasks=("STSBenchmark",))  # fmt: skip
+    out = tmp_path / "out"
+    pairs = study.training_pairs(str(root))
+    assert len(pairs) == 32
+    study.sweep("audit", setup, out, [42], list(study.VARIANTS), lock=str(tmp_path / "lock"))
+    audit = json.loads((out / "records" / "audit.json").read_text())
+    assert audit["trained_batches"]["no_duplicates"]["known_false_negatives"] == 0
+    planned = {s: study.planned_batches(pairs, 8, 2, 42, s) for s in ("default", "no_duplicates")}
+    seen.clear()
+    study.sweep("run", setup, out, [42], ["mnrl", "gist", "dclr", "mnrl_nodup"],
+                lock=str(tmp_path / "lock"))  # fmt: skip
+    # each run draws its 2 batches (plus the sampler's look-ahead); the first two are the plan
+    runs = [seen[i : i + 2] for i in range(0, len(seen), len(seen) // 4)]
+    assert runs[0] == runs[1] == runs[2] == planned["default"]
+    assert runs[3] == planned["no_duplicates"]
+    record = json.loads(study.run_record_path(out, "dclr", 42).read_text())
+    assert set(record["sts"]) >= {"STSBenchmark", "avg"} and "ndcg@10" in record["inli"]
+    assert record["options"] == {"false_negative_threshold": 0.9}
+    assert "dropped_fraction" in record["dclr_parts"]
+    gist = json.loads(study.run_record_path(out, "gist", 42).read_text())
+    assert gist["options"] == {"margin_strategy": "absolute", "margin": 0.0}
+    # a second sweep skips every run whose record exists
+    before = study.run_record_path(out, "mnrl", 42).stat().st_mtime_ns
+    study.sweep("run", setup, out, [42], ["mnrl"], lock=None)
+    assert study.run_record_path(out, "mnrl", 42).stat().st_mtime_ns == before
+
+
+@pytest.mark.slow
+def test_pairs_example_prints_the_comparison(tmp_path, data_dir, capfd):
+    pytest.importorskip("datasets")
+    from helpers import make_tiny_model_dir
+
+    spec = importlib.util.spec_from_file_location("st_pairs_false_negatives", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    root = _tiny_data(tmp_path, data_dir)
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    code = example.main(["--model", str(model), "--data-dir", str(root), "--steps", "2",
+                         "--batch-size", "8", "--eval-tasks", "STSBenchmark"])  # fmt: skip
+    assert code == 0
+    printed = capfd.readouterr().out
+    for row in ("| starting model |", "| MNRL |", "| GISTEmbedLoss, margin 0 (default) |",
+                "| DCLRLoss, φ = 0.9 |"):  # fmt: skip
+        assert row in printed
+    assert "INLI nDCG@10" in printed
