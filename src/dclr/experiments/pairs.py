@@ -21,7 +21,7 @@ report.md and pairs.png from the records alone.
     python -m dclr.experiments.pairs audit  --data-dir ../shared/data -o ... --steps S
     python -m dclr.experiments.pairs tune   --data-dir ../shared/data -o ... --steps S
     python -m dclr.experiments.pairs run    --data-dir ../shared/data -o ... --steps S
-    python -m dclr.experiments.pairs report -o docs/results/cpu-scale/pairs
+    python -m dclr.experiments.pairs_report -o docs/results/cpu-scale/pairs
 
 Every training or encoding step takes an exclusive flock on `--lock` (default
 /tmp/dclr-heavy.lock) per run, so other heavy jobs interleave; a run whose record exists is
@@ -250,10 +250,10 @@ def tuning_record_path(out: Path, family: str, margin: float) -> Path:
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
-    from dclr import atomic
+    from dclr.atomic import write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -360,10 +360,10 @@ def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int
 def evaluate_model(folder: str, setup: Setup, dev_only: bool = False) -> dict[str, Any]:
     """STS test (7 tasks) and INLI retrieval test of the model in `folder` (mean pooling, dclr's
     packed encoder), or only STS-B dev (`dev_only`, for tuning)."""
-    import dclr
+    from dclr.api import load_encoder
     from dclr.evaluation.sts import StsEvaluator
 
-    encoder = dclr.load_encoder(folder, pooler="mean")
+    encoder = load_encoder(folder, pooler="mean")
 
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(encoder.encode(texts, batch_size=128))
@@ -474,9 +474,9 @@ def one_tuning(setup: Setup, pairs: Pairs, family: str, margin: float) -> dict[s
 # ---- the audit's data ---------------------------------------------------------------------------
 def guide_vectors(setup: Setup, texts: Sequence[str]) -> np.ndarray:
     """The starting model's unit vectors (mean pooling, the training length limit)."""
-    import dclr
+    from dclr.api import load_encoder
 
-    encoder = dclr.load_encoder(setup.model, pooler="mean")
+    encoder = load_encoder(setup.model, pooler="mean")
     vectors = np.asarray(encoder.encode(list(texts), batch_size=128,
                                         max_length=setup.max_seq_length), dtype=np.float32)  # fmt: skip
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
@@ -609,7 +609,7 @@ def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dclr.experiments.pairs", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("command", choices=("start", "audit", "tune", "run", "report"))
+    p.add_argument("command", choices=("start", "audit", "tune", "run"))
     p.add_argument("-o", "--out", type=Path, default=Path("docs/results/cpu-scale/pairs"))
     p.add_argument("--data-dir", default=None)
     p.add_argument("--model", default=DEFAULT_MODEL)
@@ -621,11 +621,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lock", default=LOCK, help="flock file taken per run ('' for none)")
     p.add_argument("--no-retrieval", action="store_true", help="skip the inli retrieval task")
     args = p.parse_args(argv)
-    if args.command == "report":
-        from dclr.experiments.pairs_report import build_report
-
-        print(build_report(args.out))
-        return 0
     setup = Setup(model=args.model, data_dir=args.data_dir, steps=args.steps,
                   batch_size=args.batch_size, lr=args.lr, retrieval=not args.no_retrieval)  # fmt: skip
     seeds = [int(s) for s in args.seeds.split(",") if s]

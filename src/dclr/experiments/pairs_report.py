@@ -1,6 +1,6 @@
 """report.md and pairs.png of the pairs study (`dclr.experiments.pairs`), from its records alone.
 
-    python -m dclr.experiments.pairs report -o docs/results/cpu-scale/pairs
+    python -m dclr.experiments.pairs_report -o docs/results/cpu-scale/pairs
 
 Reads `records/start.json`, `records/audit.json`, `records/tuning/*.json` and
 `records/runs/*.json` (any may be missing: its section says so) and writes report.md and
@@ -11,6 +11,7 @@ test); mean ± sample std over seeds; Δ: paired by seed, mean [95 % t-interval]
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -301,7 +302,7 @@ def reproduce(data: dict[str, Any], setup: dict[str, Any] | None, seeds: list[in
         "for step in start audit tune run; do  # each run takes /tmp/dclr-heavy.lock by itself",
         f"  python -m dclr.experiments.pairs $step -o $OUT {flags}",
         "done",
-        "python -m dclr.experiments.pairs report -o $OUT   # report.md + pairs.png from records/",
+        "python -m dclr.experiments.pairs_report -o $OUT   # report.md + pairs.png from records/",
         "```",
         "",
         "A record that exists is not run again (delete it to redo the run). The report reads "
@@ -414,3 +415,14 @@ def build_report(out: Path) -> Path:
     md = out / REPORT
     md.write_text("\n".join(lines))
     return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dclr.experiments.pairs_report", description=__doc__)
+    p.add_argument("-o", "--out", type=Path, default=Path("docs/results/cpu-scale/pairs"))
+    print(build_report(p.parse_args(argv).out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
