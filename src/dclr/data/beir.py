@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dclr.data.text import decode_utf8
 from dclr.errors import InputError
 
 CORPUS = "corpus.jsonl"
@@ -51,12 +52,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         )
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
-            try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise InputError(
-                    "not valid UTF-8", path=path, line=number, fix="re-encode the file as UTF-8"
-                ) from None
+            yield number, decode_utf8(raw, path, number).rstrip("\r\n")
 
 
 def _field(record: dict, name: str, path: Path, line: int, required: bool = True) -> str:

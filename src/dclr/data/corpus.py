@@ -71,7 +71,7 @@ class TextFileCorpus(Sequence[str]):
             try:
                 text = block.decode("utf-8")
             except UnicodeDecodeError:
-                decode_utf8_at(block, self.path, first_line=lo + 1)
+                decode_utf8(block, self.path, first_line=lo + 1)
             lines = text.split("\n")
             keep[lo:hi] = [bool(line.strip()) for line in lines]
         return keep
@@ -81,19 +81,6 @@ class TextFileCorpus(Sequence[str]):
 
     def __getitem__(self, i: int) -> str:  # type: ignore[override]
         return self._map[self._starts[i] : self._ends[i]].decode("utf-8").rstrip("\r").strip()
-
-
-def decode_utf8_at(block: bytes, path: Path, first_line: int) -> None:
-    """Raise the InputError for `block`, with line numbers offset to the whole file."""
-    try:
-        decode_utf8(block, path)
-    except InputError as err:
-        raise InputError(
-            "invalid UTF-8 bytes",
-            path=path,
-            line=(err.line or 1) + first_line - 1,
-            fix="re-encode the file as UTF-8 or remove that line",
-        ) from None
 
 
 class ListCorpus(Sequence[str]):

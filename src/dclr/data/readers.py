@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from dclr.data.text import decode_utf8
 from dclr.errors import InputError
 
 InputFormat = Literal["auto", "txt", "csv", "tsv", "jsonl", "parquet"]
@@ -185,18 +186,6 @@ def _count_lines(path: Path) -> int:
     return n + (last != b"\n")  # a last line without a newline still counts
 
 
-def _decode(raw: bytes, path: Path, line: int) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(
-            f"bytes {raw[err.start : err.end]!r} are not valid UTF-8",
-            path=path,
-            line=line,
-            fix="re-encode the file as UTF-8 or fix that line",
-        ) from None
-
-
 def physical_lines(path: str | Path) -> int:
     """Lines in a text file (a last line without a newline counts), for reports that set the
     records read beside them: a CSV record may span lines, a header is one."""
@@ -211,7 +200,7 @@ def physical_lines(path: str | Path) -> int:
 def _txt_rows(path: Path) -> Iterator[str]:
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
-            yield _decode(raw, path, number).rstrip("\r\n").strip()
+            yield decode_utf8(raw, path, number).rstrip("\r\n").strip()
 
 
 def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
@@ -267,7 +256,7 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[Any, Any] | None]]:
     not a JSON object is an error naming it."""
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
-            line = _decode(raw, path, number).strip()
+            line = decode_utf8(raw, path, number).strip()
             if not line:
                 yield number, None
                 continue

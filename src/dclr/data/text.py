@@ -10,12 +10,16 @@ from typing import Any
 from dclr.errors import InputError
 
 
-def decode_utf8(raw: bytes, path: str | Path) -> str:
-    """Decode `raw` as UTF-8; on failure name the 1-based line holding the bad bytes."""
+def decode_utf8(raw: bytes, path: str | Path, first_line: int = 1) -> str:
+    """Decode `raw` as strict UTF-8; on failure name the 1-based line of the file that holds the
+    bad bytes (`raw` starts at line `first_line`: a line, or a block of a larger file).
+
+    The one UTF-8 decoder of file contents in dclr: whole files, CSV/JSONL/text lines, memory-
+    mapped corpora and BEIR folders all report a bad byte the same way."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
+        line = first_line + raw.count(b"\n", 0, err.start)
         raise InputError(
             f"bytes {raw[err.start : err.end]!r} are not valid UTF-8",
             path=path,
