@@ -128,3 +128,16 @@ def write_beir_folder(folder: Path, passages: list[str], queries: list[str], pai
         qrels.setdefault(f"q{q}", {})[f"d{d}"] = 1
     return write_beir(folder, {f"d{i}": t for i, t in enumerate(passages)},
                       {f"q{i}": t for i, t in enumerate(queries)}, qrels, split)  # fmt: skip
+
+
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def load_example(name: str):
+    """The module of `examples/NAME.py`, imported from its file (examples are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

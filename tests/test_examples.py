@@ -3,21 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-from helpers import make_tiny_model_dir, write_pseudo_corpus
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_st_dclr.py"
+from helpers import load_example, make_tiny_model_dir, write_pseudo_corpus
 
 
 @pytest.mark.slow
 def test_st_dclr_example_trains_and_evaluates(tmp_path, data_dir, capfd):
     pytest.importorskip("datasets")
-    spec = importlib.util.spec_from_file_location("train_st_dclr", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("train_st_dclr")
     model = make_tiny_model_dir(tmp_path / "tiny")
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
     out = tmp_path / "trained"
@@ -41,10 +34,7 @@ def test_st_dclr_example_trains_and_evaluates(tmp_path, data_dir, capfd):
 @pytest.mark.slow
 def test_st_dense_example_trains_both_losses_on_dclrs_batches(tmp_path, data_dir, capfd):
     pytest.importorskip("datasets")
-    path = EXAMPLE.with_name("st_dense_false_negatives.py")
-    spec = importlib.util.spec_from_file_location("st_dense_false_negatives", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("st_dense_false_negatives")
     from dclr.data.sampler import ParaphraseDenseSampler
 
     seen: list[list[int]] = []

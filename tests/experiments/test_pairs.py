@@ -3,7 +3,6 @@ trainer draws, the report builder on synthetic records, and the example on a tin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,8 +12,6 @@ import pytest
 
 from dclr.experiments import pairs as study
 from dclr.experiments.pairs_report import build_report
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "st_pairs_false_negatives.py"
 
 
 def _rows(premises: list[str]) -> list[SimpleNamespace]:
@@ -195,11 +192,9 @@ def test_trainer_draws_the_planned_batches_and_runs_write_records(tmp_path, data
 @pytest.mark.slow
 def test_pairs_example_prints_the_comparison(tmp_path, data_dir, capfd):
     pytest.importorskip("datasets")
-    from helpers import make_tiny_model_dir
+    from helpers import load_example, make_tiny_model_dir
 
-    spec = importlib.util.spec_from_file_location("st_pairs_false_negatives", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("st_pairs_false_negatives")
     root = _tiny_data(tmp_path, data_dir)
     model = make_tiny_model_dir(tmp_path / "tiny")
     code = example.main(["--model", str(model), "--data-dir", str(root), "--steps", "2",

@@ -157,7 +157,7 @@ def test_slow_header_connections_do_not_block_the_service(server, client):
 
 
 def _open(server, n, first_bytes=b""):
-    host, port = server.url.removeprefix("http://").split(":")
+    host, port = server.url.removeprefix("http://").split(":")  # the test server on 127.0.0.1
     socks = []
     for _ in range(n):
         sock = socket.create_connection((host, int(port)))

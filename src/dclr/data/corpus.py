@@ -68,10 +68,7 @@ class TextFileCorpus(Sequence[str]):
         for lo in range(0, len(starts), chunk):
             hi = min(lo + chunk, len(starts))
             block = self._map[starts[lo] : ends[hi - 1]]
-            try:
-                text = block.decode("utf-8")
-            except UnicodeDecodeError:
-                decode_utf8(block, self.path, first_line=lo + 1)
+            text = decode_utf8(block, self.path, first_line=lo + 1)
             lines = text.split("\n")
             keep[lo:hi] = [bool(line.strip()) for line in lines]
         return keep
