@@ -169,6 +169,7 @@ def test_trainer_draws_the_planned_batches_and_runs_write_records(tmp_path, data
     study.sweep("audit", setup, out, [42], list(study.VARIANTS), lock=str(tmp_path / "lock"))
     audit = json.loads((out / "records" / "audit.json").read_text())
     assert audit["trained_batches"]["no_duplicates"]["known_false_negatives"] == 0
+    assert (out / "records" / "samplers.json").is_file()
     planned = {s: study.planned_batches(pairs, 8, 2, 42, s) for s in ("default", "no_duplicates")}
     seen.clear()
     study.sweep("run", setup, out, [42], ["mnrl", "gist", "dclr", "mnrl_nodup"],
@@ -205,3 +206,22 @@ def test_pairs_example_prints_the_comparison(tmp_path, data_dir, capfd):
                 "| DCLRLoss, φ = 0.9 |"):  # fmt: skip
         assert row in printed
     assert "INLI nDCG@10" in printed
+
+
+def test_no_duplicates_batches_defer_repeats_of_the_default_permutation():
+    pytest.importorskip("datasets")
+    pairs = study.pairs_from_rows(_rows([f"premise {k}" for k in range(12)]))  # 24 pairs
+    default = study.planned_batches(pairs, 4, 6, 42, "default")
+    nodup = study.planned_batches(pairs, 4, 6, 42, "no_duplicates")
+    assert len(default) == len(nodup) == 6
+    for batch in nodup:  # never the same premise twice
+        assert len({pairs.anchors[i] for i in batch}) == len(batch)
+    assert default == study.planned_batches(pairs, 4, 6, 42, "default")  # seeded
+    overlap = study.sampler_overlap(pairs, 4, 6, [42, 43])
+    for seed in ("42", "43"):
+        info = overlap["seeds"][seed]
+        held = [sorted(a) == sorted(b) for a, b in zip(
+            study.planned_batches(pairs, 4, 6, int(seed)),
+            study.planned_batches(pairs, 4, 6, int(seed), "no_duplicates"), strict=True)]  # fmt: skip
+        assert info["same_batches"] == sum(held)
+        assert info["first_different"] == (held.index(False) if False in held else None)

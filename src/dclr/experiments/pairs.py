@@ -8,7 +8,8 @@ then, and the other entailment of an anchor's premise is then a *false negative*
 data itself says is entailed by the anchor. Variants (`VARIANTS`), all with the same trainer,
 seeds, steps, batch size and learning rate; the default batch sampler gives every variant of a
 seed the same batches (`DefaultBatchSampler` over a `RandomSampler` seeded by the trainer's seed),
-except NO_DUPLICATES, which changes the batches by design.
+except NO_DUPLICATES, which changes the batches by design: it walks the same permutation and defers
+a row whose text the batch already holds (`sampler_overlap` counts the batches that changed).
 
 Each run writes one JSON record (`records/runs/<variant>-seed<seed>.json`): its STS test scores
 (dclr's SentEval-exact evaluation, mean pooling, the 7 tasks) and its INLI retrieval test scores
@@ -536,6 +537,22 @@ def run_audit(setup: Setup, pairs: Pairs, out: Path, seeds: Sequence[int]) -> di
     return result
 
 
+def sampler_overlap(
+    pairs: Pairs, batch_size: int, steps: int, seeds: Sequence[int]
+) -> dict[str, Any]:
+    """Per seed, how many of the first `steps` NO_DUPLICATES batches hold exactly the rows of the
+    default sampler's batch at the same step (its sampler walks the same seeded permutation and
+    defers a row whose text the batch already holds), and the first step where they part."""
+    out: dict[str, Any] = {}
+    for seed in seeds:
+        a = planned_batches(pairs, batch_size, steps, seed, "default")
+        b = planned_batches(pairs, batch_size, steps, seed, "no_duplicates")
+        same = [sorted(x) == sorted(y) for x, y in zip(a, b, strict=True)]
+        parted = next((i for i, equal in enumerate(same) if not equal), None)
+        out[str(seed)] = {"steps": steps, "same_batches": int(sum(same)), "first_different": parted}
+    return {"kind": "samplers", "batch_size": batch_size, "seeds": out}
+
+
 def _quantiles(values: np.ndarray) -> dict[str, float]:
     qs = (0.1, 0.5, 0.9)
     return {f"q{int(q * 100)}": float(np.quantile(values, q)) for q in qs}
@@ -578,6 +595,9 @@ def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants:
             with heavy_lock(lock):
                 write_record(path, run_audit(setup, data(), out, seeds))
         log(f"audit: {path}")
+        overlap = out / "records" / "samplers.json"
+        if not overlap.is_file():  # no model: the samplers only
+            write_record(overlap, sampler_overlap(data(), setup.batch_size, setup.steps, seeds))
     elif command == "tune":
         units = [("gist", m) for m in GIST_MARGINS] + [("relative", m) for m in RELATIVE_MARGINS]
         for family, margin in units:
