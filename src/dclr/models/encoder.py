@@ -65,10 +65,13 @@ class SentenceEncoder(nn.Module):
     the last two layers at evaluation).
 
     `precision` is "fp32" unless `dclr.models.precision.quantize_int8` quantised the backbone
-    (then "int8", inference only: `train()` refuses it).
+    (then "int8", inference only: `train()` refuses it). `linear_kernel` is "aten" unless
+    `dclr.models.onednn.use_onednn` moved the backbone's linear layers to oneDNN ("onednn",
+    inference only too).
     """
 
     precision: str = "fp32"
+    linear_kernel: str = "aten"
 
     def __init__(
         self,
@@ -137,6 +140,11 @@ class SentenceEncoder(nn.Module):
             raise ConfigError(
                 f"this encoder is quantised ({self.precision}) for inference and cannot be "
                 "trained: train the fp32 model, then encode or serve it with --precision int8"
+            )
+        if mode and self.linear_kernel != "aten":
+            raise ConfigError(
+                f"this encoder runs its linear layers on {self.linear_kernel} for inference and "
+                "cannot be trained: load the model again for training"
             )
         return super().train(mode)
 

@@ -13,7 +13,10 @@ precision (`encoder.precision`), which enters its fingerprint (`dclr.indexing.fi
 index, a bulk job or a cache built at one precision refuses the other. It is for inference only:
 `encoder.train()` refuses it, and it runs on the CPU only.
 
-With precision `fp32` everything reduces to `SentenceEncoder.from_pretrained`.
+With precision `fp32` everything reduces to `SentenceEncoder.from_pretrained`, and on the CPU the
+backbone's linear layers then run on oneDNN with pre-packed weights (`dclr.models.onednn`: the
+same vectors to float32 rounding, faster; `linear_kernel="aten"` or `DCLR_LINEAR_KERNEL=aten`
+keeps PyTorch's BLAS kernel).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 
 from dclr.errors import ConfigError
 from dclr.models.encoder import SentenceEncoder
+from dclr.models.onednn import choose_kernel, use_onednn
 from dclr.models.smoothing import smooth_linears
 
 Precision = Literal["fp32", "int8"]
@@ -78,9 +82,12 @@ def load_inference_encoder(
     packing: bool = False,
     device: torch.device | str = "cpu",
     max_length: int | None = None,
+    linear_kernel: str | None = None,
 ) -> SentenceEncoder:
     """An encoder for inference at `precision`, on `device`, packed if asked (and if it pays:
-    `enable_packing` checks the backbone on a probe first, after quantisation)."""
+    `enable_packing` checks the backbone on a probe first, after quantisation); fp32 on the CPU
+    runs its linear layers on `dclr.models.onednn.choose_kernel(linear_kernel)`."""
+
     precision = check_precision(precision)
     device = torch.device(device)
     if precision == "int8" and device.type != "cpu":
@@ -94,4 +101,6 @@ def load_inference_encoder(
         encoder.enable_packing()
     if precision == "int8":
         quantize_int8(encoder)
+    elif device.type == "cpu" and choose_kernel(linear_kernel) == "onednn":
+        use_onednn(encoder.eval())
     return encoder

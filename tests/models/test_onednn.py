@@ -1,0 +1,121 @@
+"""oneDNN linear layers for fp32 CPU inference (`dclr.models.onednn`): the same outputs as
+`nn.Linear` (and its GELU) to float32 rounding, the same state dict to the bit (so the same
+fingerprint), the same vectors padded and packed, inference only, and the ways to opt out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from transformers.activations import GELUActivation
+
+from dclr.errors import ConfigError
+from dclr.indexing.fingerprint import model_fingerprint
+from dclr.models import onednn
+from dclr.models.onednn import PackedLinear, choose_kernel, pack_linears
+from dclr.models.precision import load_inference_encoder
+
+pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN")
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "Someone is making music on a stage in front of a small crowd.",
+    "The cat sleeps.",
+    "Stock markets fell sharply on Monday after the central bank raised interest rates.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):  # conftest: built once per session
+    return tiny_model_dir
+
+
+@pytest.mark.parametrize("shape", [(1, 24), (13, 24), (3, 5, 24)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_linear_computes_x_wt_plus_b(shape, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(24, 40, bias=bias)
+    x = torch.randn(*shape)
+    expected = x @ linear.weight.T + (linear.bias if bias else 0)  # the formula, by hand
+    with torch.inference_mode():
+        got = PackedLinear(linear)(x)
+    assert got.shape == (*shape[:-1], 40)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_linear_with_gelu_is_the_erf_gelu_of_the_linear():
+    torch.manual_seed(1)
+    linear, x = nn.Linear(16, 32), torch.randn(2, 7, 16)
+    y = x @ linear.weight.T + linear.bias
+    expected = 0.5 * y * (1 + torch.erf(y / 2**0.5))  # GELU, exact form
+    with torch.inference_mode():
+        got = PackedLinear(linear, "gelu")(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_state_dict_keeps_the_plain_weights_bit_for_bit():
+    linear = nn.Linear(24, 40)
+    packed = PackedLinear(linear)
+    state = packed.state_dict()
+    assert set(state) == {"weight", "bias"}
+    assert torch.equal(state["weight"], linear.weight) and torch.equal(state["bias"], linear.bias)
+
+
+def test_pack_linears_fuses_only_an_exact_gelu_after_dense():
+    block = nn.Module()
+    block.dense = nn.Linear(8, 8)
+    block.intermediate_act_fn = GELUActivation()
+    tanh_block = nn.Module()
+    tanh_block.dense = nn.Linear(8, 8)
+    tanh_block.intermediate_act_fn = nn.GELU(approximate="tanh")
+    root = nn.Sequential(block, tanh_block, nn.Linear(8, 8))
+    assert pack_linears(root) == 3
+    assert block.dense.activation == "gelu" and isinstance(block.intermediate_act_fn, nn.Identity)
+    assert tanh_block.dense.activation == "none"
+    assert isinstance(tanh_block.intermediate_act_fn, nn.GELU)
+
+
+@pytest.mark.parametrize("packing", [False, True])
+@pytest.mark.parametrize("pooler", ["mean", "cls_before_pooler"])
+def test_encoder_vectors_and_fingerprint_match_pytorchs_kernel(model_dir, packing, pooler):
+    aten = load_inference_encoder(model_dir, pooler, packing=packing, linear_kernel="aten")
+    fast = load_inference_encoder(model_dir, pooler, packing=packing, linear_kernel="onednn")
+    assert aten.linear_kernel == "aten" and fast.linear_kernel == "onednn"
+    assert not any(isinstance(m, nn.Linear) for m in fast.backbone.modules())
+    assert np.abs(aten.encode(SENTENCES) - fast.encode(SENTENCES)).max() < 1e-5
+    assert model_fingerprint(aten) == model_fingerprint(fast)
+
+
+def test_an_encoder_on_onednn_refuses_training(model_dir):
+    encoder = load_inference_encoder(model_dir, "mean", linear_kernel="onednn")
+    with pytest.raises(ConfigError, match="cannot be trained"):
+        encoder.train()
+
+
+def test_int8_keeps_its_own_kernels(model_dir):
+    encoder = load_inference_encoder(model_dir, "mean", "int8", linear_kernel="onednn")
+    assert encoder.precision == "int8" and encoder.linear_kernel == "aten"
+
+
+def test_the_kernel_choice(monkeypatch):
+    monkeypatch.delenv(onednn.KERNEL_ENV, raising=False)
+    assert choose_kernel() == "onednn"  # auto, on a build that has it
+    monkeypatch.setenv(onednn.KERNEL_ENV, "aten")
+    assert choose_kernel() == "aten"
+    assert choose_kernel("onednn") == "onednn"  # the argument wins over the environment
+    monkeypatch.setenv(onednn.KERNEL_ENV, "mkl")
+    with pytest.raises(ConfigError, match="DCLR_LINEAR_KERNEL='mkl'"):
+        choose_kernel()
+    monkeypatch.delenv(onednn.KERNEL_ENV)
+    monkeypatch.setattr(onednn, "available", lambda: False)
+    assert choose_kernel() == "aten"  # auto falls back
+    with pytest.raises(ConfigError, match="no oneDNN"):
+        choose_kernel("onednn")
+
+
+def test_the_environment_opts_an_inference_encoder_out(model_dir, monkeypatch):
+    monkeypatch.setenv(onednn.KERNEL_ENV, "aten")
+    encoder = load_inference_encoder(model_dir, "mean")
+    assert encoder.linear_kernel == "aten"
+    assert any(isinstance(m, nn.Linear) for m in encoder.backbone.modules())
