@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -853,9 +855,6 @@ def register_extensions(target: typer.Typer) -> None:
     """Add the command groups of `EXTENSIONS` (skipped when their feature is not installed) and
     of every `dclr.cli` entry point to `target`; a package whose entry point fails to load is
     named on stderr and its commands are left out."""
-    import importlib
-    from importlib.metadata import entry_points
-
     for name in EXTENSIONS:
         try:
             module = importlib.import_module(name)
@@ -864,7 +863,7 @@ def register_extensions(target: typer.Typer) -> None:
                 continue
             raise
         module.register(target)
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+    for point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
         try:
             register = point.load()
         except Exception as err:  # a broken package costs its commands, not the whole CLI

@@ -19,6 +19,7 @@ them (corpus, sampler, guide, calibration) and `dclr audit` renders the result.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,8 +216,6 @@ PLOT_FIX = "pip install matplotlib (or pip install dclr-lab, which depends on it
 def check_can_plot() -> None:
     """ConfigError naming the fix when matplotlib is not installed; `dclr audit --png` asks before
     the audit's minutes of encoding, `plot_histogram` before drawing."""
-    import importlib.util
-
     if importlib.util.find_spec("matplotlib") is None:
         raise ConfigError(
             f"the histogram is drawn with matplotlib, which is not installed: {PLOT_FIX}"
