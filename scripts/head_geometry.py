@@ -13,7 +13,8 @@ the mean cosine of gold paraphrase pairs (gold > 4, SimCSE's alignment pairs), t
 
     python scripts/head_geometry.py [--seed 42] [--steps 60] [-o docs/results/cpu-scale/head-geometry]
 
-Writes geometry.json (every row) and geometry.png; prints the table. One thread is enough.
+Writes geometry.json (every row) and geometry.png (matplotlib: installed with the lab, `pip install
+-e ./lab`, not with dclr); prints the table. One thread is enough.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """`dclr --help` and the help of every command group stay light (issue 36): they import neither
-torch nor transformers nor matplotlib, so the help answers in a fraction of a second."""
+torch nor transformers nor matplotlib, so the help answers in a fraction of a second. The command
+line is dclr's with the lab's commands (`report`, `experiment`, `runs`), as the README installs it:
+`app_with_lab` returns the app its entry point extended, or extends it in a checkout on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ HEAVY = ("torch", "transformers", "matplotlib", "sentence_transformers")
 PROBE = f"""
 import json, sys
 from typer.testing import CliRunner
-from dclr.cli import app
+from dclr_lab.cli import app_with_lab
+app = app_with_lab()
 result = CliRunner().invoke(app, sys.argv[1:])
 loaded = sorted(m for m in {HEAVY!r} if m in sys.modules)
 print(json.dumps({{"exit": result.exit_code, "loaded": loaded}}))
@@ -21,7 +24,8 @@ print(json.dumps({{"exit": result.exit_code, "loaded": loaded}}))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["report", "--help"], ["serve", "--help"],
-                                  ["train", "--help"], ["experiment", "--help"]])  # fmt: skip
+                                  ["train", "--help"], ["experiment", "--help"],
+                                  ["runs", "--help"]])  # fmt: skip
 def test_help_imports_no_heavy_library(args):
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120

@@ -9,7 +9,8 @@ import pytest
 
 from dclr.progress import disabled_by_env, progress_bar
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "dclr"
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = (ROOT / "src" / "dclr", ROOT / "lab" / "src" / "dclr_lab")  # the library and the lab
 
 
 @pytest.mark.parametrize(
@@ -51,8 +52,9 @@ def test_disable_keyword_is_refused():
 def test_every_bar_in_the_package_goes_through_the_helper():
     """A direct `tqdm(` call with its own disable= would silently ignore TQDM_DISABLE again."""
     direct = [
-        f"{path.relative_to(SRC)}:{n}"
-        for path in SRC.rglob("*.py")
+        f"{path.relative_to(ROOT)}:{n}"
+        for src in SOURCES
+        for path in src.rglob("*.py")
         if path.name != "progress.py"
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"\btqdm\(", line)
@@ -67,7 +69,7 @@ def test_a_small_loss_is_not_shown_as_zero():
     assert short_number(1e-4) == "0.0001"
     assert short_number(1.234e-5) == "1.234e-05"
     assert short_number(2.34567) == "2.346"
-    for file in SRC.rglob("*.py"):
+    for file in (path for src in SOURCES for path in src.rglob("*.py")):
         for line in file.read_text().splitlines():
             if "set_postfix(" in line:
                 assert not re.search(r":\.\d+f", line), f"{file}: {line.strip()}"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -712,10 +714,12 @@ def audit_cmd(
     paraphrase pairs occur in the batches."""
     quiet_hf()
     from dclr.atomic import write_text
-    from dclr.evaluation.corpus_audit import plot_histogram
+    from dclr.evaluation.corpus_audit import check_can_plot, plot_histogram
     from dclr.methods.dclr_audit import audit_corpus
 
     try:
+        if png:
+            check_can_plot()  # before the audit's encoding, not after
         result = audit_corpus(
             corpus,
             guide,
@@ -840,12 +844,17 @@ def config_show(
 
 
 # Command groups that live with their feature; each module defines `register(app)`.
-EXTENSIONS = ("dclr.serving.cli", "dclr.dualcse.cli", "dclr.experiments.cli")
+EXTENSIONS = ("dclr.serving.cli", "dclr.dualcse.cli")
+# Installed packages add theirs through this entry-point group, a `register(app)` function each:
+# `[project.entry-points."dclr.cli"] lab = "dclr_lab.cli:register"` (lab/pyproject.toml) gives
+# `dclr experiment`, `dclr runs` and `dclr report`; dclr itself imports none of them.
+ENTRY_POINT_GROUP = "dclr.cli"
 
 
-def _register_extensions() -> None:
-    import importlib
-
+def register_extensions(target: typer.Typer) -> None:
+    """Add the command groups of `EXTENSIONS` (skipped when their feature is not installed) and
+    of every `dclr.cli` entry point to `target`; a package whose entry point fails to load is
+    named on stderr and its commands are left out."""
     for name in EXTENSIONS:
         try:
             module = importlib.import_module(name)
@@ -853,10 +862,21 @@ def _register_extensions() -> None:
             if err.name and name.startswith(err.name):  # the feature is not there: skip it
                 continue
             raise
-        module.register(app)
+        module.register(target)
+    for point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        try:
+            register = point.load()
+        except Exception as err:  # a broken package costs its commands, not the whole CLI
+            print(
+                f"dclr: commands of {point.value!r} (entry point {point.name!r}, group "
+                f"{ENTRY_POINT_GROUP!r}) not loaded: {type(err).__name__}: {err}",
+                file=sys.stderr,
+            )
+            continue
+        register(target)
 
 
-_register_extensions()
+register_extensions(app)
 reflow_help(app)
 
 

@@ -40,7 +40,7 @@ def test_a_new_archive_would_not_be_ignored(in_git_checkout):
 
 
 # Studies that keep their own JSON records (not a run registry) and their own report builder.
-STUDIES = ("pairs",)  # dclr.experiments.pairs_report
+STUDIES = ("pairs",)  # dclr_lab.pairs_report
 ARCHIVED = sorted(
     p.parent
     for p in RESULTS.glob("*/*/records")
@@ -53,8 +53,8 @@ STUDY_FOLDERS = sorted(p.parent for p in RESULTS.glob("*/*/records") if p.parent
 def test_a_committed_report_rebuilds_byte_identically_from_its_records(folder, tmp_path):
     """`dclr report NAME --root .../records` gives back the committed report.md, to the byte
     (the pairs study, which trains through sentence-transformers, has its own builder: below)."""
-    from dclr.experiments.registry import Registry
-    from dclr.experiments.report import build_report
+    from dclr_lab.registry import Registry
+    from dclr_lab.report import build_report
 
     root = tmp_path / "records"
     shutil.copytree(folder / "records", root)
@@ -66,8 +66,8 @@ def test_a_committed_report_rebuilds_byte_identically_from_its_records(folder, t
 
 @pytest.mark.parametrize("folder", STUDY_FOLDERS, ids=[p.name for p in STUDY_FOLDERS])
 def test_a_study_report_rebuilds_byte_identically_from_its_records(folder, tmp_path):
-    """`python -m dclr.experiments.pairs_report -o FOLDER` gives back the committed report.md, to the byte."""
-    from dclr.experiments.pairs_report import build_report
+    """`python -m dclr_lab.pairs_report -o FOLDER` gives back the committed report.md, to the byte."""
+    from dclr_lab.pairs_report import build_report
 
     shutil.copytree(folder / "records", tmp_path / "records")
     built = build_report(tmp_path)

@@ -2,6 +2,7 @@
 gathering (`audit_corpus`) and the command end to end on a tiny model."""
 
 import json
+import sys
 import zlib
 
 import numpy as np
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from dclr.cli import app
 from dclr.data.paraphrases import GoldIndex, ParaphrasePair
+from dclr.errors import ConfigError
 from dclr.evaluation.corpus_audit import (
     FIXED_PHIS,
     NO_FALSE_NEGATIVES,
@@ -138,6 +140,24 @@ def test_histogram_png_is_written(tmp_path):
     path = plot_histogram(result, tmp_path / "h.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["h.png"]  # no temporary left
+
+
+def test_without_matplotlib_the_plot_names_the_fix(tmp_path, monkeypatch):
+    """matplotlib left dclr's dependencies (issue 36): the PNG's error says how to get it."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    result = audit_pairs(BATCHES, stub_vectors, {})
+    with pytest.raises(ConfigError, match=r"pip install matplotlib .*dclr-lab"):
+        plot_histogram(result, tmp_path / "h.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_audit_png_without_matplotlib_fails_before_the_audit(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    # no such guide model: the audit would fail on it, so the matplotlib error comes first
+    result = runner.invoke(app, ["audit", str(tmp_path / "corpus.txt"), "--guide",
+                                 str(tmp_path / "no-model"), "--png", str(tmp_path / "a.png")])  # fmt: skip
+    assert result.exit_code != 0
+    assert "pip install matplotlib" in result.output and not (tmp_path / "a.png").exists()
 
 
 @pytest.fixture(scope="module")

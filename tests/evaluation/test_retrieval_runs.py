@@ -15,10 +15,10 @@ from helpers import (
 from dclr.data.corpus import load_corpus
 from dclr.data.retrieval_tasks import build_task
 from dclr.errors import ConfigError
-from dclr.experiments.registry import Registry
-from dclr.experiments.report import build_report
-from dclr.experiments.specs import experiment_specs
 from dclr.recipe import load_config
+from dclr_lab.registry import Registry
+from dclr_lab.report import build_report
+from dclr_lab.specs import experiment_specs
 
 METRICS = ("ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10", "recall@100")
 

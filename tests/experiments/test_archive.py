@@ -9,12 +9,14 @@ import pytest
 from experiment_runs import write_run
 from typer.testing import CliRunner
 
-from dclr.cli import app
 from dclr.errors import InputError
-from dclr.experiments.archive import RECORD_FILES, archive_experiment, restore_records
-from dclr.experiments.registry import Registry
-from dclr.experiments.report import build_report
-from dclr.experiments.runner import action_for, plan
+from dclr_lab.archive import RECORD_FILES, archive_experiment, restore_records
+from dclr_lab.cli import app_with_lab
+from dclr_lab.registry import Registry
+from dclr_lab.report import build_report
+from dclr_lab.runner import action_for, plan
+
+app = app_with_lab()  # dclr's command line with the lab's commands
 
 LABEL = "consert-augmentations"
 

@@ -9,23 +9,23 @@ import pytest
 from helpers import REPO_ROOT
 
 from dclr.errors import ConfigError
-from dclr.experiments import paper
-from dclr.experiments.registry import Registry
-from dclr.experiments.runner import (
+from dclr.options.config import TrainConfig
+from dclr.recipe import config_from_dict, load_config
+from dclr.views.strategies import RATED
+from dclr_lab import paper
+from dclr_lab.registry import Registry
+from dclr_lab.runner import (
     launcher_train,
     parse_only,
     plan,
     run_experiment,
     subset_corpus,
 )
-from dclr.experiments.runspec import ExperimentUnavailable
-from dclr.experiments.search import SearchSpace, run_search
-from dclr.experiments.specs import experiment_specs
-from dclr.experiments.studies.augmentations import VIEW_FIELD
-from dclr.experiments.studies.dclr_paper import ABLATIONS
-from dclr.options.config import TrainConfig
-from dclr.recipe import config_from_dict, load_config
-from dclr.views.strategies import RATED
+from dclr_lab.runspec import ExperimentUnavailable
+from dclr_lab.search import SearchSpace, run_search
+from dclr_lab.specs import experiment_specs
+from dclr_lab.studies.augmentations import VIEW_FIELD
+from dclr_lab.studies.dclr_paper import ABLATIONS
 
 RECIPES = REPO_ROOT / "recipes"
 
@@ -201,7 +201,9 @@ def test_launcher_runs_dclr_train_in_a_subprocess(tmp_path: Path) -> None:
 def test_experiment_commands(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from dclr.cli import app
+    from dclr_lab.cli import app_with_lab
+
+    app = app_with_lab()
 
     runner = CliRunner()
     result = runner.invoke(app, ["experiment", "list"])
@@ -277,8 +279,8 @@ def test_issue16_experiments_resolve_to_valid_configs() -> None:
 
 
 def test_cli_help_names_every_experiment() -> None:
-    from dclr.experiments.cli import EXPERIMENT_NAMES
-    from dclr.experiments.specs import EXPERIMENTS
+    from dclr_lab.cli import EXPERIMENT_NAMES
+    from dclr_lab.specs import EXPERIMENTS
 
     assert tuple(EXPERIMENTS) == EXPERIMENT_NAMES
 

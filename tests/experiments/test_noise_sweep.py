@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import make_tiny_model_dir, write_pseudo_corpus
 
-from dclr.experiments.noise_sweep import measure, run_noise_sweep, write_report
+from dclr_lab.noise_sweep import measure, run_noise_sweep, write_report
 
 
 def views(n: int = 6, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:

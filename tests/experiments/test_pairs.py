@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dclr.experiments import pairs as study
-from dclr.experiments.pairs_report import build_report
+from dclr_lab import pairs as study
+from dclr_lab.pairs_report import build_report
 
 
 def _rows(premises: list[str]) -> list[SimpleNamespace]:

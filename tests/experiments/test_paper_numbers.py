@@ -1,4 +1,4 @@
-"""Every paper number in dclr.experiments.paper equals the line it cites in ../shared/papers/dclr.txt."""
+"""Every paper number in dclr_lab.paper equals the line it cites in ../shared/papers/dclr.txt."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 from helpers import REPO_ROOT
 
-from dclr.experiments import paper
+from dclr_lab import paper
 
 TEXT = REPO_ROOT / paper.PAPER_TEXT
 

@@ -7,8 +7,10 @@ import pytest
 from experiment_runs import write_run
 from typer.testing import CliRunner
 
-from dclr.cli import app
-from dclr.experiments.registry import Registry, compare, config_hash, find_run_dirs
+from dclr_lab.cli import app_with_lab
+from dclr_lab.registry import Registry, compare, config_hash, find_run_dirs
+
+app = app_with_lab()  # dclr's command line with the lab's commands
 
 MAIN = "main"
 
@@ -132,7 +134,7 @@ def test_a_run_config_nested_100000_deep_is_a_named_error(root: Path) -> None:
     """Issue 39 item 4: run folders' config.yaml was read with yaml.safe_load, whose composer
     recursed once per level (a RecursionError); it is read as a recipe now."""
     from dclr.errors import ConfigError
-    from dclr.experiments.registry import read_run
+    from dclr_lab.registry import read_run
 
     run_dir = write_run(root, "deep")
     (run_dir / "config.yaml").write_text("a: " + "[" * 100_000 + "]" * 100_000 + "\n")

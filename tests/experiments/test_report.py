@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from experiment_runs import write_run
 
-from dclr.experiments.registry import Registry
-from dclr.experiments.report import build_report
-from dclr.experiments.stats import Stat
+from dclr_lab.registry import Registry
+from dclr_lab.report import build_report
+from dclr_lab.stats import Stat
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -36,7 +36,7 @@ def _index(root: Path) -> Registry:
 
 
 def test_paired_difference_and_interval() -> None:
-    from dclr.experiments.stats import Paired
+    from dclr_lab.stats import Paired
 
     # seeds 42, 43, 44: diffs 1, 2, 3 -> mean 2, sd 1, t(0.975, 2) = 4.303, half 4.303 / sqrt 3
     p = Paired.of({42: 10.0, 43: 10.0, 44: 10.0, 45: 9.0}, {42: 11.0, 43: 12.0, 44: 13.0})
@@ -200,7 +200,9 @@ def test_augmentations_and_search_sections(tmp_path: Path) -> None:
 def test_report_command(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from dclr.cli import app
+    from dclr_lab.cli import app_with_lab
+
+    app = app_with_lab()
 
     root = tmp_path / "exp"
     write_run(root, "s", method="simcse", avg=70.0, labels={"main": [_cells(method="simcse")]})
@@ -334,8 +336,8 @@ def test_consert_tables_keep_view_order_and_sort_texts_as_numbers(tmp_path: Path
 
 
 def test_no_starting_row_when_runs_start_from_different_models(tmp_path: Path) -> None:
-    from dclr.experiments.stats import RunData
-    from dclr.experiments.studies.shared import shared_start
+    from dclr_lab.stats import RunData
+    from dclr_lab.studies.shared import shared_start
 
     same = [
         RunData({}, {}, tmp_path, 42, {"avg": 60.0}),

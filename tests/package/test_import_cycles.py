@@ -1,4 +1,5 @@
-"""No import cycle inside `dclr`.
+"""No import cycle inside `dclr` and its lab (`dclr_lab`, lab/src: one graph, so an import from the
+library into the lab is an edge too; tests/package/test_layers.py refuses it).
 
 The rule: module A depends on module B when A imports B anywhere: at module level, inside a
 function (a deferred import only hides a cycle, it does not remove it), under
@@ -13,11 +14,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+PACKAGES = {"dclr": SRC, "dclr_lab": ROOT / "lab" / "src"}  # package -> the folder holding it
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+def module_name(path: Path, src: Path = SRC) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -34,12 +37,12 @@ def imports(tree: ast.AST, modules: set[str]) -> set[str]:
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             named = node.value.split(":", 1)[0]  # "dclr.methods.simcse:SIMCSE" loads the module
-            if named in modules and named.startswith("dclr."):
+            if named in modules and named.startswith(("dclr.", "dclr_lab")):
                 found.add(named)
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == "dclr")
+            found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # noqa: SIM102
-            if node.module.split(".")[0] == "dclr":
+            if node.module.split(".")[0] in PACKAGES:
                 for alias in node.names:
                     sub = f"{node.module}.{alias.name}"
                     found.add(sub if sub in modules else node.module)
@@ -51,7 +54,11 @@ def imports(tree: ast.AST, modules: set[str]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in (SRC / "dclr").rglob("*.py")}
+    files = {
+        module_name(p, src): p
+        for package, src in PACKAGES.items()
+        for p in (src / package).rglob("*.py")
+    }
     modules = set(files)
     return {
         name: {m for m in imports(ast.parse(path.read_text()), modules) if m != name}
@@ -98,6 +105,7 @@ def test_the_graph_sees_the_package():
     graph = import_graph()
     assert "dclr.training.loop" in graph and "dclr.cli" in graph
     assert "dclr.options.config" in graph["dclr.training.prepare"]
+    assert "dclr.clitools" in graph["dclr_lab.cli"]  # the lab's modules, and their edges to dclr
 
 
 def test_a_cycle_is_detected():

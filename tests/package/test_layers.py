@@ -4,6 +4,9 @@ Every module belongs to one layer: a root module by its name, a module in a fold
 except a folder's `cli` module, which is that folder's command-line face and sits in the top layer
 with `dclr.cli`. Edges are counted as the cycle test counts them (deferred, `TYPE_CHECKING` and
 by-name imports included), so a deferred import does not hide a layer broken upward.
+
+The lab (`dclr_lab`, its own distribution in lab/) is the layer above everything: it imports any of
+dclr, and nothing in dclr may import it, not even by name (issue 36: the library without the lab).
 """
 
 from __future__ import annotations
@@ -32,13 +35,16 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("st", {"st"}),  # the sentence-transformers face
         ("api", {"api"}),
         ("serving", {"serving"}),  # HTTP only
-        ("experiments", {"experiments"}),  # the reproduction harness
         ("cli", {"cli", "clitools", "__main__", "__init__"}),
     )
 )
+LAB = "lab"  # every module of dclr_lab, the reproduction lab: above the command line
+RANKS = {name: i for i, name in enumerate((*(name for name, _ in LAYERS), LAB))}
 
 
 def layer_of(module: str) -> str:
+    if module.split(".")[0] == "dclr_lab":
+        return LAB
     parts = module.split(".")[1:]  # dclr.models.encoder -> models, encoder
     if parts and parts[-1] == "cli":
         return "cli"
@@ -50,12 +56,11 @@ def layer_of(module: str) -> str:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    rank = {name: i for i, (name, _) in enumerate(LAYERS)}
     return sorted(
         f"{a} ({layer_of(a)}) -> {b} ({layer_of(b)})"
         for a, deps in graph.items()
         for b in deps
-        if rank[layer_of(b)] > rank[layer_of(a)]
+        if RANKS[layer_of(b)] > RANKS[layer_of(a)]
     )
 
 
@@ -67,6 +72,25 @@ def test_every_module_has_a_layer():
 def test_an_upward_import_is_found():
     graph = {"dclr.losses.dclr": {"dclr.methods.registry"}, "dclr.methods.registry": set()}
     assert upward_imports(graph) == ["dclr.losses.dclr (losses) -> dclr.methods.registry (methods)"]
+
+
+def test_an_import_of_the_lab_from_the_library_is_found():
+    graph = {
+        "dclr.evaluation.corpus_audit": {"dclr_lab.plots"},
+        "dclr.cli": {"dclr_lab.cli"},
+        "dclr_lab.cli": {"dclr.cli", "dclr.clitools"},  # the lab may import all of dclr
+        "dclr_lab.plots": set(),
+    }
+    assert upward_imports(graph) == [
+        "dclr.cli (cli) -> dclr_lab.cli (lab)",
+        "dclr.evaluation.corpus_audit (evaluation) -> dclr_lab.plots (lab)",
+    ]
+
+
+def test_the_graph_holds_the_lab():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph if m.startswith("dclr_lab")} == {LAB}
+    assert any(m.startswith("dclr_lab.studies") for m in graph)
 
 
 def test_a_folders_cli_is_in_the_top_layer():

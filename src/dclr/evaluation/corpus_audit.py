@@ -19,6 +19,7 @@ them (corpus, sampler, guide, calibration) and `dclr audit` renders the result.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dclr.data.paraphrases import GoldIndex, normalize_text
+from dclr.errors import ConfigError
 from dclr.evaluation.audit import pr_rows
 
 FIXED_PHIS = (0.7, 0.8, 0.9, 0.95)  # the grid the report always shows (the paper's 0.85-0.9 inside)
@@ -207,9 +209,23 @@ def audit_pairs(
     }
 
 
+# matplotlib is no dependency of dclr (the lab, dclr-lab, depends on it): the fix, where it is missing
+PLOT_FIX = "pip install matplotlib (or pip install dclr-lab, which depends on it)"
+
+
+def check_can_plot() -> None:
+    """ConfigError naming the fix when matplotlib is not installed; `dclr audit --png` asks before
+    the audit's minutes of encoding, `plot_histogram` before drawing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError(
+            f"the histogram is drawn with matplotlib, which is not installed: {PLOT_FIX}"
+        )
+
+
 def plot_histogram(result: dict[str, Any], path: str | Path) -> Path:
     """A PNG of the cosine histogram (log counts) with one vertical line per rule's phi,
-    written atomically (`dclr.atomic.write_with`)."""
+    written atomically (`dclr.atomic.write_with`); needs matplotlib (`check_can_plot`)."""
+    check_can_plot()
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display

@@ -6,7 +6,7 @@ recipe format before sections used them, and a few places still speak them:
 
 * `--set field=value` (`apply_overrides`, through `set_flat`): the value goes to the core section
   that has the field, else to every section of the method that has it;
-* the run index and its tables (`dclr.experiments`: `flat_config` of a saved config.yaml, and
+* the run index and its tables (`dclr_lab`: `flat_config` of a saved config.yaml, and
   `flat_values`, which its run ids hash);
 * model cards and the run's derived settings (`flat_values`: a derived value such as a calibrated
   `false_negative_threshold` is named as its option);

@@ -1,4 +1,8 @@
-"""`dclr runs ...`, `dclr experiment ...` and `dclr report`: the reproduction harness commands."""
+"""`dclr runs ...`, `dclr experiment ...` and `dclr report`: the reproduction harness commands.
+
+dclr's command line finds them through the `dclr.cli` entry point that lab/pyproject.toml declares
+(`register`). Without it (a checkout on PYTHONPATH, not installed), `python -m dclr_lab` is the same
+command line (`app_with_lab`)."""
 
 from __future__ import annotations
 
@@ -11,13 +15,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dclr.clitools import console, fail, out, quiet_hf, scores_table
+from dclr.clitools import console, fail, out, quiet_hf, reflow_help, scores_table
 from dclr.errors import ConfigError, DclrError
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from dclr.experiments.registry import Registry
+    from dclr_lab.registry import Registry
 
 runs_app = typer.Typer(
     help="The run registry: an SQLite index of run folders.", no_args_is_help=True
@@ -28,7 +32,7 @@ experiment_app = typer.Typer(
     no_args_is_help=True,
 )
 ROOT_ENV = "DCLR_EXPERIMENTS_DIR"
-# The names of dclr.experiments.specs.EXPERIMENTS, for --help without importing torch
+# The names of dclr_lab.specs.EXPERIMENTS, for --help without importing torch
 # (tests/experiments/test_experiments.py checks they agree).
 EXPERIMENT_NAMES = (
     "main", "ablation", "uniformity", "few-shot", "sensitivity", "augmentations", "dense",
@@ -54,6 +58,17 @@ def register(parent: typer.Typer) -> None:
     parent.command("report")(report_cmd)
 
 
+def app_with_lab() -> typer.Typer:
+    """dclr's app with the lab's commands: those the installed entry point registered, else
+    registered here (a checkout on PYTHONPATH has no entry point)."""
+    from dclr.cli import app
+
+    if not any(group.typer_instance is runs_app for group in app.registered_groups):
+        register(app)
+        reflow_help(app)
+    return app
+
+
 def _num(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -73,7 +88,7 @@ def runs_list(
     """One row per run folder under ROOT: status, method, seed, steps, STS test scores,
     experiments. Any folder works as ROOT, e.g. `--root runs` for `dclr train -o runs/NAME`
     runs; listing creates nothing."""
-    from dclr.experiments.registry import Registry
+    from dclr_lab.registry import Registry
 
     if not root.is_dir():
         hint = " (`dclr train -o runs/NAME` runs: --root runs)" if Path("runs").is_dir() else ""
@@ -130,7 +145,7 @@ def runs_show(
 ) -> None:
     """A run's config, environment, scores and the experiments that use it."""
     from dclr.data.sts import STS_TASKS
-    from dclr.experiments.registry import Registry
+    from dclr_lab.registry import Registry
 
     with Registry(root) as registry:
         row = _get(registry, run)
@@ -162,7 +177,7 @@ def runs_compare(
     root: Root = DEFAULT_ROOT,
 ) -> None:
     """Config options that differ, and STS test scores side by side with B − A."""
-    from dclr.experiments.registry import Registry, compare
+    from dclr_lab.registry import Registry, compare
 
     with Registry(root) as registry:
         a, b = _get(registry, run_a), _get(registry, run_b)
@@ -191,7 +206,7 @@ def runs_compare(
 @runs_app.command("rebuild")
 def runs_rebuild(root: Root = DEFAULT_ROOT) -> None:
     """Re-create the index from the run folders under the root."""
-    from dclr.experiments.registry import Registry
+    from dclr_lab.registry import Registry
 
     with Registry(root) as registry:
         n = registry.rebuild()
@@ -207,7 +222,7 @@ def runs_archive(
     """Copy the records of an experiment's complete runs (config, env, scores, labels, metrics;
     no models) to a folder that is itself a root: `dclr report NAME --root DEST` works on it, and
     `dclr runs restore DEST` lets a later `dclr experiment run` skip those runs."""
-    from dclr.experiments.archive import archive_experiment
+    from dclr_lab.archive import archive_experiment
 
     try:
         done = archive_experiment(experiment, root, dest)
@@ -226,7 +241,7 @@ def runs_restore(
 ) -> None:
     """Copy an archive's run records into the root (existing run folders are kept) and re-index
     it, so `dclr experiment run` trains only the runs the archive lacks."""
-    from dclr.experiments.archive import restore_records
+    from dclr_lab.archive import restore_records
 
     try:
         restored = restore_records(archive, root)
@@ -254,7 +269,7 @@ RecipesDir = Annotated[Path | None, typer.Option(help="Recipes folder (default: 
 @experiment_app.command("list")
 def experiment_list() -> None:
     """The experiments and what each reproduces."""
-    from dclr.experiments.specs import EXPERIMENTS
+    from dclr_lab.specs import EXPERIMENTS
 
     for name, (_, description) in EXPERIMENTS.items():
         out.print(f"[bold]{name}[/]: {description}")
@@ -300,8 +315,8 @@ def experiment_run(
     ] = None,
 ) -> None:
     """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
-    from dclr.experiments.runner import launcher_train, parse_only, plan, run_experiment
     from dclr.recipe import parse_overrides
+    from dclr_lab.runner import launcher_train, parse_only, plan, run_experiment
 
     try:
         overrides = parse_overrides(set_ or [])
@@ -395,8 +410,8 @@ def experiment_search(
     dry_run: Annotated[bool, typer.Option(help="Only print the trials.")] = False,
 ) -> None:
     """Grid or random search over any recipe field; each trial is a registered run."""
-    from dclr.experiments.search import SearchSpace, run_search, trial_configs
     from dclr.recipe import parse_overrides
+    from dclr_lab.search import SearchSpace, run_search, trial_configs
 
     try:
         space = SearchSpace.parse(grid or [], uniform or [], log_uniform or [], trials, seed)
@@ -446,7 +461,7 @@ def experiment_audit(
     """False-negative audit: how often in-batch negatives are paraphrases, and precision/recall
     of the negatives a threshold phi drops, per scorer (table + PR-curve PNG)."""
     from dclr.evaluation.audit import Scorer
-    from dclr.experiments.audit import run_audit, write_report
+    from dclr_lab.audit import run_audit, write_report
 
     try:
         quiet_hf()
@@ -486,7 +501,7 @@ def experiment_noise_sweep(
 ) -> None:
     """Noise-based negatives over sigma (0.1, 1, 10) x beta (1e-3 ... 1): the angle the ascent
     turns them, their share of the loss and of the gradient, optimized vs random."""
-    from dclr.experiments.noise_sweep import run_noise_sweep, write_report
+    from dclr_lab.noise_sweep import run_noise_sweep, write_report
 
     try:
         quiet_hf()
@@ -528,8 +543,8 @@ def report_cmd(
     ] = True,
 ) -> None:
     """Markdown report of an experiment: our tables next to the paper's numbers, PNG plots."""
-    from dclr.experiments.registry import Registry
-    from dclr.experiments.report import build_report
+    from dclr_lab.registry import Registry
+    from dclr_lab.report import build_report
 
     target = output or root / "reports" / experiment.replace(":", "-")
     try:

@@ -152,7 +152,7 @@ def run_noise_sweep(
 
 def write_report(result: dict[str, Any], out: Path) -> Path:
     """out/noise_sweep.json, report.md and noise_sweep.png; returns the Markdown path."""
-    from dclr.experiments.plots import _pyplot, _save
+    from dclr_lab.plots import _pyplot, _save
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "noise_sweep.json").write_text(json.dumps(result, indent=1) + "\n")

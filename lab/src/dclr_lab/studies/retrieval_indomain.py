@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.names import DENSE_COLORS, DENSE_LABELS, DENSE_SETTING_NAMES, PRACTICAL_DELTA
-from dclr.experiments.plots import _pyplot, _save
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE, RunSpec, pair_spec
-from dclr.experiments.stats import Paired, RunData, fmt, fmt_paired, paired, stat, versus_start
-from dclr.experiments.studies.dense import DENSE_SCALE_OVERRIDES, DENSE_SETTINGS, DENSE_VARIANTS
+from dclr_lab.names import DENSE_COLORS, DENSE_LABELS, DENSE_SETTING_NAMES, PRACTICAL_DELTA
+from dclr_lab.plots import _pyplot, _save
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE, RunSpec, pair_spec
+from dclr_lab.stats import Paired, RunData, fmt, fmt_paired, paired, stat, versus_start
+from dclr_lab.studies.dense import DENSE_SCALE_OVERRIDES, DENSE_SETTINGS, DENSE_VARIANTS
 
 METRICS = {"retrieval_ndcg@10": "nDCG@10", "retrieval_recall@10": "Recall@10"}
 

@@ -2,10 +2,10 @@
 
 Reads the runs an experiment registered in the SQLite index (scores from results.json, curves from
 metrics.jsonl), aggregates seeds as mean ± sample std, and puts the paper's reported numbers
-(`dclr.experiments.paper`) next to ours. A report is a list of blocks rendered twice: Markdown with
+(`dclr_lab.paper`) next to ours. A report is a list of blocks rendered twice: Markdown with
 PNG files beside it, and HTML with the PNGs inlined. This module is the builder (the heading, the
 scale caveat, the sources); each experiment's own section lives with its runs in
-`dclr.experiments.studies`.
+`dclr_lab.studies`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dclr.errors import ConfigError
-from dclr.experiments import paper
-from dclr.experiments.registry import Registry
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE
-from dclr.experiments.specs import EXPERIMENTS
-from dclr.experiments.stats import RunData, load_runs
-from dclr.experiments.studies import (
+from dclr_lab import paper
+from dclr_lab.registry import Registry
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE
+from dclr_lab.specs import EXPERIMENTS
+from dclr_lab.stats import RunData, load_runs
+from dclr_lab.studies import (
     augmentations,
     consert,
     dclr_paper,
@@ -56,7 +56,7 @@ def _sources(experiment: str) -> str:
     cited = "; ".join(f"{name}, read from {text}" for name, text in papers)
     return (
         f"Paper numbers and findings: {cited} (text summaries; the PDFs were not available "
-        "offline), each with its line. Kept in dclr/experiments/paper.py."
+        "offline), each with its line. Kept in dclr_lab/paper.py."
     )
 
 

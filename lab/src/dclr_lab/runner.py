@@ -6,7 +6,7 @@ the config only, so experiments that need the same run share it. A run is
 - resumed from its newest checkpoint when the folder has one (an interrupted run);
 - started from scratch otherwise.
 After each run the folder gets labels.json (which experiments use it) and the SQLite index
-(`dclr.experiments.registry`) is updated; the trainer itself knows nothing of either.
+(`dclr_lab.registry`) is updated; the trainer itself knows nothing of either.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Any
 
 from dclr.data.sampling import few_shot_indices
 from dclr.errors import ConfigError
-from dclr.experiments.registry import Registry, config_hash, set_labels
-from dclr.experiments.runspec import RunSpec, default_recipes_dir
-from dclr.experiments.specs import experiment_specs
 from dclr.options.config import TrainConfig
 from dclr.options.flat import flat_values
 from dclr.recipe import load_config
 from dclr.runlock import LockHeld
 from dclr.training.checkpoint import latest_checkpoint
+from dclr_lab.registry import Registry, config_hash, set_labels
+from dclr_lab.runspec import RunSpec, default_recipes_dir
+from dclr_lab.specs import experiment_specs
 
 RUNS_DIR = "runs"
 CORPORA_DIR = "corpora"

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.names import task_label
-from dclr.experiments.plots import _paired_bars, _pyplot, _save
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE, SCALE_OVERRIDES, RunSpec, recipe_file
-from dclr.experiments.stats import RunData, paired, stat
-from dclr.experiments.studies.augmentations import CUTOFF_RATE
-from dclr.experiments.studies.shared import paper_finding, score_table
 from dclr.views.strategies import RATED
+from dclr_lab.names import task_label
+from dclr_lab.plots import _paired_bars, _pyplot, _save
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE, SCALE_OVERRIDES, RunSpec, recipe_file
+from dclr_lab.stats import RunData, paired, stat
+from dclr_lab.studies.augmentations import CUTOFF_RATE
+from dclr_lab.studies.shared import paper_finding, score_table
 
 # ConSERT's settings on top of its recipe (consert.txt l.68, l.79; released --no_dropout): mean
 # pooling in training, last-two-layer mean at evaluation, backbone dropout off under the views.

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.stats import Paired, Stat
+from dclr_lab.stats import Paired, Stat
 
 COLORS = {"simcse": "#1f77b4", "dclr": "#d62728", "paper": "#7f7f7f"}
 DPI = 120  # readable on screen, small files

@@ -1,8 +1,8 @@
 """Experiments that keep their runs and their report section side by side: a module holds one
 study or a few close ones, each with a `*specs()` that lists its runs
-(`dclr.experiments.runspec.RunSpec`) and a `section*()` that writes its part of `dclr report`
-(`dclr.experiments.render.Report`). `dclr.experiments.specs.EXPERIMENTS` and
-`dclr.experiments.report.SECTIONS` name them.
+(`dclr_lab.runspec.RunSpec`) and a `section*()` that writes its part of `dclr report`
+(`dclr_lab.render.Report`). `dclr_lab.specs.EXPERIMENTS` and
+`dclr_lab.report.SECTIONS` name them.
 
 - `dclr_paper`: main, ablation, uniformity, few-shot, sensitivity (the DCLR paper's STS studies)
 - `augmentations`: each positive view with SimCSE and DCLR

@@ -7,13 +7,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any, get_args
 
-from dclr.experiments.names import method_label
-from dclr.experiments.plots import _bars
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE, ExperimentUnavailable, RunSpec, pair_spec
-from dclr.experiments.stats import RunData, fmt, fmt_paired, group, paired, stat
 from dclr.recipe import flat_hints
 from dclr.views.strategies import RATED
+from dclr_lab.names import method_label
+from dclr_lab.plots import _bars
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE, ExperimentUnavailable, RunSpec, pair_spec
+from dclr_lab.stats import RunData, fmt, fmt_paired, group, paired, stat
 
 # The TrainConfig field of the second view's strategy (dclr.views); the first stays dropout.
 VIEW_FIELD = "view2"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dclr.atomic import staged_folder
 from dclr.errors import DclrError, InputError
-from dclr.experiments.registry import LABELS_FILE, Registry, find_run_dirs, read_run
+from dclr_lab.registry import LABELS_FILE, Registry, find_run_dirs, read_run
 
 # What a run's record is: config and environment, scores, which experiments use it, the logged
 # curves, its identity and the starting model's scores. Models, checkpoints, tensorboard: not kept.

@@ -1,13 +1,13 @@
 """The report of a hyper-parameter search (`dclr experiment search`, experiment `search:NAME`;
-its trials are `dclr.experiments.search`): one row per trial, best first."""
+its trials are `dclr_lab.search`): one row per trial, best first."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from dclr.experiments.render import Report
-from dclr.experiments.stats import RunData, fmt_num
+from dclr_lab.render import Report
+from dclr_lab.stats import RunData, fmt_num
 
 
 def section(rep: Report, runs: list[RunData], out: Path) -> None:

@@ -18,11 +18,11 @@ Each run writes one JSON record (`records/runs/<variant>-seed<seed>.json`): its 
 the known false negatives of the batches and what each rule drops. `build_report` rebuilds
 report.md and pairs.png from the records alone.
 
-    python -m dclr.experiments.pairs start  --data-dir ../shared/data -o docs/results/cpu-scale/pairs
-    python -m dclr.experiments.pairs audit  --data-dir ../shared/data -o ... --steps S
-    python -m dclr.experiments.pairs tune   --data-dir ../shared/data -o ... --steps S
-    python -m dclr.experiments.pairs run    --data-dir ../shared/data -o ... --steps S
-    python -m dclr.experiments.pairs_report -o docs/results/cpu-scale/pairs
+    python -m dclr_lab.pairs start  --data-dir ../shared/data -o docs/results/cpu-scale/pairs
+    python -m dclr_lab.pairs audit  --data-dir ../shared/data -o ... --steps S
+    python -m dclr_lab.pairs tune   --data-dir ../shared/data -o ... --steps S
+    python -m dclr_lab.pairs run    --data-dir ../shared/data -o ... --steps S
+    python -m dclr_lab.pairs_report -o docs/results/cpu-scale/pairs
 
 Every training or encoding step takes an exclusive flock on `--lock` (default
 /tmp/dclr-heavy.lock) per run, so other heavy jobs interleave; a run whose record exists is
@@ -627,7 +627,7 @@ def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dclr.experiments.pairs", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dclr_lab.pairs", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("command", choices=("start", "audit", "tune", "run"))
     p.add_argument("-o", "--out", type=Path, default=Path("docs/results/cpu-scale/pairs"))

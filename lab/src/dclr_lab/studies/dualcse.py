@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dclr.experiments import paper
-from dclr.experiments.plots import _paired_bars
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE, RunSpec
-from dclr.experiments.stats import RunData, fmt, fmt_paired, group, paired, stat
-from dclr.experiments.studies.shared import row_order
+from dclr_lab import paper
+from dclr_lab.plots import _paired_bars
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE, RunSpec
+from dclr_lab.stats import RunData, fmt, fmt_paired, group, paired, stat
+from dclr_lab.studies.shared import row_order
 
 # At least one full epoch of INLI train (8,000 premises) each, at the CPU recipes' batch of 16:
 # DualCSE-cross 8,000 / 16 = 500 steps per epoch; SimCSE-sup (two triples per premise, 16,000)

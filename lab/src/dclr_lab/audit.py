@@ -168,7 +168,7 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
 
 
 def _plot(result: dict[str, Any], path: Path) -> Path:
-    from dclr.experiments.plots import _pyplot, _save
+    from dclr_lab.plots import _pyplot, _save
 
     plt = _pyplot()
     samplers = list(result["samplers"])

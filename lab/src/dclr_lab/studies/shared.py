@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments import paper
-from dclr.experiments.render import Report
-from dclr.experiments.stats import RunData, fmt, fmt_paired, group, paired, stat
+from dclr_lab import paper
+from dclr_lab.render import Report
+from dclr_lab.stats import RunData, fmt, fmt_paired, group, paired, stat
 
 
 def paper_finding(rep: Report, key: str, extra: str = "") -> None:

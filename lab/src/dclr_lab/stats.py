@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.registry import Registry
+from dclr_lab.registry import Registry
 
 
 @dataclass

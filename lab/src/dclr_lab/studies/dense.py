@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from dclr.experiments.names import DENSE_COLORS, DENSE_LABELS, DENSE_SETTING_NAMES, PRACTICAL_DELTA
-from dclr.experiments.plots import _pyplot, _save
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE, RunSpec, pair_spec
-from dclr.experiments.stats import (
+from dclr.training.tracking import read_metrics
+from dclr_lab.names import DENSE_COLORS, DENSE_LABELS, DENSE_SETTING_NAMES, PRACTICAL_DELTA
+from dclr_lab.plots import _pyplot, _save
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE, RunSpec, pair_spec
+from dclr_lab.stats import (
     Paired,
     RunData,
     Stat,
@@ -26,7 +27,6 @@ from dclr.experiments.stats import (
     stat,
     versus_start,
 )
-from dclr.training.tracking import read_metrics
 
 # Paraphrase-dense batches (issues 12, 23): rho = share of each batch made of gold paraphrase
 # pairs; rho x batch / 2 must be whole (batch 64: 4, 8 and 16 pairs).

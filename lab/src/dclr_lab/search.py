@@ -21,10 +21,10 @@ import numpy as np
 import yaml
 
 from dclr.errors import ConfigError
-from dclr.experiments.registry import Registry, set_labels
-from dclr.experiments.runner import action_for, run_dir_for
 from dclr.options.config import TrainConfig
 from dclr.recipe import checked, config_from_dict, flat_hints, load_config
+from dclr_lab.registry import Registry, set_labels
+from dclr_lab.runner import action_for, run_dir_for
 
 
 @dataclass

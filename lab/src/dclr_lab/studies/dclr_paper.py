@@ -1,7 +1,7 @@
 """The DCLR paper's STS studies, SimCSE and DCLR runs of one recipe each: the main table per
 backbone (`main`), Table 6's ablations (`ablation`), uniformity vs step (`uniformity`), less
 training data (`few-shot`) and sweeps of φ and k (`sensitivity`): their runs and report sections,
-next to the paper's numbers (`dclr.experiments.paper`)."""
+next to the paper's numbers (`dclr_lab.paper`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from typing import Any, cast
 import numpy as np
 
 from dclr.data.sts import STS_TASKS
-from dclr.experiments import paper
-from dclr.experiments.names import method_label, task_label
-from dclr.experiments.plots import COLORS, _bars, _pyplot, _save
-from dclr.experiments.render import Report
-from dclr.experiments.runspec import ANALYSIS_BACKBONE, BACKBONES, RunSpec, pair_spec
-from dclr.experiments.stats import (
+from dclr.training.tracking import read_metrics
+from dclr_lab import paper
+from dclr_lab.names import method_label, task_label
+from dclr_lab.plots import COLORS, _bars, _pyplot, _save
+from dclr_lab.render import Report
+from dclr_lab.runspec import ANALYSIS_BACKBONE, BACKBONES, RunSpec, pair_spec
+from dclr_lab.stats import (
     Paired,
     RunData,
     Stat,
@@ -31,8 +32,7 @@ from dclr.experiments.stats import (
     paired,
     stat,
 )
-from dclr.experiments.studies.shared import paper_finding
-from dclr.training.tracking import read_metrics
+from dclr_lab.studies.shared import paper_finding
 
 # Table 6 rows: variant -> DCLR overrides.
 ABLATIONS: dict[str, dict[str, Any]] = {

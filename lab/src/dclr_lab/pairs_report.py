@@ -1,12 +1,12 @@
-"""report.md and pairs.png of the pairs study (`dclr.experiments.pairs`), from its records alone.
+"""report.md and pairs.png of the pairs study (`dclr_lab.pairs`), from its records alone.
 
-    python -m dclr.experiments.pairs_report -o docs/results/cpu-scale/pairs
+    python -m dclr_lab.pairs_report -o docs/results/cpu-scale/pairs
 
 Reads `records/start.json`, `records/audit.json`, `records/tuning/*.json` and
 `records/runs/*.json` (any may be missing: its section says so) and writes report.md and
 pairs.png beside `records/`. Scores: Spearman x 100 (STS test) and nDCG@10 x 100 (INLI retrieval
 test); mean ± sample std over seeds; Δ: paired by seed, mean [95 % t-interval]
-(`dclr.experiments.stats.Paired`).
+(`dclr_lab.stats.Paired`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dclr.experiments.pairs import (
+from dclr_lab.pairs import (
     GIST_MARGINS,
     RELATIVE_MARGINS,
     RETRIEVAL_METRIC,
@@ -27,7 +27,7 @@ from dclr.experiments.pairs import (
     tuned_margin,
     tuning_dir,
 )
-from dclr.experiments.stats import Paired, Stat
+from dclr_lab.stats import Paired, Stat
 
 BASELINES = ("mnrl", "gist")  # the paired comparisons of the main table
 REPORT = "report.md"
@@ -329,9 +329,9 @@ def reproduce(data: dict[str, Any], setup: dict[str, Any] | None, seeds: list[in
         "```bash",
         "OUT=docs/results/cpu-scale/pairs",
         "for step in start audit tune run; do  # each run takes /tmp/dclr-heavy.lock by itself",
-        f"  python -m dclr.experiments.pairs $step -o $OUT {flags}",
+        f"  python -m dclr_lab.pairs $step -o $OUT {flags}",
         "done",
-        "python -m dclr.experiments.pairs_report -o $OUT   # report.md + pairs.png from records/",
+        "python -m dclr_lab.pairs_report -o $OUT   # report.md + pairs.png from records/",
         "```",
         "",
         "A record that exists is not run again (delete it to redo the run). The report reads "
@@ -380,7 +380,7 @@ def design(data: dict[str, Any]) -> list[str]:
 
 
 def plot(data: dict[str, Any], path: Path) -> Path | None:
-    from dclr.experiments.plots import _pyplot, _save
+    from dclr_lab.plots import _pyplot, _save
 
     runs = data["runs"]
     variants = [v for v in VARIANTS if v in runs and v != "mnrl"]
@@ -491,7 +491,7 @@ def build_report(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dclr.experiments.pairs_report", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m dclr_lab.pairs_report", description=__doc__)
     p.add_argument("-o", "--out", type=Path, default=Path("docs/results/cpu-scale/pairs"))
     print(build_report(p.parse_args(argv).out))
     return 0

@@ -1,6 +1,6 @@
 """What every experiment's runs are made of: the scales and backbones, `RunSpec`, and the SimCSE /
-DCLR run of a backbone (`pair_spec`). The experiments themselves are in `dclr.experiments.studies`
-(each with its report section), named in `dclr.experiments.specs.EXPERIMENTS`."""
+DCLR run of a backbone (`pair_spec`). The experiments themselves are in `dclr_lab.studies`
+(each with its report section), named in `dclr_lab.specs.EXPERIMENTS`."""
 
 from __future__ import annotations
 
