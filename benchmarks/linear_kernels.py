@@ -14,6 +14,9 @@ Writes benchmarks/results/linear_kernels.{json,md}.
 
 from __future__ import annotations
 
+import dclr  # noqa: F401 - before torch: bounds oneDNN's caches as `dclr serve` does
+
+# isort: split
 import argparse
 import json
 import os

@@ -9,6 +9,9 @@ from typing import Any
 
 from dclr._meta import API, __version__
 from dclr.errors import DclrError, InputError
+from dclr.models.onednn_env import bound_onednn_caches
+
+bound_onednn_caches()  # before anything imports torch: libtorch reads them when it loads
 
 __all__ = ["DclrError", "InputError", "__version__", *API]
 

@@ -4,6 +4,10 @@ fingerprint), the same vectors padded and packed, inference only, and the ways t
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +16,7 @@ from transformers.activations import GELUActivation
 
 from dclr.errors import ConfigError
 from dclr.indexing.fingerprint import model_fingerprint
-from dclr.models import onednn
+from dclr.models import onednn, onednn_env
 from dclr.models.onednn import PackedLinear, choose_kernel, pack_linears
 from dclr.models.precision import load_inference_encoder
 
@@ -119,3 +123,16 @@ def test_the_environment_opts_an_inference_encoder_out(model_dir, monkeypatch):
     encoder = load_inference_encoder(model_dir, "mean")
     assert encoder.linear_kernel == "aten"
     assert any(isinstance(m, nn.Linear) for m in encoder.backbone.modules())
+
+
+@pytest.mark.parametrize("preset", [None, "64"])
+def test_importing_dclr_bounds_onednns_caches_unless_the_user_did(preset):
+    """The capacities are set before torch loads (it reads them then); a user's value stays."""
+    env = {k: v for k, v in os.environ.items() if k not in onednn_env.CACHE_CAPACITY}
+    if preset:
+        env["LRU_CACHE_CAPACITY"] = preset
+    code = "import os, dclr, torch; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], " \
+           "os.environ['LRU_CACHE_CAPACITY'], 'torch' in __import__('sys').modules)"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["16", preset or "16", "True"]

@@ -15,6 +15,8 @@ order: ~1e-6, tested); the state dict still holds the plain weights (unpacked on
 bit), so fingerprints, exports and `SentenceTransformer` interchange do not change. It is for
 inference: the packed weights have no gradient, and `SentenceEncoder.train()` refuses an encoder
 that uses them. `DCLR_LINEAR_KERNEL=aten` (or `linear_kernel="aten"`) keeps PyTorch's own kernel.
+oneDNN's caches of per-shape primitives are bounded when dclr is imported
+(`dclr.models.onednn_env`), or a server's resident memory grows with every new pass size.
 """
 
 from __future__ import annotations
