@@ -15,9 +15,10 @@ import pytest
 from helpers import REPO_ROOT, write_pseudo_corpus
 from typer.testing import CliRunner
 
-from dclr.cli import app, split_tasks
+from dclr.cli import app
 from dclr.clitools import scores_table, train_keys_help
 from dclr.errors import ConfigError, InputError
+from dclr.evaluation.plan import split_tasks
 from dclr.methods.registry import available_methods, get_method
 from dclr.options.config import CORE_SECTIONS
 from dclr.recipe import load_config

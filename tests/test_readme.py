@@ -63,7 +63,7 @@ def test_the_public_api_is_importable_from_dclr():
     import dclr
 
     for name in ("SentenceEncoder", "load_encoder", "encode", "evaluate_sts", "evaluate_retrieval",
-                 "TrainConfig", "load_config", "train", "Trainer", "Method", "Batch",
+                 "evaluate", "TrainConfig", "load_config", "train", "Trainer", "Method", "Batch",
                  "register"):  # fmt: skip
         assert getattr(dclr, name) is not None
     with pytest.raises(AttributeError):

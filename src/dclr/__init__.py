@@ -1,8 +1,9 @@
 """dclr: train, evaluate and serve sentence encoders with debiased contrastive learning.
 
 The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
-`load_encoder`, `encode`, `SentenceEncoder`, `evaluate_sts`, `TrainConfig`, `load_config`,
-`train`, `Trainer`, and for new methods `Method`, `Batch`, `register`, `get_method`.
+`load_encoder`, `encode`, `SentenceEncoder`, `evaluate_sts`, `evaluate_retrieval`, `evaluate`
+(what `dclr eval` runs), `TrainConfig`, `load_config`, `train`, `Trainer`, and for new methods
+`Method`, `Batch`, `register`, `get_method`.
 """
 
 from typing import Any

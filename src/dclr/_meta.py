@@ -12,6 +12,7 @@ API = (
     "Trainer",
     "available_methods",
     "encode",
+    "evaluate",
     "evaluate_retrieval",
     "evaluate_sts",
     "get_method",

