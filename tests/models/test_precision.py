@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import SAMPLE_SENTENCES
 from typer.testing import CliRunner
 
 from dclr.cli import app
@@ -18,13 +19,7 @@ from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.models.precision import check_precision, load_inference_encoder, quantize_int8
 from dclr.models.smoothing import SmoothedLinear, smooth_linears
 
-SENTENCES = [
-    "A man is playing a guitar.",
-    "Someone is making music on a stage in front of a small crowd.",
-    "The cat sleeps.",
-    "Stock markets fell sharply on Monday after the central bank raised interest rates.",
-    "A woman is slicing an onion in the kitchen.",
-]
+SENTENCES = SAMPLE_SENTENCES
 
 
 @pytest.fixture(scope="module")
