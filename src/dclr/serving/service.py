@@ -49,6 +49,7 @@ from dclr.serving.batcher import (
     Overloaded,
     Tokenize,
 )
+from dclr.serving.fastpath import FastEmbeddings, Handle
 from dclr.serving.guard import GuardMiddleware, InFlightMiddleware, Security
 from dclr.serving.limits import LimitError, Limits
 from dclr.serving.middleware import BodyLimitMiddleware, error_json
@@ -225,6 +226,26 @@ def json_response(body: dict[str, Any]) -> Response:
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type=JSON)
 
 
+def embeddings_body(
+    vectors: np.ndarray, tokens: np.ndarray, encoding_format: str, model_name: str
+) -> dict[str, Any]:
+    """/v1/embeddings' answer (OpenAI's shape) for one request's vectors and token counts."""
+    if encoding_format == "base64":
+        values: Sequence[Any] | np.ndarray = [
+            base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors
+        ]
+    else:
+        values = vectors  # rows serialised straight from numpy (float32, shortest repr)
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
+    total = int(tokens.sum())
+    return {
+        "object": "list",
+        "data": data,
+        "model": model_name,
+        "usage": {"prompt_tokens": total, "total_tokens": total},
+    }
+
+
 def _error(status: int, message: str, type_: str, param: str | None, code: str | None) -> Response:
     return Response(
         error_json(message, type_, param, code), status_code=status, media_type="application/json"
@@ -289,12 +310,13 @@ def create_app(
     if docs:
         _add_docs(app)
     # Innermost first: a request takes an in-flight slot only after its whole body arrived.
+    embed = _embedder(batcher)
+    app.add_middleware(FastEmbeddings, handle=_fast_embeddings(limits, embed, model_name))
     app.add_middleware(InFlightMiddleware, max_in_flight=security.max_in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     app.add_middleware(GuardMiddleware, security=security)  # outermost: runs first
 
     _add_error_handlers(app)
-    embed = _embedder(batcher)
     _add_embedding_routes(app, encoder, model_name, limits, embed)
     _add_search_route(app, index, model_name, limits, embed, batcher)
     _add_health_route(app, encoder, model_name, fingerprint, index, limits, batcher)
@@ -369,6 +391,32 @@ def _embedder(batcher: EmbeddingBatcher) -> Embed:
     return embed
 
 
+def _fast_embeddings(limits: Limits, embed: Embed, model_name: str) -> Handle:
+    """`FastEmbeddings`' handler: the route's work for a request whose body needs no model; False
+    (nothing sent) when its texts break a limit, so the route answers that as it always did."""
+
+    async def handle(scope: dict[str, Any], receive: Any, send: Any, texts: list[str],
+                     encoding_format: str) -> bool:  # fmt: skip
+        try:
+            limits.check_texts(texts, "input")
+        except LimitError:
+            return False
+        try:
+            vectors, tokens = await embed(texts, Request(scope, receive))
+            response = json_response(embeddings_body(vectors, tokens, encoding_format, model_name))
+        except Overloaded as err:
+            response = _error(503, str(err), "server_overloaded", None, "queue_full")
+            response.headers["Retry-After"] = str(err.retry_after)
+        except ClientGone:
+            response = Response(status_code=CLIENT_CLOSED)
+        except EncodeFailed as err:
+            response = _error(500, str(err), "server_error", None, "encode_failed")
+        await response(scope, receive, send)
+        return True
+
+    return handle
+
+
 def _add_embedding_routes(
     app: FastAPI, encoder: SentenceEncoder, model_name: str, limits: Limits, embed: Embed
 ) -> None:
@@ -388,20 +436,7 @@ def _add_embedding_routes(
                 "unsupported_dimensions",
             )
         vectors, tokens = await embed(texts, raw)
-        if request.encoding_format == "base64":
-            values: Sequence[Any] | np.ndarray = [
-                base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors
-            ]
-        else:
-            values = vectors  # rows serialised straight from numpy (float32, shortest repr)
-        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
-        total = int(tokens.sum())
-        body = {
-            "object": "list",
-            "data": data,
-            "model": model_name,
-            "usage": {"prompt_tokens": total, "total_tokens": total},
-        }
+        body = embeddings_body(vectors, tokens, request.encoding_format, model_name)
         return json_response(body)
 
     @app.get("/v1/models")
