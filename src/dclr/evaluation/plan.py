@@ -33,6 +33,7 @@ TASK_SETS = {
     "transfer": ([], list(TRANSFER_TASKS)),
     "full": (list(STS_TASKS), list(TRANSFER_TASKS)),
 }
+INDEX_NEEDS_RETRIEVAL = "--index needs --retrieval DIR: the BEIR folder its corpus came from"
 RETRIEVAL_TASK_SET = "retrieval"  # --task-set retrieval: the built-in retrieval tasks alone
 # Called after each part of a run ("sts", "transfer", "retrieval") with the results so far.
 PartDone = Callable[[str, dict[str, Any]], None]
@@ -94,7 +95,7 @@ class EvalPlan:
         if self.index is not None and not (
             self.retrieval and all(t.folder is not None for t in self.retrieval)
         ):
-            raise ConfigError("--index needs --retrieval DIR: the BEIR folder its corpus came from")
+            raise ConfigError(INDEX_NEEDS_RETRIEVAL)
 
     @classmethod
     def from_options(
@@ -115,7 +116,7 @@ class EvalPlan:
         folder. `precision` defaults to the one `index` was built with, else fp32."""
         check_modes(mode, transfer_mode)
         if index is not None and retrieval is None:
-            raise ConfigError("--index needs --retrieval DIR: the BEIR folder its corpus came from")
+            raise ConfigError(INDEX_NEEDS_RETRIEVAL)
         if tasks is not None and not isinstance(tasks, str):
             tasks = ",".join(tasks)
         builtin_retrieval = task_set == RETRIEVAL_TASK_SET

@@ -63,14 +63,14 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.activation = activation
+        self._algorithm = "none" if activation == "gelu" else ""  # the erf GELU, not tanh
         weight = linear.weight.detach()
         self._packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # opaque oneDNN layout
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        algorithm = "none" if self.activation == "gelu" else ""  # erf GELU, not tanh
         out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
-            x, self._packed, self.bias, self.activation, [], algorithm
+            x, self._packed, self.bias, self.activation, [], self._algorithm
         )
         return out
 

@@ -327,6 +327,19 @@ def create_app(
 Embed = Callable[[list[str], Request], Awaitable[tuple[np.ndarray, np.ndarray]]]
 
 
+def embed_error_response(err: Exception) -> Response:
+    """The answer when a request's texts could not be embedded: the queue is full (503 with
+    Retry-After), the client went away (499, which nobody reads: it ends the cycle quietly) or
+    the encoder failed on them (500). The route's handlers and the fast path both use it."""
+    if isinstance(err, Overloaded):
+        response = _error(503, str(err), "server_overloaded", None, "queue_full")
+        response.headers["Retry-After"] = str(err.retry_after)
+        return response
+    if isinstance(err, ClientGone):
+        return Response(status_code=CLIENT_CLOSED)
+    return _error(500, str(err), "server_error", None, "encode_failed")
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     """Every error as OpenAI-style JSON (never plain text), each with its status."""
 
@@ -335,18 +348,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(err.status, err.message, "invalid_request_error", err.param, err.code)
 
     @app.exception_handler(Overloaded)
-    async def _overloaded(_: Request, err: Overloaded) -> Response:
-        response = _error(503, str(err), "server_overloaded", None, "queue_full")
-        response.headers["Retry-After"] = str(err.retry_after)
-        return response
-
     @app.exception_handler(ClientGone)
-    async def _gone(_: Request, err: ClientGone) -> Response:
-        return Response(status_code=CLIENT_CLOSED)  # nobody reads it; ends the cycle quietly
-
     @app.exception_handler(EncodeFailed)
-    async def _encode_failed(_: Request, err: EncodeFailed) -> Response:
-        return _error(500, str(err), "server_error", None, "encode_failed")
+    async def _embedding_failed(_: Request, err: Exception) -> Response:
+        return embed_error_response(err)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, err: Exception) -> Response:  # JSON, never plain text
@@ -404,13 +409,8 @@ def _fast_embeddings(limits: Limits, embed: Embed, model_name: str) -> Handle:
         try:
             vectors, tokens = await embed(texts, Request(scope, receive))
             response = json_response(embeddings_body(vectors, tokens, encoding_format, model_name))
-        except Overloaded as err:
-            response = _error(503, str(err), "server_overloaded", None, "queue_full")
-            response.headers["Retry-After"] = str(err.retry_after)
-        except ClientGone:
-            response = Response(status_code=CLIENT_CLOSED)
-        except EncodeFailed as err:
-            response = _error(500, str(err), "server_error", None, "encode_failed")
+        except (Overloaded, ClientGone, EncodeFailed) as err:
+            response = embed_error_response(err)
         await response(scope, receive, send)
         return True
 
