@@ -151,3 +151,34 @@ def load_example(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def spawn_gloo_ranks(worker, world: int, tmp_path: Path, *args) -> None:
+    """`torch.multiprocessing.spawn(worker, (world, init_file, *args))` for gloo tests.
+
+    One CI run failed in gloo's own connection set-up ("Gloo connectFullMesh failed ...
+    Connection closed by peer", before the test's code ran) and it could not be reproduced
+    locally. So a rendezvous failure gets one retry with a fresh init file; any other error,
+    and a second rendezvous failure, fail the test with both attempts' messages. Ranks bind
+    the loopback interface (GLOO_SOCKET_IFNAME=lo unless the caller set it), so gloo does not
+    depend on how the machine's host name resolves."""
+    import os
+
+    import torch.multiprocessing as mp
+
+    saved = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = saved or "lo"  # spawned ranks inherit it
+    first = ""
+    try:
+        for attempt in range(2):
+            init_file = str(tmp_path / f"init-{attempt}")
+            try:
+                mp.spawn(worker, args=(world, init_file, *args), nprocs=world, join=True)
+                return
+            except mp.ProcessRaisedException as err:
+                if "connectFullMesh" not in str(err) or attempt == 1:
+                    raise AssertionError(f"{first}{err}") from err
+                first = f"first attempt failed to rendezvous:\n{err}\nsecond attempt:\n"
+    finally:
+        if saved is None:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)

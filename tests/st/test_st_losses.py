@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, make_tiny_model_dir
+from helpers import TINY, make_tiny_model_dir, spawn_gloo_ranks
 
 from dclr.contract import Batch
 from dclr.errors import ConfigError
@@ -321,12 +321,8 @@ def _rank_worker(rank: int, world: int, init_file: str, out_dir: str, gather: bo
 def test_two_ranks_see_the_global_batch(tmp_path):
     """Each rank's loss is the global loss (x world size, which DDP's averaging undoes) and its
     rows get the single-process gradient of the global batch (x world size)."""
-    import torch.multiprocessing as mp
-
     world = 2
-    mp.spawn(
-        _rank_worker, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world, join=True
-    )
+    spawn_gloo_ranks(_rank_worker, world, tmp_path, str(tmp_path))
     z1, z2, teacher = fixed_batch(5)
     single = DCLRLoss(model=None, guide=FixedTeacher(teacher), seed=7)
     loss, ga, gb = loss_and_grads(
@@ -346,11 +342,8 @@ def test_without_gathering_each_rank_sees_its_own_rows(tmp_path):
     """gather_across_devices=False (issue 27 item 6): each rank's loss and gradients are the
     single-process ones of its own rows, unscaled (DDP's average is then the mean of the
     ranks' losses, as MultipleNegativesRankingLoss without gathering)."""
-    import torch.multiprocessing as mp
-
     world = 2
-    mp.spawn(_rank_worker, args=(world, str(tmp_path / "init"), str(tmp_path), False),
-             nprocs=world, join=True)  # fmt: skip
+    spawn_gloo_ranks(_rank_worker, world, tmp_path, str(tmp_path), False)
     z1, z2, teacher = fixed_batch(5)
     for rank in range(world):
         rows = slice(rank * N // world, (rank + 1) * N // world)
