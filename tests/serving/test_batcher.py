@@ -317,7 +317,7 @@ def test_the_listening_socket_turns_nagle_off_on_accepted_connections():
 
 
 def test_the_protocol_sets_nodelay_on_sockets_it_did_not_bind():
-    from dclr.serving.server import set_nodelay
+    from dclr.serving.protocols import set_nodelay
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # proto 0, as before the fix
     listener.bind(("127.0.0.1", 0))

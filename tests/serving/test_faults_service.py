@@ -24,6 +24,7 @@ from dclr.models.encoder import SentenceEncoder  # noqa: E402
 from dclr.serving.batcher import EmbeddingBatcher, Overloaded  # noqa: E402
 from dclr.serving.launch import serve_process  # noqa: E402
 from dclr.serving.middleware import BodyLimitMiddleware  # noqa: E402
+from dclr.serving.protocols import available_parsers  # noqa: E402
 from dclr.serving.service import create_app  # noqa: E402
 
 API_KEY = "test-key-0123456789"
@@ -38,9 +39,15 @@ def model_dir(tiny_model_dir):  # conftest: built once per session
     return tiny_model_dir
 
 
-@pytest.fixture(scope="module")
-def server(model_dir):
-    args = [str(model_dir), "--pooler", "mean", "--header-timeout", str(HEADER_TIMEOUT_S)]
+# Every HTTP parser `dclr serve --http` offers here (httptools first when installed): the guards
+# hold for each.
+PARSERS = available_parsers()
+
+
+@pytest.fixture(scope="module", params=PARSERS)
+def server(model_dir, request):
+    args = [str(model_dir), "--pooler", "mean", "--header-timeout", str(HEADER_TIMEOUT_S),
+            "--http", request.param]  # fmt: skip
     with serve_process(args, env={"DCLR_API_KEY": API_KEY}) as proc:
         yield proc
 
@@ -183,11 +190,12 @@ SLOW_BODY_HEAD = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-T
                   b"application/json\r\nContent-Length: 2000\r\n\r\n{")  # fmt: skip
 
 
-def test_slow_bodies_hold_no_in_flight_slot_and_are_cut_at_the_rate_floor(model_dir):
+@pytest.mark.parametrize("parser", PARSERS)
+def test_slow_bodies_hold_no_in_flight_slot_and_are_cut_at_the_rate_floor(model_dir, parser):
     """Issue 25 item 1: 135 connections with complete headers trickling their bodies held every
     in-flight slot (good requests got 503 for 60 s). Now a slot is taken once a body has arrived,
     and a body slower than the floor (1 KB/s after 5 s) gets 408 long before the 60 s deadline."""
-    args = [str(model_dir), "--pooler", "mean", "--max-in-flight", "4"]
+    args = [str(model_dir), "--pooler", "mean", "--max-in-flight", "4", "--http", parser]
     with serve_process(args) as proc, httpx.Client(base_url=proc.url, timeout=30) as good:
         held = _open(proc, 12, SLOW_BODY_HEAD)  # three times max_in_flight
         try:
@@ -204,13 +212,14 @@ def test_slow_bodies_hold_no_in_flight_slot_and_are_cut_at_the_rate_floor(model_
                 sock.close()
 
 
-def test_silent_sockets_past_the_cap_make_room_for_real_requests(model_dir):
+@pytest.mark.parametrize("parser", PARSERS)
+def test_silent_sockets_past_the_cap_make_room_for_real_requests(model_dir, parser):
     """Issue 25 item 2: sockets that send nothing, past --max-connections, got every good
     request uvicorn's plain-text 503 until the header deadline. Now sockets opened past the cap
     that stay silent for a second are closed (JSON 503, Retry-After), past the hard cap the
     oldest silent ones make room, and good requests are served all along."""
     args = [str(model_dir), "--pooler", "mean", "--max-connections", "16",
-            "--header-timeout", "30"]  # fmt: skip
+            "--header-timeout", "30", "--http", parser]  # fmt: skip
     with serve_process(args) as proc:
         held = _open(proc, 40)  # 2.5 times the cap (hard cap 32), all silent, one address
         try:
@@ -297,7 +306,7 @@ def test_framing_check_in_h11(head, refused):
     check adds (issue 39 item 2), without a server."""
     import h11
 
-    from dclr.serving.server import FramingCheckedConnection
+    from dclr.serving.protocols import FramingCheckedConnection
 
     conn = FramingCheckedConnection(h11.SERVER)
     conn.receive_data(b"POST / HTTP/1.1\r\nHost: a\r\n" + head + b"\r\n\r\n")
@@ -306,6 +315,57 @@ def test_framing_check_in_h11(head, refused):
         return
     with pytest.raises(h11.RemoteProtocolError, match=refused):
         conn.next_event()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"Transfer-Encoding: chunked\r\nContent-Length: 3",
+        b"Content-Length: 3\r\nContent-Length: 4",
+        b"Transfer-Encoding: gzip, chunked",
+        b"Transfer-Encoding : chunked",
+        b"X-Big: " + b"a" * 20_000,  # an unfinished head over the 16 KiB bound
+    ],
+    ids=["both-framings", "two-lengths", "gzip-chunked", "space-before-colon", "head-20k"],
+)
+def test_every_parser_answers_a_bad_head_with_json_400_and_closes(server, head):
+    """The same refusals whichever parser reads the request (llhttp refuses some heads itself,
+    h11 others; the guard's framing check and head bound cover the rest). Each is refused on
+    its head alone: nothing follows it, and the long head never ends."""
+    end = b"" if head.startswith(b"X-Big") else b"\r\n\r\n"
+    request = b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head + end
+    (sock,) = _open(server, 1, request)
+    try:
+        answer = _answer(sock)
+    finally:
+        sock.close()
+    status, _, body = answer.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"application/json" in status and b"connection: close" in status.lower()
+    assert json.loads(body)["error"]["code"] in ("ambiguous_framing", "bad_http_request")
+
+
+@pytest.mark.parametrize(
+    ("headers", "version", "refused"),
+    [
+        ([(b"transfer-encoding", b"chunked")], b"1.1", None),
+        ([(b"content-length", b"3")], b"1.1", None),
+        ([(b"transfer-encoding", b"chunked"), (b"content-length", b"3")], b"1.1", "both"),
+        ([(b"transfer-encoding", b"chunked")], b"1.0", "HTTP/1.0"),
+        ([(b"transfer-encoding", b"gzip, chunked")], b"1.1", "only Transfer-Encoding: chunked"),
+        (
+            [(b"transfer-encoding", b"chunked"), (b"transfer-encoding", b"chunked")],
+            b"1.1",
+            "only Transfer-Encoding: chunked",
+        ),  # fmt: skip
+        ([(b"transfer-encoding", b" Chunked ")], b"1.1", None),
+    ],
+)
+def test_framing_problem(headers, version, refused):
+    from dclr.serving.protocols import framing_problem
+
+    problem = framing_problem(headers, version)
+    assert (problem is None) if refused is None else (refused in problem)
 
 
 def test_chunked_request_without_content_length_is_still_served(server):

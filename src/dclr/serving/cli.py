@@ -352,6 +352,16 @@ def serve(
     header_timeout: Annotated[
         float, typer.Option(help="Seconds a client has to send a request's headers (then 408).")
     ] = 10.0,
+    http: Annotated[
+        str,
+        typer.Option(
+            help="HTTP parser: httptools (C, the default when installed) or h11 (pure Python); "
+            "both carry the same guards."
+        ),
+    ] = "auto",
+    loop: Annotated[
+        str, typer.Option(help="Event loop: uvloop (the default when installed) or asyncio.")
+    ] = "auto",
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -444,7 +454,11 @@ def serve(
             "this machine"
         )
     try:
-        run(app, host, port, max_connections, header_timeout, max_connections_per_client)
+        run(
+            app, host, port, max_connections, header_timeout, max_connections_per_client, http, loop
+        )
+    except ValueError as err:  # an unknown or missing parser, before binding
+        fail(err)
     except OSError as err:
         fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
 

@@ -1,0 +1,437 @@
+"""uvicorn's HTTP/1.1 protocols with dclr's connection guard: httptools (default) and h11.
+
+Slow clients: uvicorn bounds the idle time between keep-alive requests but not the time a client
+takes to send a request's headers, so connections that send a partial header and stall (slowloris)
+stay open for ever, and uvicorn's concurrency limit counts them. `ConnectionGuard` adds that
+bound: a connection that has not sent a complete request head within `header_timeout_s` of its
+first byte (or of opening) gets 408 and is closed. Open sockets are capped in all and per client
+address, and past a cap sockets that send nothing are shed, not real requests.
+A request whose body framing is ambiguous (Content-Length and Transfer-Encoding together,
+Transfer-Encoding in HTTP/1.0, or a transfer coding other than `chunked`: request smuggling
+behind a proxy) gets a JSON 400 `ambiguous_framing` and its connection is closed, so nothing
+pipelined behind it is read (RFC 9112 §6.1). Every error the protocol answers itself is JSON in
+the service's error shape.
+
+Two parsers, one guard: `GuardedHttpToolsProtocol` parses with httptools (llhttp, in C), and is
+the default when httptools is installed (`pip install dclr[serve]` brings it): it takes ~0.2 ms
+less server CPU per request than h11 under 32 concurrent one-text clients (docs/performance.md).
+`GuardedH11Protocol` parses with h11 (pure Python), the fallback and `dclr serve --http h11`.
+The guard's own state (timers, byte counts, caps) lives in `ConnectionGuard`; each protocol
+says when it is waiting for a request head and when it is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# Open sockets at most (idle keep-alive and half-sent requests included); past it uvicorn answers
+# 503. Requests actually handled at once are bounded separately (dclr.serving.guard).
+MAX_CONNECTIONS = 1024
+# Seconds a client gets to send a complete request head (nginx's client_header_timeout is 60 s;
+# a real client sends its headers in one packet, so 10 s only hurts stalled connections).
+HEADER_TIMEOUT_S = 10.0
+# Bytes a request head may take (request line and headers): h11's own default bound, which the
+# httptools protocol keeps too (llhttp has none).
+MAX_HEAD_BYTES = 16 * 1024
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_BAD_REQUEST_RESPONSE = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+# Open sockets one client address may hold (loopback included) before its new silent ones are
+# shed (see ConnectionGuard).
+MAX_CONNECTIONS_PER_CLIENT = 256
+# Seconds a connection opened past a cap has to send its first byte before it is closed: a real
+# client sends its request head at once.
+GRACE_S = 1.0
+# A connection that has received nothing for this long counts as idle (keep-alive between
+# requests) and may be closed to make room at the hard cap.
+IDLE_S = 1.0
+# What the two parsers refuse themselves, in the words of the framing check.
+_BOTH_FRAMINGS = (
+    "the request carries both Content-Length and Transfer-Encoding, so its body can be read two "
+    "ways (RFC 9112 §6.1); send one of them"
+)
+
+
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    """TCP_NODELAY on a connection's socket (whoever created the listening socket): a small
+    response goes out at once instead of waiting for the client's delayed ACK (see
+    `dclr.serving.server.bind`)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):  # the peer may already be gone
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def hard_cap(soft: int) -> int:
+    """Sockets open at most: the soft cap plus room for new connections to show they are real."""
+    return soft + max(16, soft // 8)
+
+
+def framing_problem(headers: list[tuple[bytes, bytes]], http_version: bytes) -> str | None:
+    """Why a request's body framing is ambiguous (RFC 9112 §6.1, §6.3), or None.
+
+    headers: (lower-cased name, value) pairs; http_version: b"1.1" or b"1.0"."""
+    codings = [value for name, value in headers if name == b"transfer-encoding"]
+    if not codings:
+        return None
+    if any(name == b"content-length" for name, _ in headers):
+        return _BOTH_FRAMINGS
+    if http_version == b"1.0":
+        return (
+            "an HTTP/1.0 request with Transfer-Encoding has no reliable framing "
+            "(RFC 9112 §6.1); send HTTP/1.1, or Content-Length"
+        )
+    if [c.strip().lower() for value in codings for c in value.split(b",")] != [b"chunked"]:
+        return (
+            "only Transfer-Encoding: chunked is supported (a proxy may decode other codings "
+            "differently, RFC 9112 §6.1); send the body chunked or with Content-Length"
+        )
+    return None
+
+
+def _error_body(message: str, code: str) -> bytes:
+    from dclr.serving.middleware import error_json
+
+    return error_json(message, "invalid_request_error", None, code)
+
+
+class ConnectionGuard(asyncio.Protocol):
+    """The guard shared by dclr's protocols (mixed in before uvicorn's protocol class): a
+    deadline on receiving each request's head, caps on open connections in all and per client
+    address, and JSON for every error it answers itself.
+
+    A connection opened past a cap (`max_connections` in all, `max_per_client` from one address)
+    is kept only if it sends a byte within GRACE_S; a silent one is then closed with a JSON 503
+    and Retry-After. Past the hard cap (`hard_cap(max_connections)`, which bounds file
+    descriptors) a new connection makes room by closing the oldest connection that never sent a
+    byte, or else the one idle longest between keep-alive requests; only when every
+    open connection is busy is the new one refused. A client that opens sockets and sends nothing
+    therefore sheds its own sockets, and a real request, which sends its head at once, is served.
+
+    A protocol using it says `_head_pending()` (no complete head of the current request yet) and
+    `_idle()` (no request being received or answered), and calls `_head_complete()` when a
+    request head has arrived."""
+
+    header_timeout_s = HEADER_TIMEOUT_S
+    max_connections = MAX_CONNECTIONS
+    max_per_client = MAX_CONNECTIONS_PER_CLIENT
+    # set by uvicorn's protocol classes
+    connections: set[Any]
+    transport: asyncio.Transport
+    client: tuple[str, int] | None
+    loop: asyncio.AbstractEventLoop
+
+    def _head_pending(self) -> bool:
+        raise NotImplementedError
+
+    def _idle(self) -> bool:
+        raise NotImplementedError
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        set_nodelay(transport)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
+        self._received = 0  # bytes received on this connection
+        self._last_data = self._opened = time.monotonic()
+        super().connection_made(transport)
+        self._peer = self.client[0] if self.client else None
+        open_ = self._open()  # one pass over the connections per new one
+        if not self._make_room(open_):
+            return
+        if self._over_a_cap(open_):
+            self._grace_timer = self.loop.call_later(GRACE_S, self._grace_over)
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return  # refused or displaced: nothing more is read
+        self._received += len(data)
+        self._last_data = time.monotonic()
+        if self._header_timer is None and self._head_pending():
+            self._arm_header_timer()  # the first bytes of the next request on this connection
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
+        super().data_received(data)  # uvicorn's protocol parses
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _head_complete(self) -> None:
+        self._disarm_header_timer()
+
+    # ---- the connection caps ------------------------------------------------------------------
+    def _open(self) -> list[Any]:
+        return [c for c in self.connections if not c.transport.is_closing()]
+
+    def _over_a_cap(self, open_: list[Any]) -> bool:
+        same = sum(1 for c in open_ if getattr(c, "_peer", None) == self._peer)
+        return len(open_) > self.max_connections or same > self.max_per_client
+
+    def _make_room(self, open_: list[Any]) -> bool:
+        """Keep the open connections within the hard cap; False when this one was refused."""
+        if len(open_) <= hard_cap(self.max_connections):
+            return True
+        victim = _displaceable([c for c in open_ if c is not self])
+        if victim is None:
+            self._answer_busy("the server holds as many connections as it may")
+            return False
+        victim._answer_busy("closed to make room: this connection sent no request")
+        return True
+
+    def _grace_over(self) -> None:
+        self._grace_timer = None
+        if self.transport.is_closing() or self._received or not self._over_a_cap(self._open()):
+            return
+        self._answer_busy(
+            f"the server is at its connection cap and this connection sent nothing within "
+            f"{GRACE_S:g} s"
+        )
+
+    def _answer_busy(self, why: str) -> None:
+        from dclr.serving.middleware import error_json
+
+        self._disarm_header_timer()
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+        body = error_json(
+            f"{why}; retry shortly", "server_overloaded", None, "too_many_connections"
+        )
+        self.transport.write(_BUSY_RESPONSE % (len(body), body))
+        self._close()
+
+    def _close(self) -> None:
+        """Close this connection and stop counting it at once: uvicorn drops a connection from
+        `connections` (which its own concurrency limit counts) in connection_lost, which uvloop
+        calls a loop turn or more later, so a new connection let in by displacing this one
+        could otherwise be refused as over the limit."""
+        self.transport.close()
+        self.connections.discard(self)
+
+    # ---- the header deadline ------------------------------------------------------------------
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or not self._head_pending():
+            return  # a request is being handled: its body has its own deadline
+        body = _error_body(
+            f"the request head did not arrive within {self.header_timeout_s:g} s",
+            "header_timeout",
+        )
+        self.transport.write(_TIMEOUT_RESPONSE % (len(body), body))
+        self._close()
+
+
+class GuardedH11Protocol(ConnectionGuard, H11Protocol):
+    """uvicorn's h11 protocol with the guard, the framing check and JSON 400s."""
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        size = config.h11_max_incomplete_event_size  # None: h11's default, as uvicorn does
+        sizes = {} if size is None else {"max_incomplete_event_size": size}
+        self.conn = FramingCheckedConnection(h11.SERVER, **sizes)
+
+    def _head_pending(self) -> bool:
+        return self.conn.their_state is h11.IDLE
+
+    def _idle(self) -> bool:
+        return self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a complete request head arrived
+            self._head_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse, or whose framing is ambiguous: JSON in the service's
+        error shape, not plain text, and the connection closed (nothing after it is read)."""
+        problem = getattr(self.conn, "framing_problem", None)
+        if problem is not None:
+            body = _error_body(f"ambiguous HTTP framing: {problem}", "ambiguous_framing")
+        else:
+            body = _error_body(f"malformed HTTP request: {msg}", "bad_http_request")
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", b"%d" % len(body))]  # fmt: skip
+        event = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
+        for part in (event, h11.Data(data=body), h11.EndOfMessage()):
+            try:
+                self.transport.write(self.conn.send(part))
+            except h11.LocalProtocolError:  # the connection is past sending a response
+                break
+        self.transport.close()
+
+
+class FramingCheckedConnection(h11.Connection):
+    """h11's server side, refusing a request whose body framing two parsers could read apart.
+
+    h11 already refuses conflicting Content-Length values and any Transfer-Encoding but a single
+    `chunked`; it serves a request carrying both Content-Length and Transfer-Encoding (framed by
+    the chunks), which a proxy that frames by Content-Length reads differently: the bytes after
+    the chunks become a second, smuggled request. RFC 9112 §6.1 says to treat such a message as
+    an error or close the connection after it; so is Transfer-Encoding in an HTTP/1.0 request.
+    `next_event` raises h11.RemoteProtocolError for both, naming the problem in
+    `framing_problem`, and the protocol answers 400 and closes (`send_400_response`)."""
+
+    framing_problem: str | None = None
+
+    def next_event(self) -> Any:
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            problem = framing_problem(list(event.headers), event.http_version)
+            if problem is not None:
+                self.framing_problem = problem
+                raise h11.RemoteProtocolError(problem, error_status_hint=400)
+        return event
+
+
+def _httptools_protocol() -> type:
+    """GuardedHttpToolsProtocol, built on first use (httptools is optional)."""
+    global _HTTPTOOLS_CLASS
+    if _HTTPTOOLS_CLASS is None:
+        _HTTPTOOLS_CLASS = _make_httptools_protocol()
+    return _HTTPTOOLS_CLASS
+
+
+_HTTPTOOLS_CLASS: type | None = None
+
+
+def _make_httptools_protocol() -> type:
+    import httptools
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
+        """uvicorn's httptools protocol with the guard, the framing check, a bound on the request
+        head's size and JSON 400s. llhttp refuses conflicting Content-Lengths, Content-Length
+        beside Transfer-Encoding and malformed header lines itself; `framing_problem` adds
+        Transfer-Encoding in HTTP/1.0 and codings other than `chunked`."""
+
+        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(config, *args, **kwargs)
+            size = config.h11_max_incomplete_event_size
+            self._max_head = MAX_HEAD_BYTES if size is None else size
+            self._awaiting_head = True  # no complete head since the last request ended
+            self._head_bytes = 0  # bytes received while a head was pending
+            self._framing: str | None = None
+
+        def _head_pending(self) -> bool:
+            return self._awaiting_head and (self.cycle is None or self.cycle.response_complete)
+
+        def _idle(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        # uvicorn's data_received, with its plain-text 400 replaced and the head bounded
+        def _parse(self, data: bytes) -> None:
+            self._unset_keepalive_if_required()
+            if self._awaiting_head:
+                self._head_bytes += len(data)
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+            except httptools.HttpParserError as err:
+                self._refuse(str(err))
+                return
+            if self._awaiting_head and self._head_bytes > self._max_head:
+                self._refuse(f"the request head is over {self._max_head} bytes")
+
+        def _refuse(self, parser_message: str) -> None:
+            if self._framing is None and "Content-Length can't be present" in parser_message:
+                self._framing = _BOTH_FRAMINGS
+            if self._framing is not None:
+                body = _error_body(f"ambiguous HTTP framing: {self._framing}", "ambiguous_framing")
+            else:
+                body = _error_body(f"malformed HTTP request: {parser_message}", "bad_http_request")
+            self.transport.write(_BAD_REQUEST_RESPONSE % (len(body), body))
+            self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:  # uvicorn's callers: never plain text
+            self._refuse(msg)
+
+        def on_headers_complete(self) -> None:
+            version = self.parser.get_http_version().encode("ascii")
+            problem = framing_problem(self.headers, version)
+            if problem is not None:
+                self._framing = problem
+                raise httptools.HttpParserError(problem)  # stops the parser: nothing after it
+            self._awaiting_head = False
+            self._head_bytes = 0
+            self._head_complete()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._awaiting_head = True
+
+    return GuardedHttpToolsProtocol
+
+
+def _displaceable(group: list[Any]) -> Any:
+    """The connection to close for a new one: the oldest that never sent a byte, else the one
+    idle longest between requests, else None (all are busy)."""
+    now = time.monotonic()
+    guarded = [c for c in group if isinstance(c, ConnectionGuard)]
+    silent = [c for c in guarded if c._received == 0]
+    if silent:
+        return min(silent, key=lambda c: c._opened)
+    idle = [c for c in guarded if c._idle() and now - c._last_data >= IDLE_S]
+    return min(idle, key=lambda c: c._last_data) if idle else None
+
+
+def available_parsers() -> tuple[str, ...]:
+    """The HTTP parsers `protocol_with` can use here, the default first."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return ("h11",)
+    return ("httptools", "h11")
+
+
+def protocol_with(
+    header_timeout_s: float,
+    max_connections: int = MAX_CONNECTIONS,
+    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
+    http: str = "auto",
+) -> type[asyncio.Protocol]:
+    """A guarded protocol class with these limits (uvicorn takes a class).
+
+    http: "httptools", "h11", or "auto" (httptools when installed)."""
+    parsers = available_parsers()
+    parser = parsers[0] if http == "auto" else http
+    if parser not in ("httptools", "h11"):
+        raise ValueError(f"unknown HTTP parser {http!r}: use auto, httptools or h11")
+    if parser not in parsers:
+        raise ValueError("--http httptools needs httptools: pip install 'dclr[serve]'")
+    base = _httptools_protocol() if parser == "httptools" else GuardedH11Protocol
+    limits = {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
+              "max_per_client": min(max_per_client, max_connections)}  # fmt: skip
+    return type(base.__name__, (base,), limits)
