@@ -317,18 +317,23 @@ def test_framing_check_in_h11(head, refused):
         conn.next_event()
 
 
+FRAMING = ("ambiguous_framing",)
+EITHER = ("ambiguous_framing", "bad_http_request")  # which one depends on the parser
+
+
 @pytest.mark.parametrize(
-    "head",
+    ("head", "codes"),
     [
-        b"Transfer-Encoding: chunked\r\nContent-Length: 3",
-        b"Content-Length: 3\r\nContent-Length: 4",
-        b"Transfer-Encoding: gzip, chunked",
-        b"Transfer-Encoding : chunked",
-        b"X-Big: " + b"a" * 20_000,  # an unfinished head over the 16 KiB bound
+        pytest.param(b"Transfer-Encoding: chunked\r\nContent-Length: 3", FRAMING, id="te-cl"),
+        pytest.param(b"Content-Length: 3\r\nTransfer-Encoding: chunked", FRAMING, id="cl-te"),
+        pytest.param(b"Content-Length: 3\r\nContent-Length: 4", EITHER, id="two-lengths"),
+        pytest.param(b"Transfer-Encoding: gzip, chunked", EITHER, id="gzip-chunked"),
+        pytest.param(b"Transfer-Encoding : chunked", EITHER, id="space-before-colon"),
+        # an unfinished head over the 16 KiB bound
+        pytest.param(b"X-Big: " + b"a" * 20_000, ("bad_http_request",), id="head-20k"),
     ],
-    ids=["both-framings", "two-lengths", "gzip-chunked", "space-before-colon", "head-20k"],
 )
-def test_every_parser_answers_a_bad_head_with_json_400_and_closes(server, head):
+def test_every_parser_answers_a_bad_head_with_json_400_and_closes(server, head, codes):
     """The same refusals whichever parser reads the request (llhttp refuses some heads itself,
     h11 others; the guard's framing check and head bound cover the rest). Each is refused on
     its head alone: nothing follows it, and the long head never ends."""
@@ -342,7 +347,7 @@ def test_every_parser_answers_a_bad_head_with_json_400_and_closes(server, head):
     status, _, body = answer.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 400"), answer[:300]
     assert b"application/json" in status and b"connection: close" in status.lower()
-    assert json.loads(body)["error"]["code"] in ("ambiguous_framing", "bad_http_request")
+    assert json.loads(body)["error"]["code"] in codes
 
 
 @pytest.mark.parametrize(

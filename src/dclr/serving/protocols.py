@@ -365,7 +365,8 @@ def _make_httptools_protocol() -> type:
                 self._refuse(f"the request head is over {self._max_head} bytes")
 
         def _refuse(self, parser_message: str) -> None:
-            if self._framing is None and "Content-Length can't be present" in parser_message:
+            both = "Content-Length" in parser_message and "Transfer-Encoding" in parser_message
+            if self._framing is None and both:  # llhttp's words, either header first
                 self._framing = _BOTH_FRAMINGS
             if self._framing is not None:
                 body = _error_body(f"ambiguous HTTP framing: {self._framing}", "ambiguous_framing")
