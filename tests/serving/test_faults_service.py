@@ -587,3 +587,23 @@ def test_work_of_departed_clients_is_dropped():
     stats = asyncio.run(scenario())
     assert "client left" not in seen and stats.dropped == 1
     assert stats.pending_texts == 0 and stats.pending_tokens == 0
+
+
+def test_head_requests_and_100_continue_are_answered(server):
+    """Both parsers answer a HEAD request, and a client that waits for 100 Continue gets it,
+    then its answer."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+                     b"Connection: close\r\n\r\n" % API_KEY.encode())  # fmt: skip
+        assert _answer(sock, timeout=5).startswith(b"HTTP/1.1 ")
+    body = b'{"input": "expecting"}'
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                     b"%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: "
+                     b"100-continue\r\nConnection: close\r\n\r\n" % (API_KEY.encode(), len(body)))  # fmt: skip
+        sock.settimeout(5)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body)
+        answer = _answer(sock, timeout=5)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
