@@ -336,3 +336,50 @@ def test_the_protocol_sets_nodelay_on_sockets_it_did_not_bind():
     finally:
         for s in (client, accepted, listener):
             s.close()
+
+
+# ---- several workers ----------------------------------------------------------------------------
+def test_two_workers_encode_two_passes_at_once_and_split_a_lone_request():
+    """With two workers the budget is shared (each pass half of it), a lone request is spread
+    over both idle workers, and the two passes really run at the same time: each waits at a
+    barrier that only opens when both are inside `encode`."""
+    import threading
+
+    barrier = threading.Barrier(2, timeout=5)
+    passes: list[list[str]] = []
+
+    def encode(ids):
+        passes.append([text_of(x) for x in ids])
+        barrier.wait()  # BrokenBarrierError (the request fails) if the passes ran one by one
+        return (np.array([[len(x), x[0]] for x in ids], dtype=np.float32),)
+
+    async def scenario():
+        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=200, workers=2)
+        await batcher.start()
+        try:
+            texts = [c * 20 for c in "abcdefgh"]  # 160 tokens: one pass of one worker's 100
+            return await batcher.submit(texts), batcher.stats, batcher.pass_tokens
+        finally:
+            await batcher.close()
+
+    (vectors, lengths), stats, pass_tokens = run(scenario)
+    assert pass_tokens == 100 and stats.batches == 2
+    assert sorted(len(p) for p in passes) == [4, 4]  # 80 tokens each: the queue per idle worker
+    assert [chr(int(v[1])) for v in vectors] == list("abcdefgh")  # rows back in request order
+    assert lengths.tolist() == [20] * 8
+
+
+def test_the_queue_drains_twice_as_fast_with_two_workers():
+    """The admission estimate runs as many passes at once as there are workers."""
+
+    async def estimate(workers):
+        batcher = EmbeddingBatcher(char_tokens, Recorder(), max_batch_tokens=200, workers=workers)
+        for _ in range(4):  # a cost model: 0.01 s per pass, 1 ms per token, per worker
+            batcher._measure(10, 0.02)
+            batcher._measure(100, 0.11)
+        batcher.stats.pending_tokens = 400
+        return batcher.estimated_wait_s()
+
+    one, two = run(lambda: estimate(1)), run(lambda: estimate(2))
+    assert one == pytest.approx(2 * 0.01 + 0.4)  # two passes of 200 tokens, one after another
+    assert two == pytest.approx((4 * 0.01 + 0.4) / 2)  # four passes of 100, two at a time

@@ -1,12 +1,14 @@
 """Dynamic batching by tokens: texts from concurrent requests share packed forward passes.
 
-A request's texts are tokenised on arrival, so the queue knows its work in tokens. One worker
-repeatedly takes queued texts up to a token budget (`max_batch_tokens`, not an item count),
-across requests, and runs the encode function once on a single-thread executor (the model's own
-intra-op threads do the parallel work); the encode function orders them by length and encodes
-them packed, as bulk encoding does, and each request gets its rows when its last text is done.
-While a batch runs, new requests queue up, so under load batches fill by themselves;
-`max_wait_s` only matters when the server is idle.
+A request's texts are tokenised on arrival, so the queue knows its work in tokens. Each of
+`workers` workers (one by default) repeatedly takes queued texts up to its token budget (an
+equal share of `max_batch_tokens`, not an item count), across requests, and runs the encode
+function once on its own executor thread (the model's intra-op threads do the parallel work);
+the encode function orders them by length and encodes them packed, as bulk encoding does, and
+each request gets its rows when its last text is done, whichever pass encoded them. While
+passes run, new requests queue up, so under load passes fill by themselves; `max_wait_s` only
+matters when the server is idle. A worker that finds other workers idle takes only its share
+of the queue, so a lone large request is spread over them.
 
 Order: queued requests are served by a fair-queue key, arrival time plus the time the request
 alone would take at the live rate (its "virtual finish"): a one-text query that arrives while
@@ -23,8 +25,9 @@ in serving order, every queued request still finishes before its deadline: it is
 work the machine can finish in time, and it cannot break a promise already made. An idle server
 takes any request, except one that could not finish within the client's own stated timeout (it
 would time out, its work wasted). Times come from a cost model of a pass, a fixed cost plus a
-cost per token, fitted on recent passes of every size (`PASSES_PER_SIZE`) and raised at once
-when the running pass overruns it (another job took the cores); one request cannot inflate it,
+cost per token, fitted on recent passes of every size (`PASSES_PER_SIZE`), with as many passes
+at once as there are workers, and raised at once when a running pass overruns it (another job
+took the cores); one request cannot inflate it,
 since a text's cost is its token count after truncation, the work the model really does. Hard
 bounds on queued texts and tokens cap memory whatever the model says.
 
@@ -109,7 +112,7 @@ class BatcherStats:
     failed: int = 0  # requests whose own texts made the encoder fail
     late: int = 0  # requests answered after their deadline (the rate estimate was wrong)
     tokens_per_s: float = 0.0  # measured throughput of a full pass (0: not measured yet)
-    busy_s: float = 0.0  # seconds the model spent in passes (busy / uptime: how loaded it is)
+    busy_s: float = 0.0  # worker-seconds spent in passes (busy / uptime / workers: the load)
 
 
 @dataclass(eq=False)
@@ -146,20 +149,24 @@ class EmbeddingBatcher:
         max_pending_texts: int = MAX_PENDING_TEXTS,
         max_pending_tokens: int = MAX_PENDING_TOKENS,
         max_queue_wait_s: float = MAX_QUEUE_WAIT_S,
+        workers: int = 1,
     ) -> None:
-        sizes = (max_batch_tokens, max_batch_texts, max_pending_texts, max_pending_tokens)
+        sizes = (max_batch_tokens, max_batch_texts, max_pending_texts, max_pending_tokens, workers)
         if min(sizes) < 1 or max_wait_s < 0:
-            raise ValueError("batch and queue sizes must be >= 1, max_wait_s >= 0")
+            raise ValueError("batch and queue sizes and workers must be >= 1, max_wait_s >= 0")
         if max_queue_wait_s <= 0:
             raise ValueError("max_queue_wait_s must be > 0")
         self.tokenize = tokenize
         self.encode = encode
         self.max_batch_tokens = max_batch_tokens
+        # the budget is shared by the passes run at once: memory in flight stays that of one
+        self.pass_tokens = max(1, max_batch_tokens // workers)
         self.max_batch_texts = max_batch_texts
         self.max_wait_s = max_wait_s
         self.max_pending_texts = max_pending_texts
         self.max_pending_tokens = max_pending_tokens
         self.max_queue_wait_s = max_queue_wait_s
+        self.workers = workers
         self.stats = BatcherStats()
         self._queue: list[_Request] = []  # sorted by key
         # size class -> its latest passes (tokens, seconds, when measured)
@@ -167,13 +174,13 @@ class EmbeddingBatcher:
         # (when its oldest pass was measured, the fit) until a pass is measured or that expires
         self._fitted: tuple[float, tuple[float, float]] | None = None
         self._wakeup: asyncio.Event | None = None
-        self._worker: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dclr-encode")
-        self._running: tuple[int, float] | None = None  # (tokens, start) of the pass encoding
+        self._workers: list[asyncio.Task] = []
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dclr-encode")
+        self._running: dict[int, tuple[int, float]] = {}  # worker -> (tokens, start) of its pass
 
     @property
     def executor(self) -> ThreadPoolExecutor:
-        """The single model thread (other model work, e.g. search, can share it)."""
+        """The model threads, one per worker (other model work, e.g. search, can share them)."""
         return self._executor
 
     async def start(self, warm_up: list[str] | None = None) -> None:
@@ -185,19 +192,21 @@ class EmbeddingBatcher:
             for _ in range(2):
                 await loop.run_in_executor(self._executor, self.encode, ids)
             # then seed the cost model with a one-text pass and a pass of ~half the budget
-            large = ids * max(1, self.max_batch_tokens // 2 // sum(map(len, ids)))
+            large = ids * max(1, self.pass_tokens // 2 // sum(map(len, ids)))
             for seed in ([ids[0]], [ids[0]], large):
                 tic = time.perf_counter()
                 await loop.run_in_executor(self._executor, self.encode, seed)
                 self._measure(sum(map(len, seed)), time.perf_counter() - tic)
         self._wakeup = asyncio.Event()
-        self._worker = asyncio.create_task(self._run(), name="dclr-batcher")
+        self._workers = [asyncio.create_task(self._run(i), name=f"dclr-batcher-{i}")
+                         for i in range(self.workers)]  # fmt: skip
 
     async def close(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
+        for worker in self._workers:
+            worker.cancel()
+        for worker in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+                await worker
         for request in self._queue:
             if not request.future.done():
                 request.future.set_exception(Overloaded("the server is shutting down"))
@@ -245,25 +254,27 @@ class EmbeddingBatcher:
         if fit is None:
             return None
         per_pass, per_token = fit
-        if self._running is not None:
-            tokens, tic = self._running
-            elapsed = time.perf_counter() - tic
+        now = time.perf_counter()
+        for tokens, tic in self._running.values():
+            elapsed = now - tic
             if elapsed > per_pass + per_token * tokens:
-                per_token = (elapsed - per_pass) / tokens
+                per_token = max(per_token, (elapsed - per_pass) / tokens)
         return per_pass, per_token
 
     def live_rate(self) -> float:
-        """Tokens per second of a full pass now (see `_costs`); 0: not measured yet."""
+        """Tokens per second of full passes on every worker now (see `_costs`); 0: not measured
+        yet."""
         costs = self._costs()
         if costs is None:
             return 0.0
         per_pass, per_token = costs
-        return self.max_batch_tokens / (per_pass + per_token * self.max_batch_tokens)
+        return self.workers * self.pass_tokens / (per_pass + per_token * self.pass_tokens)
 
     def _drain_s(self, tokens: int, costs: tuple[float, float]) -> float:
-        """Seconds that passes of `tokens` queued tokens take (full passes of the budget)."""
-        passes = -(-tokens // self.max_batch_tokens)  # ceil
-        return passes * costs[0] + tokens * costs[1]
+        """Seconds that passes of `tokens` queued tokens take (full passes of the budget, as
+        many at once as there are workers)."""
+        passes = -(-tokens // self.pass_tokens)  # ceil
+        return (passes * costs[0] + tokens * costs[1]) / self.workers
 
     def estimated_wait_s(self, extra_tokens: int = 0) -> float | None:
         """Seconds to drain the queue (plus `extra_tokens`); None: unknown."""
@@ -275,15 +286,18 @@ class EmbeddingBatcher:
         )
 
     def _running_left_s(self, costs: tuple[float, float]) -> float:
-        """Seconds the pass now running still needs: what the fit leaves of it, or, once it has
-        overrun that, as long again as it has run (it is slower than any estimate)."""
-        if self._running is None:
+        """Seconds until a worker is free for queued work: 0 while one is idle, else what the
+        fit leaves of the soonest-ending running pass (a pass that has overrun the fit counts
+        as long again as it has run: it is slower than any estimate)."""
+        if len(self._running) < self.workers:
             return 0.0
-        tokens, tic = self._running
-        elapsed = time.perf_counter() - tic
-        fit = self._fit()
-        expected = fit[0] + fit[1] * tokens if fit is not None else costs[0] + costs[1] * tokens
-        return expected - elapsed if elapsed < expected else elapsed
+        now, fit = time.perf_counter(), self._fit()
+        left = []
+        for tokens, tic in self._running.values():
+            elapsed = now - tic
+            expected = (fit or costs)[0] + (fit or costs)[1] * tokens
+            left.append(expected - elapsed if elapsed < expected else elapsed)
+        return min(left)
 
     def _late(
         self, queue: list[_Request], now: float, costs: tuple[float, float]
@@ -334,7 +348,7 @@ class EmbeddingBatcher:
         queue = [*self._queue[:at], request, *self._queue[at:]]  # the queue stays sorted
         # An idle server takes any request, unless the client said how long it waits and this
         # request alone would outlast that: it would time out, and its work would be wasted.
-        busy = bool(self._queue) or self._running is not None
+        busy = bool(self._queue) or bool(self._running)
         if costs is not None and (busy or own_timeout):
             late = self._late(queue, time.perf_counter(), costs)
             if late is not None and late[0] is request:
@@ -369,7 +383,7 @@ class EmbeddingBatcher:
         ids = self.tokenize(texts)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))  # (n,)
         bound, whose = self.max_queue_wait_s, "max_queue_wait_s"
-        idle = not self._queue and self._running is None
+        idle = not self._queue and not self._running
         if deadline_s is not None and (deadline_s < bound or idle):  # idle: the client's word
             bound, whose = deadline_s, "your timeout"
         now = time.perf_counter()
@@ -395,14 +409,18 @@ class EmbeddingBatcher:
     # ---- forming and running passes ----------------------------------------------------------
     def _take_pass(self) -> list[tuple[_Request, int, int]]:
         """(request, first text, end) slices in serving order, up to the token budget (at
-        least one text); taken texts leave the pending counts."""
+        least one text); taken texts leave the pending counts. With idle workers besides this
+        one, the budget is the queue's share per idle worker, so that a lone large request is
+        spread over them instead of running on one."""
         slices: list[tuple[_Request, int, int]] = []
         tokens = texts = 0
+        idle = self.workers - len(self._running)  # this worker included
+        budget = min(self.pass_tokens, -(-self.stats.pending_tokens // max(idle, 1)))
         for request in list(self._queue):
             start = stop = request.taken
             while stop < len(request.ids) and texts < self.max_batch_texts:
                 size = int(request.lengths[stop])
-                if texts and tokens + size > self.max_batch_tokens:
+                if texts and tokens + size > budget:
                     break
                 tokens += size
                 texts += 1
@@ -445,7 +463,7 @@ class EmbeddingBatcher:
         if not request.future.done():
             request.future.set_exception(err)
 
-    async def _run(self) -> None:
+    async def _run(self, worker: int) -> None:
         assert self._wakeup is not None
         while True:
             if not self._queue:
@@ -460,7 +478,7 @@ class EmbeddingBatcher:
                 continue
             tokens = sum(len(x) for x in ids)
             tic = time.perf_counter()
-            self._running = (tokens, tic)
+            self._running[worker] = (tokens, tic)
             try:
                 outputs = await self._encode(ids)
             except Exception as err:  # noqa: BLE001 - some request's texts broke the encoder
@@ -479,7 +497,7 @@ class EmbeddingBatcher:
                     self._deliver(request, start, rows)
                     offset += count
             finally:
-                self._running = None
+                del self._running[worker]
             stats = self.stats
             stats.batches += 1
             stats.texts += len(ids)

@@ -336,6 +336,14 @@ def serve(
             "finish in time at the measured rate gets 503 at once."
         ),
     ] = MAX_QUEUE_WAIT_S,
+    encode_workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Forward passes run at once, each on its share of the CPU threads (default: 2 "
+            "on a CPU with 2+ threads, 1 on a GPU).",
+            show_default=False,
+        ),
+    ] = None,
     max_in_flight: Annotated[
         int, typer.Option(help="Requests handled at once before new ones get 503.")
     ] = 128,
@@ -434,6 +442,7 @@ def serve(
             max_batch_tokens=max_batch_tokens,
             max_pending_tokens=max_pending_tokens,
             max_queue_wait_s=max_queue_wait,
+            workers=encode_workers,
         )
         target = pick_device(device, 0)  # type: ignore[arg-type]
         # packed on the CPU (padding-free, as `dclr encode`); a GPU runs padded batches fast

@@ -110,6 +110,19 @@ class BatchOptions:
     max_pending_texts: int = MAX_PENDING_TEXTS
     max_pending_tokens: int = MAX_PENDING_TOKENS
     max_queue_wait_s: float = MAX_QUEUE_WAIT_S
+    workers: int | None = None  # passes encoded at once; None: `encode_workers` decides
+
+
+def encode_workers(encoder: SentenceEncoder) -> int:
+    """Passes to encode at once: two on a CPU with two or more intra-op threads (each pass on
+    half of them), one on a GPU.
+
+    Two one-thread passes on two cores beat one two-thread pass when requests keep arriving:
+    the event loop that parses them takes a core now and then, and a two-thread pass then
+    waits at every parallel region for the thread it displaced, while an independent pass
+    only loses the time taken (docs/performance.md, "Serving against infinity-emb")."""
+    on_cpu = next(encoder.parameters()).device.type == "cpu"
+    return 2 if on_cpu and torch.get_num_threads() >= 2 else 1
 
 
 def pass_threads(tokens: int, threads: int) -> int:
@@ -121,20 +134,21 @@ def pass_threads(tokens: int, threads: int) -> int:
     return 1 if tokens < ONE_THREAD_BELOW_TOKENS else threads
 
 
-def encoder_functions(encoder: SentenceEncoder) -> tuple[Tokenize, EncodeIds]:
+def encoder_functions(encoder: SentenceEncoder, workers: int = 1) -> tuple[Tokenize, EncodeIds]:
     """The batcher's two halves: texts -> token ids (truncated where the model truncates, as
     bulk encoding does), and token ids -> (unit vectors (n, d) float32,).
 
     A pass is encoded as `SentenceEncoder.encode` encodes a corpus: longest first and packed
     (padding-free) when the encoder packs, so a served vector is the bulk-encoded vector of the
-    same text, whatever its batch-mates."""
+    same text, whatever its batch-mates. With `workers` passes at once, each runs on its share
+    of the process's intra-op threads."""
     limit = encoder.max_length or model_limit(encoder.tokenizer)
     pooler = encoder.eval_pooler or encoder.pooler
 
     def tokenize(texts: list[str]) -> list[list[int]]:
         return encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
 
-    threads = torch.get_num_threads()  # the process's setting (the encode thread starts at it)
+    threads = max(1, torch.get_num_threads() // workers)  # the process's setting, shared
 
     def encode(ids: list[list[int]]) -> tuple[np.ndarray]:
         want = pass_threads(sum(len(x) for x in ids), threads)
@@ -280,14 +294,16 @@ def create_app(
         import faiss
 
         faiss.omp_set_num_threads(SEARCH_THREADS)
+    workers = batching.workers or encode_workers(encoder)
     batcher = EmbeddingBatcher(
-        *encoder_functions(encoder),
+        *encoder_functions(encoder, workers),
         max_batch_tokens=batching.max_batch_tokens,
         max_batch_texts=batching.max_batch_texts,
         max_wait_s=batching.max_wait_s,
         max_pending_texts=batching.max_pending_texts,
         max_pending_tokens=batching.max_pending_tokens,
         max_queue_wait_s=batching.max_queue_wait_s,
+        workers=workers,
     )
 
     @contextlib.asynccontextmanager
