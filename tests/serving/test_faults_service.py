@@ -607,3 +607,29 @@ def test_head_requests_and_100_continue_are_answered(server):
         sock.sendall(body)
         answer = _answer(sock, timeout=5)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_parser_and_loop_choices(monkeypatch):
+    """`--http` and `--loop`: auto takes the C parser and uvloop when installed, falls back to
+    h11 and asyncio when not, and an explicit choice that cannot be met is an error naming the
+    fix, before any socket is bound."""
+    import sys
+
+    from dclr.serving.protocols import GuardedH11Protocol, protocol_with
+    from dclr.serving.server import event_loop
+
+    assert issubclass(protocol_with(5.0, http="h11"), GuardedH11Protocol)
+    with pytest.raises(ValueError, match="unknown HTTP parser"):
+        protocol_with(5.0, http="zttp")
+    with pytest.raises(ValueError, match="unknown event loop"):
+        event_loop("trio")
+    assert event_loop("asyncio") == "asyncio"
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "httptools", None)
+    assert event_loop("auto") == "asyncio"
+    with pytest.raises(ValueError, match="pip install"):
+        event_loop("uvloop")
+    assert available_parsers() == ("h11",)
+    assert issubclass(protocol_with(5.0), GuardedH11Protocol)
+    with pytest.raises(ValueError, match="needs httptools"):
+        protocol_with(5.0, http="httptools")

@@ -12,7 +12,6 @@ behind a reverse proxy all the same (docs/serving.md).
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import resource
 import socket
@@ -58,6 +57,25 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def event_loop(wanted: str = "auto") -> str:
+    """The event loop uvicorn is to run: "uvloop" or "asyncio" ("auto": uvloop when installed,
+    as uvicorn's own "auto" does, but said here so a missing uvloop is an error, not a silent
+    fallback, when it was asked for)."""
+    if wanted not in ("auto", "asyncio", "uvloop"):
+        raise ValueError(f"unknown event loop {wanted!r}: use auto, asyncio or uvloop")
+    if wanted == "asyncio":
+        return wanted
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if wanted == "uvloop":
+            raise ValueError(
+                "--loop uvloop needs uvloop: pip install 'dclr[serve]' (not on Windows)"
+            ) from None
+        return "asyncio"
+    return "uvloop"
+
+
 def socket_cap(wanted: int) -> int:
     """Raise the open-file limit towards `wanted` sockets; returns the cap that fits under it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -92,10 +110,7 @@ def run(
     while cap > 1 and socket_cap(hard_cap(cap)) < hard_cap(cap):  # fit the open-file limit
         cap = max(1, cap * 3 // 4)
     protocol = protocol_with(header_timeout_s, cap, max_per_client, http)  # before binding
-    if loop not in ("auto", "asyncio", "uvloop"):
-        raise ValueError(f"unknown event loop {loop!r}: use auto, asyncio or uvloop")
-    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise ValueError("--loop uvloop needs uvloop: pip install 'dclr[serve]' (not on Windows)")
+    loop = event_loop(loop)
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
