@@ -253,6 +253,20 @@ def test_unparsable_request_gets_a_json_400(server):
     assert json.loads(body)["error"]["code"] == "bad_http_request"
 
 
+def _json_400(server, request: bytes) -> tuple[bytes, dict]:
+    """Send raw `request` on a new connection; the server's whole answer must be a JSON 400
+    that closes the connection. Returns the answer and its error object."""
+    (sock,) = _open(server, 1, request)
+    try:
+        answer = _answer(sock)
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"application/json" in head and b"connection: close" in head.lower()
+    return answer, json.loads(body)["error"]
+
+
 def _smuggling_attempt(version=b"1.1", content_length=True):
     """A POST framed by both Content-Length and chunks, with a second request pipelined behind
     it; a proxy framing by Content-Length would forward the tail as the body's end."""
@@ -275,15 +289,7 @@ def test_ambiguous_framing_is_a_400_and_the_connection_is_closed(server, version
     served and the connection kept open, so the request pipelined behind it was answered too
     (request smuggling behind a proxy that frames by Content-Length). RFC 9112 §6.1: an error,
     and the connection closed; likewise Transfer-Encoding in HTTP/1.0."""
-    (sock,) = _open(server, 1, _smuggling_attempt(version, content_length))
-    try:
-        answer = _answer(sock)
-    finally:
-        sock.close()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400"), answer[:300]
-    assert b"application/json" in head and b"connection: close" in head.lower()
-    error = json.loads(body)["error"]
+    answer, error = _json_400(server, _smuggling_attempt(version, content_length))
     assert error["code"] == "ambiguous_framing" and "RFC 9112" in error["message"]
     assert answer.count(b"HTTP/1.1 ") == 1, "nothing pipelined behind it is answered"
 
@@ -339,15 +345,8 @@ def test_every_parser_answers_a_bad_head_with_json_400_and_closes(server, head, 
     its head alone: nothing follows it, and the long head never ends."""
     end = b"" if head.startswith(b"X-Big") else b"\r\n\r\n"
     request = b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head + end
-    (sock,) = _open(server, 1, request)
-    try:
-        answer = _answer(sock)
-    finally:
-        sock.close()
-    status, _, body = answer.partition(b"\r\n\r\n")
-    assert status.startswith(b"HTTP/1.1 400"), answer[:300]
-    assert b"application/json" in status and b"connection: close" in status.lower()
-    assert json.loads(body)["error"]["code"] in codes
+    _, error = _json_400(server, request)
+    assert error["code"] in codes
 
 
 @pytest.mark.parametrize(
