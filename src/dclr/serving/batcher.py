@@ -291,11 +291,11 @@ class EmbeddingBatcher:
         as long again as it has run: it is slower than any estimate)."""
         if len(self._running) < self.workers:
             return 0.0
-        now, fit = time.perf_counter(), self._fit()
+        now = time.perf_counter()
+        per_pass, per_token = self._fit() or costs
         left = []
         for tokens, tic in self._running.values():
-            elapsed = now - tic
-            expected = (fit or costs)[0] + (fit or costs)[1] * tokens
+            elapsed, expected = now - tic, per_pass + per_token * tokens
             left.append(expected - elapsed if elapsed < expected else elapsed)
         return min(left)
 

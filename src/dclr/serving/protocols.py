@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import time
 from typing import Any
@@ -311,18 +312,9 @@ class FramingCheckedConnection(h11.Connection):
         return event
 
 
+@functools.cache
 def _httptools_protocol() -> type:
-    """GuardedHttpToolsProtocol, built on first use (httptools is optional)."""
-    global _HTTPTOOLS_CLASS
-    if _HTTPTOOLS_CLASS is None:
-        _HTTPTOOLS_CLASS = _make_httptools_protocol()
-    return _HTTPTOOLS_CLASS
-
-
-_HTTPTOOLS_CLASS: type | None = None
-
-
-def _make_httptools_protocol() -> type:
+    """GuardedHttpToolsProtocol, built once, on first use (httptools is optional)."""
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
