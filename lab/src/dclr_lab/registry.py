@@ -28,6 +28,9 @@ INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"
 # Config fields that say where things are, not what is trained: left out of the run identity.
 LOCATION_FIELDS = ("output_dir", "data_dir", "complementary_cache", "extra")
+# GPU speed options added after runs were recorded: at their defaults they are left out of the
+# hash, so a run recorded before they existed keeps its identity (they change no CPU run).
+SPEED_DEFAULTS = {"prefetch": "auto", "fused_optimizer": "auto", "compile": "off", "length_bucket": 0}
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 
 SCHEMA = """
@@ -75,7 +78,11 @@ RUN_COLUMNS = (
 
 def config_hash(config: dict[str, Any]) -> str:
     """Short SHA-256 of the config without its location fields: equal hash, same training."""
-    kept = {k: v for k, v in sorted(config.items()) if k not in LOCATION_FIELDS}
+    kept = {
+        k: v
+        for k, v in sorted(config.items())
+        if k not in LOCATION_FIELDS and not (k in SPEED_DEFAULTS and SPEED_DEFAULTS[k] == v)
+    }
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -45,6 +45,14 @@ class Complementary(Protocol):
         ...
 
 
+def host_to(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host rows on `device`; to a GPU through pinned memory, without waiting for its queue
+    (a pageable copy would make the host wait for every kernel queued before it)."""
+    if device.type != "cuda":
+        return rows.to(device)
+    return rows.pin_memory().to(device, non_blocking=True)
+
+
 def freeze(encoder: SentenceEncoder) -> SentenceEncoder:
     encoder.requires_grad_(False)
     return encoder.eval()
@@ -210,7 +218,7 @@ class CachedComplementary:
     def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
         """(n, d) the cached vectors of the batch sentences."""
         rows = torch.from_numpy(np.asarray(self.vectors[indices.cpu().numpy()], dtype=np.float32))
-        return rows.to(self.device)  # (n, d), unit norm up to fp16 rounding
+        return host_to(rows, self.device)  # (n, d), unit norm up to fp16 rounding
 
     def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
         rows = self.anchor_vectors(indices, sentences)
@@ -263,7 +271,7 @@ class PlannedComplementary:
         rows = indices.cpu().numpy().astype(np.int64)
         self._fill(rows, show_progress=False)
         found = self._vectors[self._slot[rows]]
-        return torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)
+        return host_to(torch.from_numpy(np.asarray(found, dtype=np.float32)), self.device)
 
     def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
         rows = self.anchor_vectors(indices, sentences)

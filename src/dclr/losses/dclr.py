@@ -84,9 +84,22 @@ def noise_negatives(
             norm > 0, grad / norm.clamp_min(torch.finfo(grad.dtype).tiny), torch.zeros_like(grad)
         )
         noise = (noise + step_size * direction).detach()
-        if not torch.isfinite(noise).all():  # never let a NaN reach the loss
-            raise FloatingPointError("non-finite noise negatives after an ascent step")
+    # Never let a NaN reach the loss: a non-finite entry stays non-finite through later steps
+    # (a NaN gradient leaves a vector in place, see above), so one check after the last step
+    # sees what a check per step would. On a GPU that read would stall every step; there a
+    # non-finite noise vector makes the loss non-finite, which the loop's device-side guard
+    # stops before anything is saved (`dclr.training.finite`).
+    if noise.device.type != "cuda" and not torch.isfinite(noise).all():
+        raise FloatingPointError("non-finite noise negatives after an ascent step")
     return noise
+
+
+def dropped_fraction(weights: torch.Tensor | None, n: int) -> torch.Tensor:
+    """Share of the n(n-1) off-diagonal negatives weighted 0, as a float32 scalar left on the
+    weights' device (reading it would make the host wait for the GPU every step)."""
+    if weights is None:
+        return torch.tensor(0.0)
+    return ((weights == 0).sum().double() / max(n * (n - 1), 1)).float()
 
 
 def false_negative_weights(teacher_cos: torch.Tensor, threshold: float | None) -> torch.Tensor:
@@ -343,11 +356,12 @@ class DCLRLoss(torch.nn.Module):
             loss = loss + kd
             parts["distill"] = kd.detach()
         n = z1.shape[0]
-        dropped = 0.0 if weights is None else float((weights == 0).sum()) / max(n * (n - 1), 1)
-        parts["dropped_fraction"] = torch.tensor(dropped)
+        parts["dropped_fraction"] = dropped_fraction(weights, n)
         parts["noise_count"] = torch.tensor(0 if noise is None else noise.shape[0])
         if self.noise_weighting == "complementary":
-            parts["noise_dropped_fraction"] = torch.tensor(
-                0.0 if noise_weights is None else float((noise_weights == 0).float().mean())
+            parts["noise_dropped_fraction"] = (
+                torch.tensor(0.0)
+                if noise_weights is None
+                else (noise_weights == 0).float().mean()  # left on the device, as above
             )
         return {"loss": loss, **parts}

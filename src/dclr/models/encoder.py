@@ -72,6 +72,9 @@ class SentenceEncoder(nn.Module):
 
     precision: str = "fp32"
     linear_kernel: str = "aten"
+    # `tokenize` pads each batch's length up to a multiple of this (0: to the longest sentence);
+    # training sets it from `model.length_bucket` so a compiled step sees few shapes.
+    length_bucket: int = 0
 
     def __init__(
         self,
@@ -232,6 +235,7 @@ class SentenceEncoder(nn.Module):
                 padding=True,
                 truncation=True,
                 max_length=limit,
+                pad_to_multiple_of=self.length_bucket or None,
                 return_tensors="pt",
             )
         )

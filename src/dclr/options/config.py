@@ -40,6 +40,10 @@ from dclr.models.pooler_names import PoolerName, check_pooler
 
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
+Toggle = Literal["auto", "on", "off"]
+# torch.compile's modes (`off`: eager). reduce-overhead records CUDA graphs, one per input shape:
+# pair it with `model.length_bucket` so batches of nearby lengths share a graph.
+CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune"]
 # Training data smaller than one batch: refuse (default), train on all of it every step (the batch
 # shrinks to the data, as a DataLoader's last partial batch does in ConSERT's released code), or
 # repeat the examples until they fill a batch (ConSERT's `--do_upsampling`).
@@ -71,6 +75,10 @@ class ModelSection:
     dropout: float | None = None  # override hidden/attention dropout (None: the model's own)
     max_length: int = 32  # training tokens per sentence (SimCSE: 32)
     packing: Packing = "auto"  # padding-free packed forwards (auto: on CPU; GPU untested here)
+    # pad each training batch's token length up to a multiple of this (0: to its longest
+    # sentence, as always); with optimisation.compile, fewer shapes mean fewer recompilations
+    # and CUDA graphs (e.g. 8; the vectors equal the unbucketed ones up to float rounding)
+    length_bucket: int = 0
 
     def validate(self) -> None:
         if not self.name:
@@ -87,6 +95,8 @@ class ModelSection:
             )
         if self.max_length < 2:
             raise ConfigError(f"max_length must be >= 2, got {self.max_length}")
+        if self.length_bucket < 0:
+            raise ConfigError(f"length_bucket must be >= 0, got {self.length_bucket}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         check_literals(self)
@@ -147,6 +157,11 @@ class OptimisationSection:
     warmup_ratio: float = 0.0  # SimCSE: linear decay from the start, no warmup
     precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
     grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size
+    # GPU speed options (docs/gpu.md). None changes what a CPU run computes: with "auto" the
+    # first two are on only on a GPU, and the recorded CPU trajectories stay bit-identical.
+    prefetch: Toggle = "auto"  # tokenise the next batch on a thread, pinned, copied async
+    fused_optimizer: Toggle = "auto"  # torch's fused AdamW kernel (one launch, not one a tensor)
+    compile: CompileMode = "off"  # torch.compile the backbone (reduce-overhead: CUDA graphs)
 
     def validate(self) -> None:
         if self.batch_size < 2:

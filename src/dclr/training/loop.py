@@ -34,13 +34,14 @@ from dclr.contract import (
     PreparedRun,
     TrainResult,
 )
-from dclr.errors import TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
+from dclr.training.finite import FiniteGuard
 from dclr.training.gradcache import GradCache
 from dclr.training.phases import phase
+from dclr.training.prefetch import Prefetcher
 from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
 
@@ -55,11 +56,22 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
     ]
 
 
-def to_device(features: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
-    """Tensors (in nested dicts too) moved to `device`."""
+def to_device(
+    features: Mapping[str, Any], device: torch.device, non_blocking: bool = False
+) -> dict[str, Any]:
+    """Tensors (in nested dicts too) moved to `device` (`non_blocking`: from pinned memory)."""
     return {
-        k: to_device(v, device) if isinstance(v, Mapping) else v.to(device)
+        k: to_device(v, device, non_blocking)
+        if isinstance(v, Mapping)
+        else v.to(device, non_blocking=non_blocking)
         for k, v in features.items()
+    }
+
+
+def pinned(features: Mapping[str, Any]) -> dict[str, Any]:
+    """Tensors (in nested dicts too) in page-locked memory, so a GPU copy can be asynchronous."""
+    return {
+        k: pinned(v) if isinstance(v, Mapping) else v.pin_memory() for k, v in features.items()
     }
 
 
@@ -87,6 +99,7 @@ class _RunState:
     scheduler: Any
     extra: dict[str, torch.nn.Module]
     scaler: torch.amp.GradScaler | None
+    finite: FiniteGuard
     start: int = 0
     best: float | None = None
     best_step: int | None = None
@@ -140,19 +153,49 @@ class Trainer:
 
     def batch(self, step: int) -> tuple[Batch, int]:
         """The `Batch` of 0-based `step` on this rank, and its number of local examples."""
+        return self._on_device(self.host_batch(step))
+
+    def host_batch(self, step: int) -> tuple[Batch, int]:
+        """`batch(step)` before its tensors move to the device (pinned when they will go to a
+        GPU asynchronously): what the prefetch thread prepares one step ahead."""
         run = self.run
         ids = run.global_batch(step)
         local = run.batch_size // self.world
         mine = [run.data[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
         features, labels = self.method.collate(run, mine)
+        if self._async_copy:
+            features = pinned(features)
+            labels = None if labels is None else labels.pin_memory()
         batch = Batch(
-            features=to_device(features, self.device),
+            features=features,
             step=step,
             indices=ids,
             sentences=[run.data[int(i)] for i in ids],
-            labels=None if labels is None else labels.to(self.device),
+            labels=labels,
         )
         return batch, len(mine)
+
+    def _on_device(self, prepared: tuple[Batch, int]) -> tuple[Batch, int]:
+        batch, local = prepared
+        blocking = not self._async_copy
+        moved = dataclasses.replace(
+            batch,
+            features=to_device(batch.features, self.device, non_blocking=not blocking),
+            labels=None
+            if batch.labels is None
+            else batch.labels.to(self.device, non_blocking=not blocking),
+        )
+        return moved, local
+
+    @property
+    def _async_copy(self) -> bool:
+        """Pinned batches and asynchronous copies: on a GPU with prefetch on."""
+        return self.device.type == "cuda" and self._prefetch_on
+
+    @property
+    def _prefetch_on(self) -> bool:
+        choice = self.config.optimisation.prefetch
+        return choice == "on" or (choice == "auto" and self.device.type == "cuda")
 
     # ---- loop ---------------------------------------------------------------------------------
     def train(self, resume: bool = False, stop_at_step: int | None = None) -> TrainResult:
@@ -179,23 +222,34 @@ class Trainer:
         )
         self.model.train()
         meter = _Meter(time.perf_counter())
+        batches = Prefetcher(self.host_batch, enabled=self._prefetch_on)
         stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
         try:
             for step in range(state.start, end):
-                parts, local = self._step(state, step)
+                prepared = batches.get(step, then=step + 1 if step + 1 < end else None)
+                parts, local = self._step(state, step, prepared)
                 done = step + 1
                 meter.seen += local * self.world
                 bar.update(1)
-                bar.set_postfix(loss=short_number(parts["loss"].item()))
+                if not state.finite.lazy:  # the CPU: reading the loss costs nothing
+                    bar.set_postfix(loss=short_number(parts["loss"].item()))
                 is_last = done == self.run.total_steps
-                self._maybe_log(state, log, meter, parts, done, is_last)
-                self._maybe_evaluate(state, log, done, is_last)
                 every = self.config.run.checkpoint_every
-                if done % every == 0 or done == end or is_last or stop.requested:
+                checkpoint = done % every == 0 or done == end or is_last or stop.requested
+                if checkpoint or self._log_due(done, is_last) or self._eval_due(done, is_last):
+                    self._settle(state)  # the one wait on the device, and the NaN stop
+                logged = self._maybe_log(state, log, meter, parts, done, is_last)
+                if logged is not None and state.finite.lazy:
+                    bar.set_postfix(loss=short_number(logged["loss"]))  # read for the log
+                if self._eval_due(done, is_last):
+                    batches.settle()  # the tokenizer is not safe in two threads at once
+                self._maybe_evaluate(state, log, done, is_last)
+                if checkpoint:
                     self._checkpoint(state, done)
                     if stop.requested and not is_last:
                         raise TrainingStopped(done, str(state.last_ckpt), str(self.run_dir))
         finally:
+            batches.close()
             stop.restore()
             bar.close()
             if log is not None:
@@ -221,12 +275,17 @@ class Trainer:
         groups = param_groups(self.model, opt.weight_decay)
         for module in extra.values():
             groups += param_groups(module, opt.weight_decay)
-        optimizer = torch.optim.AdamW(groups, lr=opt.learning_rate)
+        optimizer = torch.optim.AdamW(groups, lr=opt.learning_rate, fused=self._fused_adamw())
         scheduler = get_linear_schedule_with_warmup(
             optimizer, int(opt.warmup_ratio * self.run.total_steps), self.run.total_steps
         )
         scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
-        state = _RunState(objective, optimizer, scheduler, extra, scaler)
+        finite = FiniteGuard(lazy=self.device.type == "cuda")
+        state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
+        if self.config.model.length_bucket and hasattr(self.model, "length_bucket"):
+            setattr(self.model, "length_bucket", self.config.model.length_bucket)  # noqa: B010
+        if opt.compile != "off":
+            compile_backbone(self.model, opt.compile)
         if self.run.batch_size != opt.batch_size:  # data.small_data: shrink_batch
             state.derived["batch_size"] = self.run.batch_size
         if isinstance(objective, HasDerivedSettings):
@@ -256,11 +315,14 @@ class Trainer:
         state.cpu_seconds = saved.get("cpu_seconds", 0.0)
         state.last_ckpt = str(last)
 
-    def _step(self, state: _RunState, step: int) -> tuple[dict[str, torch.Tensor], int]:
-        """One optimizer step on batch `step`: (the objective's parts, this rank's examples)."""
+    def _step(
+        self, state: _RunState, step: int, prepared: tuple[Batch, int] | None = None
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        """One optimizer step on batch `step` (`prepared`: its host batch, made ahead):
+        (the objective's parts, this rank's examples)."""
         opt, scaler, optimizer = self.config.optimisation, state.scaler, state.optimizer
         step_start, step_cpu = time.perf_counter(), time.process_time()
-        batch, local = self.batch(step)
+        batch, local = self._on_device(prepared or self.host_batch(step))
         # DDP averages gradients while every rank's loss is already global: scale by W.
         backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
         with self._autocast():
@@ -269,8 +331,7 @@ class Trainer:
             else:
                 parts = state.objective(batch)
         loss = parts["loss"]
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(step + 1, state.last_ckpt)
+        state.finite.observe(loss, step, state.last_ckpt)
         if not opt.grad_cache_chunk:  # GradCache ran backward itself
             (loss * backward_scale).backward()
         if scaler is not None:
@@ -296,31 +357,44 @@ class Trainer:
         parts: dict[str, torch.Tensor],
         done: int,
         is_last: bool,
-    ) -> None:
-        """The training record every `run.log_steps` (and at the last step)."""
-        if log is None or not (done % self.config.run.log_steps == 0 or is_last):
-            return
+    ) -> dict[str, float] | None:
+        """The training record every `run.log_steps` (and at the last step): what it wrote."""
+        if log is None or not self._log_due(done, is_last):
+            return None
         elapsed = time.perf_counter() - meter.tic
-        log.log(
-            done,
-            "train",
-            {
-                **{k: v.item() for k, v in parts.items()},
-                "lr": state.scheduler.get_last_lr()[0],
-                "epoch": done / self.run.steps_per_epoch,
-                "examples_per_s": meter.seen / elapsed if elapsed else 0.0,
-                "train_seconds": state.train_seconds,
-                "cpu_seconds": state.cpu_seconds,
-            },
-        )
+        values = {
+            **{k: v.item() for k, v in parts.items()},
+            "lr": state.scheduler.get_last_lr()[0],
+            "epoch": done / self.run.steps_per_epoch,
+            "examples_per_s": meter.seen / elapsed if elapsed else 0.0,
+            "train_seconds": state.train_seconds,
+            "cpu_seconds": state.cpu_seconds,
+        }
+        log.log(done, "train", values)
         meter.tic, meter.seen = time.perf_counter(), 0
+        return values
+
+    def _log_due(self, done: int, is_last: bool) -> bool:
+        return done % self.config.run.log_steps == 0 or is_last
+
+    def _eval_due(self, done: int, is_last: bool) -> bool:
+        eval_steps = self.config.run.eval_steps
+        return bool(eval_steps) and (done % eval_steps == 0 or is_last)
+
+    def _settle(self, state: _RunState) -> None:
+        """Wait for the device's queued work (counted as training time: the steps' own work)
+        and stop on a non-finite loss seen since the last settle. A no-op wait on the CPU."""
+        if self.device.type == "cuda":
+            tic = time.perf_counter()
+            torch.cuda.synchronize(self.device)
+            state.train_seconds += time.perf_counter() - tic
+        state.finite.check(state.last_ckpt)
 
     def _maybe_evaluate(
         self, state: _RunState, log: MetricsLog | None, done: int, is_last: bool
     ) -> None:
         """The dev evaluation every `run.eval_steps` (rank 0); a new best is exported."""
-        eval_steps = self.config.run.eval_steps
-        if not eval_steps or not (done % eval_steps == 0 or is_last):
+        if not self._eval_due(done, is_last):
             return
         if self.rank == 0 and self.evaluator is not None:
             assert log is not None
@@ -411,6 +485,15 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
+    def _fused_adamw(self) -> bool | None:
+        """AdamW's implementation: fused (one kernel for every tensor) on a GPU unless
+        `optimisation.fused_optimizer: off`; elsewhere torch's default, which the recorded CPU
+        trajectories used (`on` there asks torch for its fused CPU kernel)."""
+        choice = self.config.optimisation.fused_optimizer
+        if choice == "on" or (choice == "auto" and self.device.type == "cuda"):
+            return True
+        return None
+
     def _autocast_dtype(self) -> torch.dtype | None:
         if self.device.type != "cuda" or self.config.optimisation.precision == "fp32":
             return None
@@ -421,3 +504,11 @@ class Trainer:
         if dtype is None:
             return torch.autocast(self.device.type, enabled=False)
         return torch.autocast("cuda", dtype=dtype)
+
+
+def compile_backbone(model: torch.nn.Module, mode: str) -> None:
+    """`torch.compile` the encoder's backbone in place (`nn.Module.compile`: parameter names,
+    checkpoints and exports are unchanged); `mode` is torch.compile's (reduce-overhead records
+    CUDA graphs). Shapes vary with each batch's token length: `model.length_bucket` limits them."""
+    backbone = getattr(model, "backbone", model)
+    backbone.compile(mode=None if mode == "default" else mode, dynamic=False)
