@@ -1,0 +1,170 @@
+"""The GPU step's options, checked on the CPU (issue 44): each is off there by default, so the
+recorded trajectories hold (tests/training/test_trajectories.py); turned on, each must give the
+same run (prefetch: bit for bit) or the same run to float rounding (fused AdamW, length buckets,
+torch.compile), and the device-side NaN stop must still stop before anything is saved."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_run_overrides, write_pseudo_corpus
+
+import dclr.losses.simcse as simcse_module
+import dclr.training.loop as loop_module
+from dclr.driver import trainer_for
+from dclr.errors import TrainingDiverged
+from dclr.recipe import load_config
+from dclr.training.checkpoint import latest_checkpoint
+from dclr.training.finite import FiniteGuard
+from dclr.training.prefetch import Prefetcher
+from dclr.training.tracking import read_metrics
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_dropout_model_dir):
+    return tiny_dropout_model_dir
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
+
+
+def run_losses(model_dir: Path, corpus: Path, out: Path, **options) -> dict[int, float]:
+    config = load_config(None, tiny_run_overrides(model_dir, corpus, out, max_steps=6, **options))
+    trainer_for(config).train()
+    return {r["step"]: r["loss"] for r in read_metrics(out, "train")}
+
+
+# ---- the NaN stop on the device ------------------------------------------------------------
+def test_lazy_guard_keeps_the_first_non_finite_step():
+    guard = FiniteGuard(lazy=True)
+    for step, value in enumerate([1.0, 0.5, math.nan, 0.2, math.inf]):
+        guard.observe(torch.tensor(value), step, "ckpt")  # never raises by itself
+    with pytest.raises(TrainingDiverged, match="step 3") as err:
+        guard.check("ckpt")
+    assert err.value.step == 3 and err.value.last_checkpoint == "ckpt"
+
+
+def test_lazy_guard_passes_finite_losses_and_eager_guard_raises_at_once():
+    lazy = FiniteGuard(lazy=True)
+    lazy.check(None)  # nothing observed yet
+    lazy.observe(torch.tensor(0.3), 0, None)
+    lazy.check(None)
+    with pytest.raises(TrainingDiverged, match="step 5"):
+        FiniteGuard(lazy=False).observe(torch.tensor(math.nan), 4, None)
+
+
+def test_device_side_nan_stop_still_precedes_every_checkpoint(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """The loop as it runs on a GPU (lazy guard): a NaN at step 7 is read at the step-9
+    checkpoint, which is then not written; the step-6 checkpoint is the one kept."""
+    monkeypatch.setattr(loop_module, "FiniteGuard", lambda lazy: FiniteGuard(lazy=True))
+    real, calls = simcse_module.simcse_loss, {"n": 0}
+
+    def poisoned(z1, z2, temperature):
+        calls["n"] += 1
+        loss = real(z1, z2, temperature)
+        return loss * float("nan") if calls["n"] == 7 else loss
+
+    monkeypatch.setattr(simcse_module, "simcse_loss", poisoned)
+    overrides = tiny_run_overrides(
+        model_dir, corpus_file, tmp_path / "run", max_steps=20, save_steps=3, log_steps=5
+    )
+    with pytest.raises(TrainingDiverged, match="step 7") as err:
+        trainer_for(load_config(None, overrides)).train()
+    assert err.value.last_checkpoint is not None
+    assert err.value.last_checkpoint.endswith("step-00000006")
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "step-00000006"
+    assert not (tmp_path / "run" / "final").exists()
+    assert [r["step"] for r in read_metrics(tmp_path / "run", "train")] == [5]
+
+
+# ---- batches prepared ahead ----------------------------------------------------------------
+def test_prefetcher_returns_what_make_returns_in_order():
+    made = []
+
+    def make(step):
+        made.append(step)
+        return step * 10
+
+    batches = Prefetcher(make, enabled=True)
+    got = [batches.get(s, then=s + 1 if s < 4 else None) for s in range(5)]
+    batches.close()
+    assert got == [0, 10, 20, 30, 40]
+    assert sorted(made) == [0, 1, 2, 3, 4]  # each step made once
+
+
+def test_prefetcher_surfaces_an_error_of_the_batch_it_prepared():
+    def make(step):
+        if step == 2:
+            raise ValueError("bad line in batch 2")
+        return step
+
+    batches = Prefetcher(make, enabled=True)
+    assert batches.get(0, then=1) == 0
+    assert batches.get(1, then=2) == 1
+    with pytest.raises(ValueError, match="bad line"):
+        batches.get(2, then=None)
+    batches.close()
+
+
+def test_prefetch_on_gives_the_same_run_bit_for_bit(model_dir, corpus_file, tmp_path):
+    off = run_losses(model_dir, corpus_file, tmp_path / "off", prefetch="off")
+    on = run_losses(model_dir, corpus_file, tmp_path / "on", prefetch="on")
+    assert on == off and len(on) == 6
+
+
+# ---- kernels and shapes --------------------------------------------------------------------
+def test_fused_adamw_and_length_buckets_give_the_same_run_to_rounding(
+    model_dir, corpus_file, tmp_path
+):
+    base = run_losses(model_dir, corpus_file, tmp_path / "base")
+    fused = run_losses(model_dir, corpus_file, tmp_path / "fused", fused_optimizer="on")
+    bucketed = run_losses(model_dir, corpus_file, tmp_path / "bucket", length_bucket=16)
+    for other in (fused, bucketed):
+        assert other.keys() == base.keys()
+        for step, loss in base.items():
+            assert other[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
+
+
+def test_length_bucket_pads_batches_to_its_multiple(model_dir, corpus_file, tmp_path):
+    overrides = tiny_run_overrides(
+        model_dir, corpus_file, tmp_path / "b", max_steps=3, length_bucket=8
+    )
+    trainer = trainer_for(load_config(None, overrides))
+    trainer._setup()  # sets the model's bucket, as train() does
+    lengths = {trainer.batch(s)[0].features["input_ids"].shape[1] for s in range(3)}
+    assert lengths and all(n % 8 == 0 for n in lengths)
+
+
+def test_fused_optimizer_is_chosen_on_a_gpu_only_by_default(model_dir, corpus_file, tmp_path):
+    trainer = trainer_for(
+        load_config(None, tiny_run_overrides(model_dir, corpus_file, tmp_path / "r"))
+    )
+    assert trainer._fused_adamw() is None  # the CPU: torch's default kernel, as recorded
+    trainer.device = torch.device("cuda")  # what it would pick there (nothing runs)
+    assert trainer._fused_adamw() is True
+    assert trainer._prefetch_on and trainer._async_copy
+
+
+@pytest.mark.slow
+def test_compiled_step_gives_the_same_run_to_rounding(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """Inductor draws dropout masks from its own generator; `fallback_random` makes it draw
+    them as eager PyTorch does, so the compiled run must follow the eager one."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    base = run_losses(model_dir, corpus_file, tmp_path / "eager", length_bucket=16)
+    compiled = run_losses(
+        model_dir, corpus_file, tmp_path / "compiled", length_bucket=16, compile="default"
+    )
+    assert compiled.keys() == base.keys()
+    for step, loss in base.items():
+        assert compiled[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
