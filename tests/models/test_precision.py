@@ -128,3 +128,46 @@ def test_cli_encode_and_bulk_at_int8(model_dir, tmp_path):
     assert refused.exit_code != 0 and "model_fingerprint" in refused.output
     bad = runner.invoke(app, [*args[:3], str(tmp_path / "b2"), "--precision", "int4"])
     assert bad.exit_code != 0 and "unknown precision" in bad.output
+
+
+# ---- half precision (issue 44): GPU only, refused on the CPU by name -------------------------
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_is_refused_on_the_cpu_with_the_fix(model_dir, precision):
+    with pytest.raises(ConfigError, match=f"precision {precision} runs on a GPU only.*fp32"):
+        load_inference_encoder(model_dir, "mean", precision, device="cpu")
+    encoder = load_inference_encoder(model_dir, "mean", device="cpu")
+    from dclr.models.precision import cast_half
+
+    with pytest.raises(ConfigError, match="GPU only"):
+        cast_half(encoder, precision)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_cli_encode_refuses_half_precision_on_the_cpu(model_dir, tmp_path, precision):
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    result = CliRunner().invoke(
+        app, ["encode", str(model_dir), str(text), str(tmp_path / "v.npy"), "--precision", precision]
+    )
+    assert result.exit_code != 0
+    assert "GPU only" in result.output
+    assert not (tmp_path / "v.npy").exists()
+
+
+def test_half_precision_cast_is_inference_only_and_fingerprinted(model_dir, monkeypatch):
+    """What `cast_half` does on a GPU, run on the CPU with the device check lifted: the backbone
+    in half precision, float32 vectors out close to fp32's, no training, its own fingerprint."""
+    import dclr.models.precision as precision_module
+
+    monkeypatch.setattr(precision_module, "check_device_precision", lambda p, d: None)
+    fp32 = load_inference_encoder(model_dir, "mean", device="cpu", linear_kernel="aten")
+    half = precision_module.cast_half(
+        load_inference_encoder(model_dir, "mean", device="cpu", linear_kernel="aten"), "bf16"
+    )
+    assert next(half.backbone.parameters()).dtype == torch.bfloat16
+    vectors = half.encode(SENTENCES)
+    assert vectors.dtype == np.float32
+    assert cosines(vectors, fp32.encode(SENTENCES)).min() > 0.99
+    assert model_fingerprint(half) != model_fingerprint(fp32)
+    with pytest.raises(ConfigError, match="cast to bf16 for inference and cannot be trained"):
+        half.train()

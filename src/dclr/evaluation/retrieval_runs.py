@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from dclr import atomic
 from dclr.data.retrieval_tasks import BUILTIN, TEST_SPLIT
@@ -24,11 +23,9 @@ def retrieval_test_scores(
     """nDCG@10, MRR@10, MAP@100, Recall@{1,10,100} x 100 of the model at `model` on `target`."""
     from dclr.evaluation.retrieval import METRICS
     from dclr.evaluation.retrieval_eval import evaluate_target
-    from dclr.models.encoder import SentenceEncoder
+    from dclr.evaluation.scores import evaluation_encoder
 
-    encoder = SentenceEncoder.from_pretrained(
-        model, pooler=pooler, packing=not torch.cuda.is_available()
-    )
+    encoder = evaluation_encoder(model, pooler)
 
     def encode(texts: list[str]) -> np.ndarray:
         return encoder.encode(texts, show_progress=True, progress_label=label)

@@ -86,11 +86,11 @@ def sts_dev_evaluator(config: TrainConfig) -> Evaluator:
     if run.eval_retrieval:
         search = RetrievalEvaluator(run.eval_retrieval, split=run.eval_retrieval_split)
 
+    token_ids: dict[tuple[str, ...], list[list[int]]] = {}  # the dev texts, tokenised once
+
     def evaluate(model: nn.Module) -> dict[str, float]:
         def encode(sentences: list[str]) -> Any:
-            return model.encode(  # type: ignore[operator]
-                sentences, batch_size=128, show_progress=True, progress_label="dev eval"
-            )
+            return encode_dev(model, sentences, token_ids)
 
         results = sts(encode) if sts is not None else {}
         if search is not None:
@@ -99,6 +99,26 @@ def sts_dev_evaluator(config: TrainConfig) -> Evaluator:
         return results
 
     return evaluate
+
+
+def encode_dev(
+    model: Any, sentences: list[str], token_ids: dict[tuple[str, ...], list[list[int]]]
+) -> Any:
+    """`model.encode(sentences)` for the dev evaluation, tokenising each list of texts once per
+    run (`token_ids` keeps them between evaluations): the same batches and vectors as `encode`.
+    A model without `token_ids` (another method's) is asked to `encode`."""
+    if not hasattr(model, "token_ids") or len(set(sentences)) != len(sentences):
+        return model.encode(
+            sentences, batch_size=128, show_progress=True, progress_label="dev eval"
+        )
+    key = tuple(sentences)
+    if key not in token_ids:
+        token_ids[key] = model.token_ids(sentences)
+    pooler = model.eval_pooler or model.pooler
+    out = model.encode_ids_poolers(
+        token_ids[key], (pooler,), 128, show_progress=True, progress_label="dev eval"
+    )
+    return out[pooler]
 
 
 def retrieval_dev_scores(scores: dict[str, float]) -> dict[str, float]:

@@ -33,8 +33,16 @@ from dclr.models.encoder import SentenceEncoder
 from dclr.models.onednn import choose_kernel, use_onednn
 from dclr.models.smoothing import smooth_linears
 
-Precision = Literal["fp32", "int8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+# Half precisions: the whole backbone cast (weights and activations), for a GPU's tensor cores.
+HALF: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# The --precision help of every command that encodes (encode, encode-bulk, eval, index, serve).
+PRECISION_HELP = (
+    "fp32 | fp16 | bf16 | int8. fp16 / bf16: the model cast to half precision, GPU only (tensor "
+    "cores; STS within 0.05 of fp32, docs/gpu.md). int8: dynamic int8 quantisation of the linear "
+    "layers, CPU only (faster there, vectors differ slightly, docs/performance.md)."
+)
 
 
 def check_precision(precision: str) -> Precision:
@@ -75,32 +83,74 @@ def quantize_int8(encoder: SentenceEncoder) -> SentenceEncoder:
     return encoder
 
 
+def inference_device(device: torch.device | str = "auto") -> torch.device:
+    """`auto`: the first GPU when one is visible, else the CPU; anything else as torch reads it
+    (`cuda` without a GPU is refused by name)."""
+    device = _requested(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda, but no GPU is visible (use --device cpu or auto)")
+    return device
+
+
+def _requested(device: torch.device | str) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def check_device_precision(precision: str, device: torch.device) -> None:
+    """Refuse a precision the device has no fast kernels for, naming the fix."""
+    if precision == "int8" and device.type != "cpu":
+        raise ConfigError(
+            f"precision int8 runs on the CPU only; got device {device} (pass --device cpu, or "
+            "--precision fp16 / bf16 / fp32 on a GPU)"
+        )
+    if precision in HALF and device.type != "cuda":
+        raise ConfigError(
+            f"precision {precision} runs on a GPU only (a CPU computes half precision slower "
+            f"than fp32); this command runs on {device}: use --precision fp32, or int8 for a "
+            "faster CPU encoder"
+        )
+
+
 def load_inference_encoder(
     model: str | Path,
     pooler: str | None = None,
     precision: str = "fp32",
     packing: bool = False,
-    device: torch.device | str = "cpu",
+    device: torch.device | str = "auto",
     max_length: int | None = None,
     linear_kernel: str | None = None,
 ) -> SentenceEncoder:
-    """An encoder for inference at `precision`, on `device`, packed if asked (and if it pays:
-    `enable_packing` checks the backbone on a probe first, after quantisation); fp32 on the CPU
-    runs its linear layers on `dclr.models.onednn.choose_kernel(linear_kernel)`."""
+    """An encoder for inference at `precision`, on `device` (`auto`: a GPU when there is one),
+    packed if asked on the CPU (and if it pays: `enable_packing` checks the backbone on a probe
+    first, before quantisation); fp32 on the CPU runs its linear layers on
+    `dclr.models.onednn.choose_kernel(linear_kernel)`.
+
+    On a GPU batches stay padded: packing builds its block-diagonal mask on the host (44 ms for
+    256 sentences on a 2-core CPU, docs/gpu.md), longer than the GPU takes to encode them."""
 
     precision = check_precision(precision)
-    device = torch.device(device)
-    if precision == "int8" and device.type != "cpu":
-        raise ConfigError(
-            f"precision int8 runs on the CPU only; got device {device} (pass --device cpu, or "
-            "--precision fp32 on a GPU)"
-        )
+    check_device_precision(precision, _requested(device))  # the conflict first, by name
+    device = inference_device(device)
     encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, max_length=max_length)
     encoder = encoder.to(device)
-    if packing:  # checked in fp32: the probe tests the layout, not the rounding
+    if packing and device.type == "cpu":  # checked in fp32: the probe tests the layout
         encoder.enable_packing()
     if precision == "int8":
         quantize_int8(encoder)
+    elif precision in HALF:
+        cast_half(encoder, precision)
     elif device.type == "cpu" and choose_kernel(linear_kernel) == "onednn":
         use_onednn(encoder.eval())
+    return encoder
+
+
+def cast_half(encoder: SentenceEncoder, precision: str) -> SentenceEncoder:
+    """In place: the backbone in fp16 or bf16 (inference only; `encode` returns float32)."""
+    if encoder.precision != "fp32":
+        raise ConfigError(f"this encoder is already {encoder.precision}")
+    check_device_precision(precision, encoder.device)
+    encoder.eval().to(HALF[precision])
+    encoder.precision = precision
     return encoder

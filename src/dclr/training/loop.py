@@ -70,9 +70,7 @@ def to_device(
 
 def pinned(features: Mapping[str, Any]) -> dict[str, Any]:
     """Tensors (in nested dicts too) in page-locked memory, so a GPU copy can be asynchronous."""
-    return {
-        k: pinned(v) if isinstance(v, Mapping) else v.pin_memory() for k, v in features.items()
-    }
+    return {k: pinned(v) if isinstance(v, Mapping) else v.pin_memory() for k, v in features.items()}
 
 
 def _texts_of(row: Any) -> list[str]:

@@ -1,0 +1,66 @@
+"""The encode loop's GPU paths, checked on the CPU (issue 44): numpy padding equals the
+tokenizer's, outputs held on the device and read in one go land in the right rows, and the dev
+evaluation's once-tokenised texts give the vectors `encode` gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import SAMPLE_SENTENCES
+
+import dclr.models.encoder as encoder_module
+from dclr.methods.base import encode_dev
+from dclr.models.encoder import SentenceEncoder, _Outputs, padded_batch
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir):
+    return SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean").eval()
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_numpy_padding_equals_the_tokenizers(encoder, side, monkeypatch):
+    monkeypatch.setattr(encoder.tokenizer, "padding_side", side)
+    ids = encoder.token_ids(SAMPLE_SENTENCES)
+    ours = padded_batch(ids, encoder.tokenizer, torch.device("cpu"))
+    theirs = encoder.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+    assert set(ours) == set(theirs)
+    for key, value in theirs.items():
+        assert ours[key].dtype == value.dtype
+        assert torch.equal(ours[key], value)
+
+
+def test_outputs_held_on_the_device_land_in_their_rows(encoder, monkeypatch):
+    """The GPU's way (held, read back in one go every FLUSH_ROWS), forced on the CPU with a
+    flush every few rows: the same array as writing each batch at once."""
+    plain = encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4)
+    real_init = _Outputs.__init__
+
+    def held(self, out, device):
+        real_init(self, out, device)
+        self.wait = True
+
+    monkeypatch.setattr(_Outputs, "__init__", held)
+    monkeypatch.setattr(_Outputs, "FLUSH_ROWS", 5)
+    assert np.array_equal(encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4), plain)
+    monkeypatch.setattr(_Outputs, "FLUSH_ROWS", 10**9)  # one read at the end
+    assert np.array_equal(encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4), plain)
+
+
+def test_dev_evaluation_tokenises_once_and_gives_encodes_vectors(encoder, monkeypatch):
+    sentences = list(dict.fromkeys(SAMPLE_SENTENCES))
+    cache: dict = {}
+    calls = {"n": 0}
+    real = encoder_module.SentenceEncoder.token_ids
+
+    def counted(self, texts, max_length=None):
+        calls["n"] += 1
+        return real(self, texts, max_length)
+
+    monkeypatch.setattr(encoder_module.SentenceEncoder, "token_ids", counted)
+    first = encode_dev(encoder, sentences, cache)
+    second = encode_dev(encoder, sentences, cache)
+    assert calls["n"] == 1
+    expected = encoder.encode(sentences, batch_size=128)
+    assert np.array_equal(first, expected) and np.array_equal(second, expected)
