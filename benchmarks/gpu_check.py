@@ -181,6 +181,7 @@ def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
     """sentence-transformers' MNRL in a plain loop, the same batches and autocast."""
     import torch
     from sentence_transformers import SentenceTransformer, losses
+    from sentence_transformers.util import batch_to_device
 
     from dclr.data.corpus import load_corpus
     from dclr.data.sampler import EpochSampler  # the batches dclr's plan draws (seed 42)
@@ -196,10 +197,11 @@ def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16"
                 else torch.autocast(device, enabled=False))  # fmt: skip
     st.train()
+    prepare = getattr(st, "preprocess", None) or st.tokenize  # tokenize: releases before 6
 
     def step(i: int) -> None:
         texts = [corpus[int(j)] for j in plan.global_batch(i)]
-        features = {k: v.to(device) for k, v in st.tokenize(texts).items()}
+        features = batch_to_device(prepare(texts), device)
         with autocast:
             value = loss([features, dict(features)], None)
         value.backward()
@@ -254,7 +256,7 @@ def finish_row(row: dict[str, Any], matmul: float | None) -> dict[str, Any]:
         row["ms_per_step"] = round(1000 * seconds, 2)
         row["sentences_per_s"] = round(row["batch"] / seconds, 1)
         if row.get("flops_per_step"):
-            row["model_tflops"] = round(row["flops_per_step"] / seconds / 1e12, 1)
+            row["model_tflops"] = round(row["flops_per_step"] / seconds / 1e12, 3)
             if matmul:
                 row["share_of_matmul"] = round(row["model_tflops"] / matmul, 3)
     return row
@@ -317,14 +319,45 @@ def evaluation_rows(model: str, cuda: bool, data_dir: str | None) -> list[dict[s
         if precision != "fp32" and not cuda:
             rows.append({"precision": precision, "status": "not run (CPU)"})
             continue
-        evaluate(model, data_dir=data_dir, precision=precision)  # warm: files, kernels
+        evaluate(model, data_dir=data_dir, precision=precision, pooler="mean")  # warm-up
         synchronize()
         tic = time.perf_counter()
-        results = evaluate(model, data_dir=data_dir, precision=precision)
+        results = evaluate(model, data_dir=data_dir, precision=precision, pooler="mean")
         synchronize()
         rows.append({"precision": precision, "status": "ok",
                      "seconds": round(time.perf_counter() - tic, 2),
                      "sts_avg": round(results["avg"], 2)})  # fmt: skip
+    return rows
+
+
+# ---- part 3b: serving ------------------------------------------------------------------------
+SERVE_SCENARIOS = {"32x1": (32, 1), "8x64": (8, 64)}  # clients, texts per request
+
+
+def serving_rows(model: str, cuda: bool, bulk_rate: float | None, tiny: bool) -> list[dict]:
+    """`dclr serve --device cuda` (cpu on a CPU) under 32 clients x 1 text and 8 clients x 64
+    texts (`serve_load.run_clients`, loopback), as a share of the bulk encoding rate above."""
+    import asyncio
+
+    from serve_load import run_clients, summarize
+
+    from dclr.serving.launch import serve_process
+
+    sentences = corpus_sentences(4096)
+    rows = []
+    requests = 4 if tiny else 40  # per client
+    with serve_process(
+        [model, "--pooler", "mean", "--device", "cuda" if cuda else "cpu"]
+    ) as server:
+        for name, (clients, texts) in SERVE_SCENARIOS.items():
+            batches = [[sentences[(c * requests + r) * texts % len(sentences):][:texts]
+                        for r in range(requests)] for c in range(clients)]  # fmt: skip
+            asyncio.run(run_clients(server.url, clients, [b[:1] for b in batches]))  # warm-up
+            wall, results = asyncio.run(run_clients(server.url, clients, batches))
+            row = {"scenario": name, **summarize(wall, results, clients)}
+            if bulk_rate:
+                row["share_of_bulk"] = round(row["texts_per_s"] / bulk_rate, 3)
+            rows.append(row)
     return rows
 
 
@@ -416,6 +449,14 @@ def markdown(report: dict[str, Any]) -> str:
     for r in report["evaluation"]:
         lines.append(f"| {r['precision']} | {r['status']} | {r.get('seconds', '—')} | "
                      f"{r.get('sts_avg', '—')} |")  # fmt: skip
+    lines += ["", "## dclr serve (loopback clients; share of dclr fp32 bulk encoding)", "",
+              "| scenario | texts/s | p50 ms | p95 ms | errors | share of bulk |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in report["serving"]:
+        latency = r.get("latency") or {}
+        lines.append(f"| {r['scenario']} | {r['texts_per_s']} | {latency.get('p50_ms', '—')} | "
+                     f"{latency.get('p95_ms', '—')} | {r['errors']} | "
+                     f"{r.get('share_of_bulk', '—')} |")  # fmt: skip
     run = report["long_run"]
     lines += ["", f"## DCLR, {run['steps']} steps (quickstart recipe)", "",
               f"wall {run['wall_seconds']} s, steps {run['train_seconds']} s.", ""]  # fmt: skip
@@ -481,6 +522,8 @@ def main() -> int:
         report["steps"] = steps(named, tmp, cuda, matmul)
         report["encode"] = encode_rows(first, 2000 if args.tiny else 100_000, cuda)
         report["evaluation"] = evaluation_rows(first, cuda, args.data_dir)
+        bulk = next((r.get("sentences_per_s") for r in report["encode"]), None)
+        report["serving"] = serving_rows(first, cuda, bulk, args.tiny)
         report["long_run"] = long_run(first, tmp, 4 if args.tiny else 200, args.data_dir)
         here = trajectory(first, tmp / "traj-device")
         report["trajectory"] = compare(here, cpu_trajectory(first, tmp))

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# GPU readiness in <= 8 minutes on one GPU (benchmarks/gpu_check.py): SimCSE/DCLR steps at batch
-# 64/256/512 in fp32 and bf16, a 200-step DCLR MiniLM run with its STS table, and the first 20
-# losses against the CPU. `--device cpu --tiny` checks the harness on a CPU. Data: $DCLR_DATA_DIR,
+# GPU benchmark and readiness check in <= 8 minutes on one GPU (benchmarks/gpu_check.py, issue 44):
+# steady-state SimCSE/DCLR steps (MiniLM and a BERT-base shape, batch 64/512, fp32/bf16) against
+# sentence-transformers' MNRL, encoding at fp32/fp16/bf16 against sentence-transformers, the STS
+# evaluation's time, dclr serve under 32x1 and 8x64 clients, a 200-step DCLR MiniLM run with its
+# STS table, and 20 losses against the CPU. `--device cpu --tiny` checks the harness on a CPU.
+# Data: $DCLR_DATA_DIR,
 # else ../shared/data. Python: $DCLR_PYTHON, else the venv's ($DCLR_VENV, else .venv, as
 # scripts/quickstart.sh makes it) when there is one, else python3 — never whatever `python` is
 # first on PATH.

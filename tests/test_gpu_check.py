@@ -109,6 +109,9 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert encode[("dclr", "fp32")]["sentences_per_s"] > 0
     assert encode[("sentence-transformers", "fp32")]["min_cosine_to_dclr_fp32"] > 0.9999
     assert report["evaluation"][0]["seconds"] > 0
+    serving = {r["scenario"]: r for r in report["serving"]}
+    assert set(serving) == {"32x1", "8x64"}
+    assert all(r["errors"] == 0 and r["share_of_bulk"] > 0 for r in serving.values())
     assert set(report["long_run"]["after"]) >= {"STS12", "SICKRelatedness", "avg"}
     assert report["trajectory"]["passed"] and report["trajectory"]["steps"] == 20
     assert "## Trajectory against the CPU" in (tmp_path / "check-tiny-cpu.md").read_text()
