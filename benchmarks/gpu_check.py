@@ -433,6 +433,8 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{r.get('sentences_per_s', '—')} | {r.get('model_tflops', '—')} | "
                      f"{r.get('share_of_matmul', '—')} | "
                      f"{_round(r.get('peak_memory_mib'))} |")  # fmt: skip
+    lines += ["", "## Against issue 44's targets", "", "| target | measured |", "| --- | --- |"]
+    lines += [f"| {name} | {value} |" for name, value in targets(report)]
     lines += ["", "## Encoding (STS sentences, batch 256)", "",
               "| engine | precision | status | sentences/s | min cosine to dclr fp32 |",
               "| --- | --- | --- | ---: | ---: |"]  # fmt: skip
@@ -475,6 +477,37 @@ def markdown(report: dict[str, Any]) -> str:
               f"(|d| <= {ATOL:g} + {RTOL:g}|cpu|; max |d| {t.get('max_abs_difference', 0):.2e}): "
               f"{'passed' if t['passed'] else 'FAILED'}."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Issue 44's targets read off the rows (the BERT-base shape; the tiny model in --tiny)."""
+    model = "tiny" if report["tiny"] else "bert-base-shape"
+    precision = "fp32" if report["device"] == "cpu" else "bf16"
+    cell = {(r["model"], r["method"], r["batch"], r["precision"]): r for r in report["steps"]}
+
+    def ms(method: str, batch: int) -> float | None:
+        return cell.get((model, method, batch, precision), {}).get("ms_per_step")
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return "—" if not a or not b else f"{a / b:.2f}"
+
+    rate = {(r["engine"], r["precision"]): r.get("sentences_per_s") for r in report["encode"]}
+    fp32 = rate.get(("dclr", "fp32"))
+    share = cell.get((model, "simcse", 512, precision), {}).get("share_of_matmul")
+    evaluation = report["evaluation"][0].get("seconds")
+    return [
+        (f"{model} {precision} batch 64 SimCSE step <= 20 ms", f"{ms('simcse', 64)} ms"),
+        ("... >= 3x sentence-transformers MNRL", ratio(ms("st-mnrl", 64), ms("simcse", 64))),
+        ("batch 512 model FLOPs >= 40 % of the bf16 matmul", "—" if share is None else f"{share:.0%}"),
+        ("DCLR / SimCSE <= 1.10 (batch 64, 512)",
+         f"{ratio(ms('dclr', 64), ms('simcse', 64))}, {ratio(ms('dclr', 512), ms('simcse', 512))}"),
+        ("7-task STS evaluation <= 2 s", f"{evaluation} s"),
+        ("fp16, bf16 encode >= 1.5x fp32",
+         f"{ratio(rate.get(('dclr', 'fp16')), fp32)}, {ratio(rate.get(('dclr', 'bf16')), fp32)}"),
+        ("fp32 encode >= 3.5x sentence-transformers",
+         ratio(fp32, rate.get(("sentence-transformers", "fp32")))),
+        ("trajectory against the CPU", "passed" if report["trajectory"]["passed"] else "FAILED"),
+    ]  # fmt: skip
 
 
 def _round(value: float | None) -> str:
