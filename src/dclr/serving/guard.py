@@ -22,37 +22,15 @@ import hmac
 import ipaddress
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from dclr.serving.middleware import error_json
+from dclr.serving.settings import MAX_IN_FLIGHT, Security
 
-# Hosts a loopback-bound server answers to by default.
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 # Routes served without the API key: the page and its files hold no data and no secret.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/static/app.js", "/static/app.css"})
-# Requests handled at once at most; more get 503. Each holds at most one body (max_body_bytes)
-# and its queued texts (bounded by the batcher), so this bounds memory held by requests.
-MAX_IN_FLIGHT = 128
 # Seconds a client refused for too many requests in flight is told to wait.
 BUSY_RETRY_AFTER_S = 1
-
-
-@dataclass(frozen=True)
-class Security:
-    """api_key: required on every non-page route when set; allowed_hosts: Host header names
-    accepted (None: any); max_in_flight: requests handled at once."""
-
-    api_key: str | None = None
-    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
-    max_in_flight: int = MAX_IN_FLIGHT
-
-    def __post_init__(self) -> None:
-        if self.api_key is not None and len(self.api_key) < 8:
-            raise ValueError("the API key must have at least 8 characters")
-        if self.max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
-
 
 _HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?")
 

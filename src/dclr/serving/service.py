@@ -21,7 +21,7 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from importlib import resources
 from typing import Any
 
@@ -37,21 +37,10 @@ from dclr.indexing.fingerprint import SHORT
 from dclr.indexing.index import SearchIndex
 from dclr.indexing.memory import trim_heap
 from dclr.models.encoder import SentenceEncoder, model_limit
-from dclr.serving.batcher import (
-    MAX_BATCH_TEXTS,
-    MAX_BATCH_TOKENS,
-    MAX_PENDING_TEXTS,
-    MAX_PENDING_TOKENS,
-    MAX_QUEUE_WAIT_S,
-    MAX_WAIT_S,
-    EmbeddingBatcher,
-    EncodeIds,
-    Overloaded,
-    Tokenize,
-)
+from dclr.serving.batcher import EmbeddingBatcher, EncodeIds, Overloaded, Tokenize
 from dclr.serving.fastpath import FastEmbeddings, Handle
-from dclr.serving.guard import GuardMiddleware, InFlightMiddleware, Security
-from dclr.serving.limits import LimitError, Limits
+from dclr.serving.guard import GuardMiddleware, InFlightMiddleware
+from dclr.serving.limits import LimitError, check_k, check_texts
 from dclr.serving.middleware import BodyLimitMiddleware, error_json
 from dclr.serving.schemas import (
     EmbeddingsRequest,
@@ -63,6 +52,7 @@ from dclr.serving.schemas import (
     SimilarityRequest,
     SimilarityResponse,
 )
+from dclr.serving.settings import Limits, ServeSettings
 
 JSON = "application/json"
 # Encoded (twice, unmeasured) before the first request: a short and a longer text.
@@ -99,21 +89,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {  # FastAPI's `responses` type
 }
 
 
-@dataclass(frozen=True)
-class BatchOptions:
-    """Batcher settings (see `dclr.serving.batcher`): a forward pass's token budget, the queue's
-    bounds and the queue-wait bound of requests that send no timeout."""
-
-    max_batch_tokens: int = MAX_BATCH_TOKENS
-    max_batch_texts: int = MAX_BATCH_TEXTS
-    max_wait_s: float = MAX_WAIT_S
-    max_pending_texts: int = MAX_PENDING_TEXTS
-    max_pending_tokens: int = MAX_PENDING_TOKENS
-    max_queue_wait_s: float = MAX_QUEUE_WAIT_S
-    workers: int | None = None  # passes encoded at once; None: `encode_workers` decides
-
-
-def encode_workers(encoder: SentenceEncoder) -> int:
+def default_encode_workers(encoder: SentenceEncoder) -> int:
     """Passes to encode at once: two on a CPU with two or more intra-op threads (each pass on
     half of them), one on a GPU.
 
@@ -271,40 +247,29 @@ def create_app(
     model_name: str,
     fingerprint: str,
     index: SearchIndex | None = None,
-    limits: Limits | None = None,
-    batching: BatchOptions | None = None,
-    security: Security | None = None,
-    docs: bool = False,
+    settings: ServeSettings | None = None,
 ) -> FastAPI:
     """The ASGI app. `index`, if given, must have been checked against `fingerprint`.
 
-    `docs`: serve FastAPI's interactive `/docs` (Swagger UI, whose script and style come from a
+    `settings.served.docs`: serve FastAPI's interactive `/docs` (Swagger UI, whose script and style come from a
     CDN, so it needs internet in the browser) under a Content-Security-Policy that allows that CDN
     only; off by default, so the server loads nothing from elsewhere. `/openapi.json` is always
     served.
 
-    `security` (see `dclr.serving.guard`): API key, Host allow-list, requests in flight; by
-    default no key and any Host (`dclr serve` passes the loopback allow-list itself).
+    `settings.security` (see `dclr.serving.guard`): API key, Host allow-list, requests in flight;
+    by default no key and any Host (`dclr serve` passes the loopback allow-list itself, see
+    `dclr.serving.settings.for_bind`).
     """
-    limits = limits or Limits()
-    batching = batching or BatchOptions()
-    security = security or Security(allowed_hosts=None)
+    settings = settings or ServeSettings()
+    limits, security = settings.limits, settings.security
     if index is not None:
         index.check_model(fingerprint, model_name)
         import faiss
 
         faiss.omp_set_num_threads(SEARCH_THREADS)
-    workers = batching.workers or encode_workers(encoder)
-    batcher = EmbeddingBatcher(
-        *encoder_functions(encoder, workers),
-        max_batch_tokens=batching.max_batch_tokens,
-        max_batch_texts=batching.max_batch_texts,
-        max_wait_s=batching.max_wait_s,
-        max_pending_texts=batching.max_pending_texts,
-        max_pending_tokens=batching.max_pending_tokens,
-        max_queue_wait_s=batching.max_queue_wait_s,
-        workers=workers,
-    )
+    workers = settings.batching.encode_workers or default_encode_workers(encoder)
+    batching = replace(settings.batching, encode_workers=workers)
+    batcher = EmbeddingBatcher(*encoder_functions(encoder, workers), batching)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -323,7 +288,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.batcher = batcher
-    if docs:
+    if settings.served.docs:
         _add_docs(app)
     # Innermost first: a request takes an in-flight slot only after its whole body arrived.
     embed = _embedder(batcher)
@@ -419,7 +384,7 @@ def _fast_embeddings(limits: Limits, embed: Embed, model_name: str) -> Handle:
     async def handle(scope: dict[str, Any], receive: Any, send: Any, texts: list[str],
                      encoding_format: str) -> bool:  # fmt: skip
         try:
-            limits.check_texts(texts, "input")
+            check_texts(limits, texts, "input")
         except LimitError:
             return False
         try:
@@ -442,7 +407,7 @@ def _add_embedding_routes(
     async def embeddings(request: EmbeddingsRequest, raw: Request) -> Response:
         """OpenAI-compatible embeddings (unit-length vectors)."""
         texts = [request.input] if isinstance(request.input, str) else request.input
-        limits.check_texts(texts, "input")
+        check_texts(limits, texts, "input")
         if request.dimensions is not None and request.dimensions != encoder.hidden_size:
             raise LimitError(
                 400,
@@ -466,12 +431,12 @@ def _add_embedding_routes(
         """Cosine similarity of each pair, or the cosine matrix of a list of sentences."""
         if request.pairs is not None:
             texts = [text for pair in request.pairs for text in pair]
-            limits.check_texts(texts, "pairs", lambda i: f"pairs[{i // 2}][{i % 2}]")
+            check_texts(limits, texts, "pairs", lambda i: f"pairs[{i // 2}][{i % 2}]")
             vectors, _ = await embed(texts, raw)
             scores = np.einsum("pd,pd->p", vectors[0::2], vectors[1::2])  # (pairs,)
             return json_response({"model": model_name, "scores": scores})
         assert request.sentences is not None
-        limits.check_texts(request.sentences, "sentences")
+        check_texts(limits, request.sentences, "sentences")
         vectors, _ = await embed(request.sentences, raw)
         matrix = np.ascontiguousarray(vectors @ vectors.T)  # (n, n)
         return json_response({"model": model_name, "matrix": matrix})
@@ -498,8 +463,8 @@ def _add_search_route(
                 None,
                 "no_index",
             )
-        limits.check_texts([request.query], "query")
-        limits.check_k(request.k)
+        check_texts(limits, [request.query], "query")
+        check_k(limits, request.k)
         vectors, _ = await embed([request.query], raw)
         loop = asyncio.get_running_loop()
         hits = (await loop.run_in_executor(batcher.executor, index.search, vectors, request.k))[0]
