@@ -138,7 +138,7 @@ def test_no_request_is_starved_by_a_stream_of_queries():
 def test_served_vectors_equal_bulk_vectors_whatever_the_batch_mates(tiny_model_dir):
     """A text's vector from the service's pass (packed with texts of other lengths, from other
     requests) equals `SentenceEncoder.encode` of that text alone and of the whole list."""
-    from dclr.serving.service import encoder_functions
+    from dclr.serving.encoding import encoder_functions
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean")
     assert encoder.enable_packing()
@@ -185,7 +185,7 @@ def test_small_passes_run_on_one_thread_and_larger_ones_on_all(tiny_model_dir, m
     gets every thread the process was given. The vectors do not depend on it."""
     import torch
 
-    from dclr.serving.service import ONE_THREAD_BELOW_TOKENS, encoder_functions
+    from dclr.serving.encoding import ONE_THREAD_BELOW_TOKENS, encoder_functions
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean")
     seen: list[tuple[int, int]] = []

@@ -537,7 +537,7 @@ def test_queue_admits_against_the_live_throughput():
 def test_client_timeout_header_bounds_the_wait():
     """A client that says it waits 1 s (OpenAI's client: x-stainless-timeout) is refused at
     once when the queue would take longer, though max_queue_wait would admit it."""
-    from dclr.serving.service import client_timeout_s
+    from dclr.serving.headers import client_timeout_s
 
     assert client_timeout_s({"x-stainless-timeout": "600"}) == pytest.approx(480)
     assert client_timeout_s({"x-request-timeout": "nan"}) is None

@@ -345,7 +345,8 @@ def test_docs_are_off_by_default_and_fenced_by_a_csp_when_on(encoder):
     """Issue 25 item 10: /docs loaded scripts from a CDN with no Content-Security-Policy."""
     from fastapi.testclient import TestClient
 
-    from dclr.serving.service import DOCS_CDN, create_app
+    from dclr.serving.headers import DOCS_CDN
+    from dclr.serving.service import create_app
     from dclr.serving.settings import Served, ServeSettings
 
     with TestClient(create_app(encoder, "tiny", "f" * 64)) as local:

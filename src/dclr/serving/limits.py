@@ -20,10 +20,9 @@ def check_texts(
     at most max_chars characters long. `name(i)` names text i in messages (`param[i]`)."""
     name = name or (lambda i: f"{param}[{i}]")
     if not texts:
-        raise LimitError(400, f"{param} holds no text", param, "empty_input")
+        raise LimitError(f"{param} holds no text", param, "empty_input")
     if len(texts) > limits.max_texts:
         raise LimitError(
-            400,
             f"{param} holds {len(texts)} texts; the limit is {limits.max_texts} texts per "
             "request (max_texts): split the request",
             param,
@@ -32,18 +31,16 @@ def check_texts(
     for i, text in enumerate(texts):
         if len(text) > limits.max_chars:
             raise LimitError(
-                400,
                 f"{name(i)} has {len(text)} characters; the limit is {limits.max_chars} "
                 "characters per text (max_chars)",
                 name(i),
                 "text_too_long",
             )
         if not text.strip():
-            raise LimitError(400, f"{name(i)} is empty", name(i), "empty_text")
+            raise LimitError(f"{name(i)} is empty", name(i), "empty_text")
         bad = unencodable(text)
         if bad is not None:
             raise LimitError(
-                400,
                 f"{name(i)} is not valid Unicode: {bad}; send UTF-8 text (a JSON \\uD800-"
                 "\\uDFFF escape must be half of a surrogate pair)",
                 name(i),
@@ -54,16 +51,16 @@ def check_texts(
 def check_k(limits: Limits, k: int) -> None:
     if not 1 <= k <= limits.max_k:
         raise LimitError(
-            400, f"k must be between 1 and {limits.max_k} (max_k), got {k}", "k", "k_out_of_range"
+            f"k must be between 1 and {limits.max_k} (max_k), got {k}", "k", "k_out_of_range"
         )
 
 
 class LimitError(Exception):
-    """A request outside the limits: HTTP status, message, offending field and a short code."""
+    """A request outside the limits: message, offending field and its code in
+    `dclr.serving.errors.ERRORS` (HTTP 400)."""
 
-    def __init__(self, status: int, message: str, param: str | None, code: str) -> None:
+    def __init__(self, message: str, param: str | None, code: str) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
         self.param = param
         self.code = code

@@ -33,23 +33,12 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from dclr.serving.errors import closing_headers, error_body, raw_error
 from dclr.serving.settings import Connections
 
 # Bytes a request head may take (request line and headers): h11's own default bound, which the
 # httptools protocol keeps too (llhttp has none).
 MAX_HEAD_BYTES = 16 * 1024
-_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-_BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-_BAD_REQUEST_RESPONSE = (
-    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
 # Seconds a connection opened past a cap has to send its first byte before it is closed: a real
 # client sends its request head at once.
 GRACE_S = 1.0
@@ -98,12 +87,6 @@ def framing_problem(headers: list[tuple[bytes, bytes]], http_version: bytes) -> 
             "differently, RFC 9112 §6.1); send the body chunked or with Content-Length"
         )
     return None
-
-
-def _error_body(message: str, code: str) -> bytes:
-    from dclr.serving.middleware import error_json
-
-    return error_json(message, "invalid_request_error", None, code)
 
 
 class ConnectionGuard(asyncio.Protocol):
@@ -202,16 +185,12 @@ class ConnectionGuard(asyncio.Protocol):
         )
 
     def _answer_busy(self, why: str) -> None:
-        from dclr.serving.middleware import error_json
-
         self._disarm_header_timer()
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None
-        body = error_json(
-            f"{why}; retry shortly", "server_overloaded", None, "too_many_connections"
-        )
-        self.transport.write(_BUSY_RESPONSE % (len(body), body))
+        busy = raw_error("too_many_connections", f"{why}; retry shortly", [(b"retry-after", b"1")])
+        self.transport.write(busy)
         self._close()
 
     def _close(self) -> None:
@@ -236,11 +215,8 @@ class ConnectionGuard(asyncio.Protocol):
         self._header_timer = None
         if self.transport.is_closing() or not self._head_pending():
             return  # a request is being handled: its body has its own deadline
-        body = _error_body(
-            f"the request head did not arrive within {self.bounds.header_timeout:g} s",
-            "header_timeout",
-        )
-        self.transport.write(_TIMEOUT_RESPONSE % (len(body), body))
+        message = f"the request head did not arrive within {self.bounds.header_timeout:g} s"
+        self.transport.write(raw_error("header_timeout", message))
         self._close()
 
 
@@ -270,11 +246,10 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
         error shape, not plain text, and the connection closed (nothing after it is read)."""
         problem = getattr(self.conn, "framing_problem", None)
         if problem is not None:
-            body = _error_body(f"ambiguous HTTP framing: {problem}", "ambiguous_framing")
+            body = error_body("ambiguous_framing", f"ambiguous HTTP framing: {problem}")
         else:
-            body = _error_body(f"malformed HTTP request: {msg}", "bad_http_request")
-        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                   (b"content-length", b"%d" % len(body))]  # fmt: skip
+            body = error_body("bad_http_request", f"malformed HTTP request: {msg}")
+        headers = closing_headers(body)
         event = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
         for part in (event, h11.Data(data=body), h11.EndOfMessage()):
             try:
@@ -356,10 +331,10 @@ def _httptools_protocol() -> type:
             if self._framing is None and both:  # llhttp's words, either header first
                 self._framing = _BOTH_FRAMINGS
             if self._framing is not None:
-                body = _error_body(f"ambiguous HTTP framing: {self._framing}", "ambiguous_framing")
+                answer = raw_error("ambiguous_framing", f"ambiguous HTTP framing: {self._framing}")
             else:
-                body = _error_body(f"malformed HTTP request: {parser_message}", "bad_http_request")
-            self.transport.write(_BAD_REQUEST_RESPONSE % (len(body), body))
+                answer = raw_error("bad_http_request", f"malformed HTTP request: {parser_message}")
+            self.transport.write(answer)
             self.transport.close()
 
         def send_400_response(self, msg: str) -> None:  # uvicorn's callers: never plain text
