@@ -14,7 +14,8 @@ Modules, one job each (bottom to top):
 - `embed`: a request's texts through the batcher to its answer (routes and fast path);
 - `guard`, `middleware`: who may ask and how much at once; request-body bounds;
 - `service`: the routes, and `create_app`, which puts the app together;
-- `protocols`: uvicorn's HTTP protocols with the connection guard;
+- `protocols`: uvicorn's HTTP protocols with the connection guard (uvicorn pinned in
+  pyproject.toml; tests/serving/test_uvicorn_fence.py guards the internals they rely on);
 - `server`, `startup`, `launch`: the listening socket; loading the model and building the app;
   `dclr serve` as a child process (tests, benchmarks);
 - `static/`: the web page the service serves at `/`.
