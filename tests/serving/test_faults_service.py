@@ -19,7 +19,7 @@ pytest.importorskip("fastapi")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from dclr.cli import app as cli_app  # noqa: E402
+from dclr.cli.main import app as cli_app  # noqa: E402
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
 from dclr.serving.batcher import EmbeddingBatcher, Overloaded  # noqa: E402
 from dclr.serving.launch import serve_process  # noqa: E402

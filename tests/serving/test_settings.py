@@ -10,7 +10,7 @@ import dataclasses
 
 import typer
 
-from dclr.cli import app
+from dclr.cli.main import app
 from dclr.serving.settings import LOOPBACK_HOSTS, ServeSettings, for_bind, sections
 
 # `dclr serve`'s options and defaults before issue 45 (each written out by hand in the command).

@@ -20,9 +20,7 @@ Modules, one job each (bottom to top):
   `dclr serve` as a child process (tests, benchmarks);
 - `static/`: the web page the service serves at `/`.
 
-- `cli`: the commands `encode-bulk`, `index`, `search` and `serve`.
-
- Bulk encoding and
-the index live below, in `dclr.indexing`. The service needs the `serve` extra:
+The commands (`encode-bulk`, `index`, `search`, `serve`) are in `dclr.cli.serving`. Bulk encoding
+and the index live below, in `dclr.indexing`. The service needs the `serve` extra:
 `pip install 'dclr[serve]'`.
 """

@@ -3,7 +3,7 @@
 `ServeSettings` holds five sections; each field is one setting, named as its command-line option
 (`max_batch` is `--max-batch`; a repeatable option takes the singular: `allowed_hosts` is
 `--allowed-host`). `dclr serve`'s options are generated from these fields
-(`dclr.cli.serving.serve_command`), and the service, the batcher, the guard, the protocols and
+(`dclr.cli.tools.settings_signature`), and the service, the batcher, the guard, the protocols and
 `/health` read the same objects, so a default changed here changes all of them.
 
 - `Served`: what is served and how the model is loaded;

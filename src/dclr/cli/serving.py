@@ -1,6 +1,6 @@
 """Commands `dclr encode-bulk`, `dclr index build|info`, `dclr search`, `dclr serve`.
 
-`register(app)` adds them to the main typer app (see `dclr.cli.EXTENSIONS`). Heavy imports
+`register(app)` adds them to the main typer app (see `dclr.cli.main.EXTENSIONS`). Heavy imports
 (FAISS, FastAPI, pyarrow, the model) happen inside the commands, so `dclr --help` stays fast and
 works without the `serve` extra.
 """
@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
-from dclr.clitools import console, fail, out, quiet_hf, settings_signature
+from dclr.cli.tools import console, fail, out, quiet_hf, settings_signature
 from dclr.errors import DclrError, InputError
 from dclr.indexing.index import EXACT_MAX_VECTORS
 from dclr.serving.settings import ServeSettings, for_bind, is_loopback
