@@ -77,7 +77,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "ndcg@10": scores["cos
 
 DCLR_CODE = """
 import json, sys, time
-from dclr.cli import app
+from dclr.cli.main import app
 start = time.perf_counter()
 try:
     app(["eval", sys.argv[3], "--retrieval", sys.argv[1], "--batch-size", sys.argv[2],

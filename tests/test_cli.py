@@ -8,7 +8,7 @@ import pytest
 from helpers import REPO_ROOT
 from typer.testing import CliRunner
 
-from dclr.cli import app
+from dclr.cli.main import app
 
 SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 runner = CliRunner()
@@ -196,7 +196,7 @@ def test_eval_sts12_in_dev_mode_is_a_named_error_not_a_traceback(model_dir, data
 def test_errors_and_titles_keep_their_brackets(capsys):
     import typer
 
-    from dclr.clitools import fail, scores_table
+    from dclr.cli.tools import fail, scores_table
 
     with pytest.raises(typer.Exit):
         fail(ValueError("install it: pip install 'dclr[serve]'"))
@@ -316,7 +316,7 @@ def test_dclr_version():
 
 
 def test_the_summary_names_the_better_of_the_two_models():
-    from dclr.cli import better_of_two
+    from dclr.cli.main import better_of_two
 
     assert "beats the starting model" in better_of_two({"avg": 78.87}, {"avg": 79.38})
     worse = better_of_two({"avg": 78.87}, {"avg": 77.07})
@@ -366,7 +366,7 @@ def test_help_paragraphs_are_not_hard_wrapped():
     indented line; the terminal wraps the rest at its own width."""
     import typer
 
-    from dclr.cli import app
+    from dclr.cli.main import app
 
     checked = 0
     for path, command in _commands(typer.main.get_command(app)):

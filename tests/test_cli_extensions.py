@@ -14,8 +14,8 @@ import typer
 from helpers import REPO_ROOT
 from typer.testing import CliRunner
 
-import dclr.cli
-from dclr.cli import ENTRY_POINT_GROUP, register_extensions
+import dclr.cli.main
+from dclr.cli.main import ENTRY_POINT_GROUP, register_extensions
 
 TOY = """
 import typer
@@ -78,7 +78,7 @@ def _lab_installed() -> bool:
 
 PROBE = """
 import json
-from dclr.cli import app
+from dclr.cli.main import app
 names = [g.name for g in app.registered_groups] + [c.name for c in app.registered_commands]
 print(json.dumps(sorted(n for n in names if n)))
 """
@@ -109,4 +109,4 @@ def test_python_m_dclr_lab_is_dclr_with_the_lab():
 
 
 def test_dclr_never_names_the_lab_in_its_extensions():
-    assert not any("lab" in name for name in dclr.cli.EXTENSIONS)
+    assert not any("lab" in name for name in dclr.cli.main.EXTENSIONS)

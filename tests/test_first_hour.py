@@ -15,8 +15,8 @@ import pytest
 from helpers import REPO_ROOT, write_pseudo_corpus
 from typer.testing import CliRunner
 
-from dclr.cli import app
-from dclr.clitools import scores_table, train_keys_help
+from dclr.cli.main import app
+from dclr.cli.tools import scores_table, train_keys_help
 from dclr.errors import ConfigError, InputError
 from dclr.evaluation.plan import split_tasks
 from dclr.methods.registry import available_methods, get_method
@@ -74,7 +74,7 @@ def test_train_help_lists_every_set_key_by_section():
 def test_train_help_needs_no_torch():
     """The sections are torch-free dataclasses, imported (not parsed from source) by the help."""
     code = (
-        "import sys; from dclr.clitools import train_keys_help; keys = train_keys_help(); "
+        "import sys; from dclr.cli.tools import train_keys_help; keys = train_keys_help(); "
         "assert 'noise_weighting' in keys and 'sup_positives' in keys, keys; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )

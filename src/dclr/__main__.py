@@ -12,6 +12,6 @@ import sys
 if sys.path and sys.path[0] in ("", os.getcwd()):
     sys.path.pop(0)
 
-from dclr.cli import app  # noqa: E402
+from dclr.cli.main import app  # noqa: E402
 
 app(prog_name="dclr")

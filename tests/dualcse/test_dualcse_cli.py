@@ -11,7 +11,7 @@ from helpers import make_tiny_model_dir
 from inli_data import HEADER, inli_rows, write_inli, write_inli_dir
 from typer.testing import CliRunner
 
-from dclr.cli import app
+from dclr.cli.main import app
 from dclr.dualcse.model import DualEncoder
 
 runner = CliRunner()

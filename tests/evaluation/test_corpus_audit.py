@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dclr.cli import app
+from dclr.cli.main import app
 from dclr.data.paraphrases import GoldIndex, ParaphrasePair
 from dclr.errors import ConfigError
 from dclr.evaluation.corpus_audit import (

@@ -105,7 +105,7 @@ def _without_times(results: dict) -> dict:
 
 
 def _cli_json(args: list[str], out: Path) -> dict:
-    from dclr.cli import app
+    from dclr.cli.main import app
 
     result = CliRunner().invoke(app, ["eval", *args, "--json", str(out)])
     assert result.exit_code == 0, result.output

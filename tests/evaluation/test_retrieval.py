@@ -272,7 +272,7 @@ def test_dclr_eval_retrieval_and_index_write_the_json(beir_folder, tiny_encoder,
     from typer.testing import CliRunner
 
     import dclr
-    from dclr.cli import app
+    from dclr.cli.main import app
     from dclr.models.export import save_encoder
 
     runner = CliRunner()
@@ -322,7 +322,7 @@ def test_dclr_eval_retrieval_and_index_write_the_json(beir_folder, tiny_encoder,
 def test_dclr_data_build_retrieval_writes_a_folder_eval_reads(data_dir, tmp_path):
     from typer.testing import CliRunner
 
-    from dclr.cli import app
+    from dclr.cli.main import app
     from dclr.data.beir import load_beir
 
     done = CliRunner().invoke(

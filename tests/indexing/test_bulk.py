@@ -10,7 +10,7 @@ import pytest
 from helpers import make_tiny_model_dir
 from typer.testing import CliRunner
 
-from dclr.cli import app
+from dclr.cli.main import app
 from dclr.data.readers import open_source
 from dclr.errors import InputError
 from dclr.indexing import bulk, shards

@@ -14,7 +14,7 @@ import pytest
 from helpers import write_pseudo_corpus
 from typer.testing import CliRunner
 
-from dclr.cli import app
+from dclr.cli.main import app
 from dclr.data.readers import open_source
 from dclr.errors import InputError
 from dclr.indexing import shards

@@ -16,7 +16,7 @@ faiss = pytest.importorskip("faiss")
 
 from helpers import write_pseudo_corpus  # noqa: E402
 
-from dclr.cli import app  # noqa: E402
+from dclr.cli.main import app  # noqa: E402
 from dclr.data.readers import open_source  # noqa: E402
 from dclr.errors import InputError  # noqa: E402
 from dclr.indexing import index as index_module  # noqa: E402

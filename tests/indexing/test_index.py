@@ -12,7 +12,7 @@ faiss = pytest.importorskip("faiss")
 
 from helpers import make_tiny_model_dir  # noqa: E402
 
-from dclr.cli import app  # noqa: E402
+from dclr.cli.main import app  # noqa: E402
 from dclr.data.readers import open_source  # noqa: E402
 from dclr.errors import InputError  # noqa: E402
 from dclr.indexing.fingerprint import model_fingerprint  # noqa: E402

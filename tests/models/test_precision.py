@@ -12,7 +12,7 @@ import torch
 from helpers import SAMPLE_SENTENCES
 from typer.testing import CliRunner
 
-from dclr.cli import app
+from dclr.cli.main import app
 from dclr.errors import ConfigError
 from dclr.indexing.fingerprint import model_fingerprint
 from dclr.models.encoder import SentenceEncoder, model_limit

@@ -1,8 +1,9 @@
 """The package's folders read as layers: each imports only from the layers below it.
 
 Every module belongs to one layer: a root module by its name, a module in a folder by the folder,
-except a folder's `cli` module, which is that folder's command-line face and sits in the top layer
-with `dclr.cli`. Edges are counted as the cycle test counts them (deferred, `TYPE_CHECKING` and
+with no exception: every command-line face is in the `cli/` folder, the top layer (issue 45; before
+it, each folder's `cli.py` was counted as the top layer by name, so `clitools.py`, a root module,
+hid an import of `methods/`). Edges are counted as the cycle test counts them (deferred, `TYPE_CHECKING` and
 by-name imports included), so a deferred import does not hide a layer broken upward.
 
 The lab (`dclr_lab`, its own distribution in lab/) is the layer above everything: it imports any of
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("st", {"st"}),  # the sentence-transformers face
         ("api", {"api"}),
         ("serving", {"serving"}),  # HTTP only
-        ("cli", {"cli", "clitools", "__main__", "__init__"}),
+        ("cli", {"cli", "__main__", "__init__"}),  # every command-line face: the cli/ folder
     )
 )
 LAB = "lab"  # every module of dclr_lab, the reproduction lab: above the command line
@@ -46,8 +47,6 @@ def layer_of(module: str) -> str:
     if module.split(".")[0] == "dclr_lab":
         return LAB
     parts = module.split(".")[1:]  # dclr.models.encoder -> models, encoder
-    if parts and parts[-1] == "cli":
-        return "cli"
     key = parts[0] if parts else "__init__"
     for name, members in LAYERS:
         if key in members:
@@ -78,7 +77,7 @@ def test_an_import_of_the_lab_from_the_library_is_found():
     graph = {
         "dclr.evaluation.corpus_audit": {"dclr_lab.plots"},
         "dclr.cli": {"dclr_lab.cli"},
-        "dclr_lab.cli": {"dclr.cli", "dclr.clitools"},  # the lab may import all of dclr
+        "dclr_lab.cli": {"dclr.cli", "dclr.cli.tools"},  # the lab may import all of dclr
         "dclr_lab.plots": set(),
     }
     assert upward_imports(graph) == [
@@ -94,7 +93,7 @@ def test_the_graph_holds_the_lab():
 
 
 def test_a_folders_cli_is_in_the_top_layer():
-    assert layer_of("dclr.serving.cli") == "cli" and layer_of("dclr.serving.service") == "serving"
+    assert layer_of("dclr.cli.serving") == "cli" and layer_of("dclr.serving.service") == "serving"
 
 
 def test_no_import_runs_up_a_layer():

@@ -15,6 +15,7 @@ pytest.importorskip("fastapi")
 
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
 from dclr.serving.batcher import EmbeddingBatcher, Overloaded  # noqa: E402
+from dclr.serving.settings import Batching  # noqa: E402
 
 
 def char_tokens(texts):
@@ -50,7 +51,9 @@ def test_a_pass_takes_texts_across_requests_up_to_the_token_budget():
     encode = Recorder()
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=100, max_wait_s=0.01)
+        batcher = EmbeddingBatcher(
+            char_tokens, encode, Batching(max_batch_tokens=100, max_wait=0.01)
+        )
         await batcher.start()
         try:
             results = await asyncio.gather(*(batcher.submit(r) for r in REQUESTS))
@@ -74,7 +77,7 @@ def test_a_large_request_is_split_into_passes_and_reassembled_in_order():
     texts = [chr(ord("a") + i) * (10 + i) for i in range(20)]  # 390 tokens
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=64)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch_tokens=64))
         await batcher.start()
         try:
             return await batcher.submit(texts)
@@ -93,7 +96,7 @@ def test_a_query_goes_ahead_of_queued_indexing_requests():
     encode = Recorder(seconds_per_token=2e-5)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=1000)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch_tokens=1000))
         await batcher.start()
         try:
             await batcher.submit(["warm" * 10] * 50)  # measures the rate
@@ -115,7 +118,7 @@ def test_no_request_is_starved_by_a_stream_of_queries():
     encode = Recorder(seconds_per_token=1e-4)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=200)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch_tokens=200))
         await batcher.start()
         try:
             await batcher.submit(["warm" * 10] * 50)
@@ -135,7 +138,7 @@ def test_no_request_is_starved_by_a_stream_of_queries():
 def test_served_vectors_equal_bulk_vectors_whatever_the_batch_mates(tiny_model_dir):
     """A text's vector from the service's pass (packed with texts of other lengths, from other
     requests) equals `SentenceEncoder.encode` of that text alone and of the whole list."""
-    from dclr.serving.service import encoder_functions
+    from dclr.serving.encoding import encoder_functions
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean")
     assert encoder.enable_packing()
@@ -160,7 +163,7 @@ def test_served_vectors_equal_bulk_vectors_whatever_the_batch_mates(tiny_model_d
     alone = np.stack([encoder.encode([t], normalize=True)[0] for t in texts[:5]])
 
     async def scenario():
-        batcher = EmbeddingBatcher(*encoder_functions(encoder), max_batch_tokens=96)
+        batcher = EmbeddingBatcher(*encoder_functions(encoder), Batching(max_batch_tokens=96))
         await batcher.start()
         try:
             chunks = [texts[i : i + 3] for i in range(0, len(texts), 3)]
@@ -182,7 +185,7 @@ def test_small_passes_run_on_one_thread_and_larger_ones_on_all(tiny_model_dir, m
     gets every thread the process was given. The vectors do not depend on it."""
     import torch
 
-    from dclr.serving.service import ONE_THREAD_BELOW_TOKENS, encoder_functions
+    from dclr.serving.encoding import ONE_THREAD_BELOW_TOKENS, encoder_functions
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean")
     seen: list[tuple[int, int]] = []
@@ -215,7 +218,7 @@ def test_indexing_traffic_a_quiet_machine_finishes_in_time_is_never_refused():
     encode = Recorder(seconds_per_token=1e-5)  # 8 x 64 x 40 tokens: ~0.2 s of work
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_queue_wait_s=2.0)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_queue_wait=2.0))
         await batcher.start()
         try:
             await batcher.submit(["warm" * 10] * 50)
@@ -234,7 +237,7 @@ def test_a_newcomer_that_would_make_admitted_requests_late_is_refused():
     encode = Recorder(seconds_per_token=1e-3)  # 1,000 tokens/s
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=100)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch_tokens=100))
         await batcher.start()
         try:
             await batcher.submit(["w" * 50])  # measures ~1,000 tokens/s
@@ -266,7 +269,7 @@ def test_a_flood_after_one_huge_request_is_answered_in_time_or_refused():
     encode = Recorder(seconds_per_token=2e-5)  # 50,000 tokens/s
 
     async def scenario():
-        batcher = EmbeddingBatcher(tokenize, encode, max_batch_tokens=2048)
+        batcher = EmbeddingBatcher(tokenize, encode, Batching(max_batch_tokens=2048))
         await batcher.start()
         try:
             await batcher.submit(["h" * 8192] * 256)  # 16k tokens after truncation
@@ -354,7 +357,9 @@ def test_two_workers_encode_two_passes_at_once_and_split_a_lone_request():
         return (np.array([[len(x), x[0]] for x in ids], dtype=np.float32),)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_tokens=200, workers=2)
+        batcher = EmbeddingBatcher(
+            char_tokens, encode, Batching(max_batch_tokens=200, encode_workers=2)
+        )
         await batcher.start()
         try:
             texts = [c * 20 for c in "abcdefgh"]  # 160 tokens: one pass of one worker's 100
@@ -373,7 +378,9 @@ def test_the_queue_drains_twice_as_fast_with_two_workers():
     """The admission estimate runs as many passes at once as there are workers."""
 
     async def estimate(workers):
-        batcher = EmbeddingBatcher(char_tokens, Recorder(), max_batch_tokens=200, workers=workers)
+        batcher = EmbeddingBatcher(
+            char_tokens, Recorder(), Batching(max_batch_tokens=200, encode_workers=workers)
+        )
         for _ in range(4):  # a cost model: 0.01 s per pass, 1 ms per token, per worker
             batcher._measure(10, 0.02)
             batcher._measure(100, 0.11)

@@ -97,3 +97,35 @@ def test_a_lone_surrogate_still_gets_the_routes_400(client):
                          headers={"content-type": "application/json"})  # fmt: skip
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_unicode"
+
+
+# ---- tied to the request model (issue 45 item 4) -----------------------------------------------
+def test_the_fast_path_handles_every_field_of_the_request_model():
+    """A field added to `EmbeddingsRequest` must be added to `fastpath.FIELDS` (handled, or
+    declined so that a body carrying it goes to the route), or the fast path would ignore it."""
+    from dclr.serving.schemas import EmbeddingsRequest
+
+    assert set(fastpath.FIELDS) == set(EmbeddingsRequest.model_fields)
+    assert set(fastpath.FIELDS.values()) <= {"texts", "checked", "format", "declined"}
+
+
+def test_every_format_the_model_accepts_is_served_fast():
+    from dclr.serving.schemas import EmbeddingsRequest
+
+    for fmt in ("float", "base64"):
+        assert EmbeddingsRequest(input="a", encoding_format=fmt).encoding_format in fastpath.FORMATS
+    assert set(fastpath.FORMATS) == {"float", "base64"}
+
+
+@pytest.mark.parametrize("field", fastpath.DECLINED)
+def test_a_declined_field_goes_to_the_route(field):
+    assert parse_request(json.dumps({"input": "a", field: None}).encode()) is None
+
+
+def test_the_fields_test_fails_for_a_new_field():
+    from pydantic import create_model
+
+    from dclr.serving.schemas import EmbeddingsRequest
+
+    wider = create_model("Wider", __base__=EmbeddingsRequest, user_tag=(str | None, None))
+    assert set(wider.model_fields) - set(fastpath.FIELDS) == {"user_tag"}

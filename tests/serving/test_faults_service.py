@@ -19,13 +19,14 @@ pytest.importorskip("fastapi")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from dclr.cli import app as cli_app  # noqa: E402
+from dclr.cli.main import app as cli_app  # noqa: E402
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
 from dclr.serving.batcher import EmbeddingBatcher, Overloaded  # noqa: E402
 from dclr.serving.launch import serve_process  # noqa: E402
 from dclr.serving.middleware import BodyLimitMiddleware  # noqa: E402
 from dclr.serving.protocols import available_parsers  # noqa: E402
 from dclr.serving.service import create_app  # noqa: E402
+from dclr.serving.settings import Batching, Connections  # noqa: E402
 
 API_KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -459,7 +460,7 @@ def test_queue_bound_counts_tokens_not_texts():
 
     async def scenario():
         batcher = EmbeddingBatcher(
-            char_tokens, encode, max_pending_texts=512, max_pending_tokens=5_000
+            char_tokens, encode, Batching(max_pending=512, max_pending_tokens=5_000)
         )
         await batcher.start()
         try:
@@ -481,7 +482,7 @@ def test_queue_refuses_before_clients_would_time_out():
     encode, _ = _slow_encode(0.1)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1, max_queue_wait_s=0.5)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch=1, max_queue_wait=0.5))
         await batcher.start()
         try:
             await batcher.submit(["x" * 100])  # measures the rate: ~1000 tokens/s
@@ -516,7 +517,7 @@ def test_queue_admits_against_the_live_throughput():
         return (np.zeros((len(ids), 2), dtype=np.float32),)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1, max_queue_wait_s=0.3)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch=1, max_queue_wait=0.3))
         await batcher.start()
         try:
             await batcher.submit(["x" * 100])  # measured: ~10,000 tokens/s
@@ -535,8 +536,8 @@ def test_queue_admits_against_the_live_throughput():
 
 def test_client_timeout_header_bounds_the_wait():
     """A client that says it waits 1 s (OpenAI's client: x-stainless-timeout) is refused at
-    once when the queue would take longer, though max_queue_wait_s would admit it."""
-    from dclr.serving.service import client_timeout_s
+    once when the queue would take longer, though max_queue_wait would admit it."""
+    from dclr.serving.headers import client_timeout_s
 
     assert client_timeout_s({"x-stainless-timeout": "600"}) == pytest.approx(480)
     assert client_timeout_s({"x-request-timeout": "nan"}) is None
@@ -545,7 +546,7 @@ def test_client_timeout_header_bounds_the_wait():
     encode, _ = _slow_encode(0.2)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1, max_queue_wait_s=10)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch=1, max_queue_wait=10))
         await batcher.start()
         try:
             await batcher.submit(["x" * 100])  # ~500 tokens/s
@@ -566,7 +567,7 @@ def test_work_of_departed_clients_is_dropped():
     encode, seen = _slow_encode(0.3)
 
     async def scenario():
-        batcher = EmbeddingBatcher(char_tokens, encode, max_batch_texts=1)
+        batcher = EmbeddingBatcher(char_tokens, encode, Batching(max_batch=1))
         await batcher.start()
         try:
             running = asyncio.ensure_future(batcher.submit(["being encoded"]))
@@ -617,9 +618,11 @@ def test_parser_and_loop_choices(monkeypatch):
     from dclr.serving.protocols import GuardedH11Protocol, protocol_with
     from dclr.serving.server import event_loop
 
-    assert issubclass(protocol_with(5.0, http="h11"), GuardedH11Protocol)
+    assert issubclass(
+        protocol_with(Connections(header_timeout=5.0, http="h11")), GuardedH11Protocol
+    )
     with pytest.raises(ValueError, match="unknown HTTP parser"):
-        protocol_with(5.0, http="zttp")
+        protocol_with(Connections(header_timeout=5.0, http="zttp"))
     with pytest.raises(ValueError, match="unknown event loop"):
         event_loop("trio")
     assert event_loop("asyncio") == "asyncio"
@@ -629,6 +632,6 @@ def test_parser_and_loop_choices(monkeypatch):
     with pytest.raises(ValueError, match="pip install"):
         event_loop("uvloop")
     assert available_parsers() == ("h11",)
-    assert issubclass(protocol_with(5.0), GuardedH11Protocol)
+    assert issubclass(protocol_with(Connections(header_timeout=5.0)), GuardedH11Protocol)
     with pytest.raises(ValueError, match="needs httptools"):
-        protocol_with(5.0, http="httptools")
+        protocol_with(Connections(header_timeout=5.0, http="httptools"))

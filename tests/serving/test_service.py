@@ -345,12 +345,16 @@ def test_docs_are_off_by_default_and_fenced_by_a_csp_when_on(encoder):
     """Issue 25 item 10: /docs loaded scripts from a CDN with no Content-Security-Policy."""
     from fastapi.testclient import TestClient
 
-    from dclr.serving.service import DOCS_CDN, create_app
+    from dclr.serving.headers import DOCS_CDN
+    from dclr.serving.service import create_app
+    from dclr.serving.settings import Served, ServeSettings
 
     with TestClient(create_app(encoder, "tiny", "f" * 64)) as local:
         assert local.get("/docs").status_code == 404 and local.get("/redoc").status_code == 404
         assert local.get("/openapi.json").status_code == 200
-    with TestClient(create_app(encoder, "tiny", "f" * 64, docs=True)) as local:
+    with TestClient(
+        create_app(encoder, "tiny", "f" * 64, settings=ServeSettings(Served(docs=True)))
+    ) as local:
         page = local.get("/docs")
         assert page.status_code == 200 and "swagger" in page.text.lower()
         policy = page.headers["content-security-policy"]

@@ -17,7 +17,7 @@ import yaml
 from helpers import tiny_run_overrides, write_pseudo_corpus
 from typer.testing import CliRunner
 
-from dclr.cli import app as cli_app
+from dclr.cli.main import app as cli_app
 from dclr.driver import run_training
 from dclr.errors import ConfigError
 from dclr.recipe import load_config

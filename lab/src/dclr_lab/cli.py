@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dclr.clitools import console, fail, out, quiet_hf, reflow_help, scores_table
+from dclr.cli.tools import console, fail, out, quiet_hf, reflow_help, scores_table
 from dclr.errors import ConfigError, DclrError
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def register(parent: typer.Typer) -> None:
 def app_with_lab() -> typer.Typer:
     """dclr's app with the lab's commands: those the installed entry point registered, else
     registered here (a checkout on PYTHONPATH has no entry point)."""
-    from dclr.cli import app
+    from dclr.cli.main import app
 
     if not any(group.typer_instance is runs_app for group in app.registered_groups):
         register(app)

@@ -269,14 +269,8 @@ class DCLRLoss(torch.nn.Module):
         self.model = model
         self.complementary = complementary  # frozen; never a parameter of this loss
         self.temperature = check_temperature(options.temperature)
-        self.noise_ratio, self.noise_std = options.noise_ratio, options.noise_std
-        self.noise_steps, self.noise_step_size = options.noise_steps, options.noise_step_size
+        # the options are read from `self.options` under their own names; only derived values here
         self.noise_temperature = options.noise_temperature or options.temperature
-        self.noise_mode, self.weighting = options.noise_mode, options.weighting
-        self.form, self.noise_weighting = options.dclr_form, options.noise_weighting
-        self.threshold = options.false_negative_threshold
-        self.rule = options.false_negative_rule
-        self.pair_margin = options.pair_margin
         self.seed = seed
         self.views = views
         self.start_records = dict(start_records or {})
@@ -291,18 +285,18 @@ class DCLRLoss(torch.nn.Module):
         return cls(model, complementary, DCLROptions(**options), seed=seed, views=views)
 
     def noise(self, z1: torch.Tensor, z2: torch.Tensor, step: int) -> torch.Tensor | None:
-        k = round(self.noise_ratio * z1.shape[0])
-        if self.noise_mode == "none" or k == 0:
+        k = round(self.options.noise_ratio * z1.shape[0])
+        if self.options.noise_mode == "none" or k == 0:
             return None
         gen = torch.Generator(device=z1.device).manual_seed(self.seed * SEED_STRIDE + step)
-        steps = self.noise_steps if self.noise_mode == "optimized" else 0
+        steps = self.options.noise_steps if self.options.noise_mode == "optimized" else 0
         return noise_negatives(
             z1,
             z2,
             k,
-            self.noise_std,
+            self.options.noise_std,
             steps,
-            self.noise_step_size,
+            self.options.noise_step_size,
             self.noise_temperature,
             generator=gen,
         )
@@ -323,31 +317,35 @@ class DCLRLoss(torch.nn.Module):
         z1, z2 = gather_with_grad(z1), gather_with_grad(z2)  # (n_global, d)
         noise = self.noise(z1, z2, step)
         teacher = None
-        if self.weighting in ("complementary", "distill"):
+        if self.options.weighting in ("complementary", "distill"):
             teacher = self.complementary.similarities(indices, sentences).to(z1.device)
-        elif self.weighting == "self":
+        elif self.options.weighting == "self":
             with torch.no_grad():
                 teacher = cosine_matrix(z1.detach(), z2.detach())
         weights = None
-        if teacher is not None and self.weighting != "distill":
-            if self.form == "official":
-                weights = official_weights(teacher, self.threshold, self.temperature)
-            elif self.rule == "fixed":
-                weights = false_negative_weights(teacher, self.threshold)
+        if teacher is not None and self.options.weighting != "distill":
+            if self.options.dclr_form == "official":
+                weights = official_weights(
+                    teacher, self.options.false_negative_threshold, self.temperature
+                )
+            elif self.options.false_negative_rule == "fixed":
+                weights = false_negative_weights(teacher, self.options.false_negative_threshold)
             else:
-                relative = self.rule == "pair_relative"
-                weights = pair_false_negative_weights(teacher, self.pair_margin, relative)
+                relative = self.options.false_negative_rule == "pair_relative"
+                weights = pair_false_negative_weights(teacher, self.options.pair_margin, relative)
         noise_weights = None
-        if self.noise_weighting == "complementary" and noise is not None:
+        if self.options.noise_weighting == "complementary" and noise is not None:
             anchors = self.complementary.anchor_vectors(indices, sentences).to(z1.device)  # (n, d)
-            noise_weights = noise_negative_weights(anchors, noise, self.threshold)
-        if self.form == "official":
+            noise_weights = noise_negative_weights(
+                anchors, noise, self.options.false_negative_threshold
+            )
+        if self.options.dclr_form == "official":
             contrastive = dclr_official_loss(z1, z2, noise, weights, self.temperature)
         else:
             contrastive = dclr_paper_loss(z1, z2, noise, weights, self.temperature, noise_weights)
         parts = {"contrastive": contrastive.detach()}
         loss = contrastive
-        if self.weighting == "distill":
+        if self.options.weighting == "distill":
             kd = distillation_loss(
                 cosine_matrix(z1, z2) / self.temperature,
                 cast(torch.Tensor, teacher),  # set above: "distill" is a complementary weighting
@@ -358,7 +356,7 @@ class DCLRLoss(torch.nn.Module):
         n = z1.shape[0]
         parts["dropped_fraction"] = dropped_fraction(weights, n)
         parts["noise_count"] = torch.tensor(0 if noise is None else noise.shape[0])
-        if self.noise_weighting == "complementary":
+        if self.options.noise_weighting == "complementary":
             parts["noise_dropped_fraction"] = (
                 torch.tensor(0.0)
                 if noise_weights is None

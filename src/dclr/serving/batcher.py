@@ -1,12 +1,12 @@
 """Dynamic batching by tokens: texts from concurrent requests share packed forward passes.
 
 A request's texts are tokenised on arrival, so the queue knows its work in tokens. Each of
-`workers` workers (one by default) repeatedly takes queued texts up to its token budget (an
+`encode_workers` workers (one by default) repeatedly takes queued texts up to its token budget (an
 equal share of `max_batch_tokens`, not an item count), across requests, and runs the encode
 function once on its own executor thread (the model's intra-op threads do the parallel work);
 the encode function orders them by length and encodes them packed, as bulk encoding does, and
 each request gets its rows when its last text is done, whichever pass encoded them. While
-passes run, new requests queue up, so under load passes fill by themselves; `max_wait_s` only
+passes run, new requests queue up, so under load passes fill by themselves; `max_wait` only
 matters when the server is idle. A worker that finds other workers idle takes only its share
 of the queue, so a lone large request is spread over them.
 
@@ -17,7 +17,7 @@ before it, so it waits for about one forward pass, not for the whole queue; a la
 split across passes and is never starved (every later arrival's key grows with the clock).
 
 Admission (HTTP 503 with Retry-After, at once): every admitted request has a deadline,
-`max_queue_wait_s`, or the client's own timeout when it says a shorter one (`X-Request-Timeout`,
+`max_queue_wait`, or the client's own timeout when it says a shorter one (`X-Request-Timeout`,
 OpenAI's `x-stainless-timeout`); keeping the server's bound under typical client timeouts (10 s
 against 30-60 s) leaves room for the machine to slow down after admission (another job takes
 the cores) without a client timing out. A new request is admitted only if, with it in the queue
@@ -51,24 +51,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Tokens per forward pass. A packed pass of ~2k tokens already runs the dense layers at the
-# bulk rate (MiniLM, 2 CPU threads: see docs/performance.md, "Serving"); larger passes only
-# delay the one-text queries queued behind them (a pass of 2,048 tokens takes ~0.5 s there).
-MAX_BATCH_TOKENS = 2048
-# Texts per forward pass at most (bounds the per-text bookkeeping of one pass).
-MAX_BATCH_TEXTS = 512
-# Idle-server wait for company before encoding. 0: the worker only yields once to the event loop,
-# so requests already read in the same loop turn join; a lone query does not wait (under load,
-# passes fill by themselves while the previous one runs).
-MAX_WAIT_S = 0.0
-# Texts waiting at most: 64 requests of 64 texts.
-MAX_PENDING_TEXTS = 4096
-# Tokens waiting at most: 512 texts of 512 tokens (a few MiB of ids; ~1-2 min of MiniLM work on
-# 2 cores, so the deadline check refuses long before this bound is reached on such a machine).
-MAX_PENDING_TOKENS = 262_144
-# A request without a timeout of its own is refused when it could not finish within this many
-# seconds: under the 30-60 s that HTTP clients typically wait, so they get a 503, not silence.
-MAX_QUEUE_WAIT_S = 10.0
+from dclr.serving.settings import Batching
+
 # The cost model is fitted on the latest PASSES_PER_SIZE passes of each size class (tokens in
 # powers of 4: 1-3, 4-15, ..., 1024-4095), so a stream of one-text queries does not erase what
 # large passes showed about the per-token cost (a fit on one narrow size range extrapolates
@@ -143,30 +127,15 @@ class EmbeddingBatcher:
         self,
         tokenize: Tokenize,
         encode: EncodeIds,
-        max_batch_tokens: int = MAX_BATCH_TOKENS,
-        max_batch_texts: int = MAX_BATCH_TEXTS,
-        max_wait_s: float = MAX_WAIT_S,
-        max_pending_texts: int = MAX_PENDING_TEXTS,
-        max_pending_tokens: int = MAX_PENDING_TOKENS,
-        max_queue_wait_s: float = MAX_QUEUE_WAIT_S,
-        workers: int = 1,
+        settings: Batching | None = None,
     ) -> None:
-        sizes = (max_batch_tokens, max_batch_texts, max_pending_texts, max_pending_tokens, workers)
-        if min(sizes) < 1 or max_wait_s < 0:
-            raise ValueError("batch and queue sizes and workers must be >= 1, max_wait_s >= 0")
-        if max_queue_wait_s <= 0:
-            raise ValueError("max_queue_wait_s must be > 0")
+        settings = settings or Batching()
         self.tokenize = tokenize
         self.encode = encode
-        self.max_batch_tokens = max_batch_tokens
+        self.settings = settings
+        self.workers = settings.encode_workers or 1
         # the budget is shared by the passes run at once: memory in flight stays that of one
-        self.pass_tokens = max(1, max_batch_tokens // workers)
-        self.max_batch_texts = max_batch_texts
-        self.max_wait_s = max_wait_s
-        self.max_pending_texts = max_pending_texts
-        self.max_pending_tokens = max_pending_tokens
-        self.max_queue_wait_s = max_queue_wait_s
-        self.workers = workers
+        self.pass_tokens = max(1, settings.max_batch_tokens // self.workers)
         self.stats = BatcherStats()
         self._queue: list[_Request] = []  # sorted by key
         # size class -> its latest passes (tokens, seconds, when measured)
@@ -175,7 +144,9 @@ class EmbeddingBatcher:
         self._fitted: tuple[float, tuple[float, float]] | None = None
         self._wakeup: asyncio.Event | None = None
         self._workers: list[asyncio.Task] = []
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dclr-encode")
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="dclr-encode"
+        )
         self._running: dict[int, tuple[int, float]] = {}  # worker -> (tokens, start) of its pass
 
     @property
@@ -325,22 +296,25 @@ class EmbeddingBatcher:
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
         self.stats.refused += 1
         wait = wait_s if wait_s is not None else self.estimated_wait_s() or MIN_RETRY_AFTER_S
-        ceiling = math.ceil(self.max_queue_wait_s)
+        ceiling = math.ceil(self.settings.max_queue_wait)
         retry = max(MIN_RETRY_AFTER_S, min(math.ceil(wait), ceiling))
         return Overloaded(f"{reason}; retry in {retry} s", retry)
 
     def _admit(self, request: _Request, bound: float, whose: str, own_timeout: bool) -> None:
         """Queue `request` or raise Overloaded (see the module docstring)."""
         stats, n, tokens = self.stats, len(request.ids), int(request.lengths.sum())
-        if stats.pending_texts and stats.pending_texts + n > self.max_pending_texts:
+        if stats.pending_texts and stats.pending_texts + n > self.settings.max_pending:
             raise self._refuse(
-                f"{stats.pending_texts} texts are already waiting (limit {self.max_pending_texts})",
+                f"{stats.pending_texts} texts are already waiting (limit {self.settings.max_pending})",
                 None,
             )
-        if stats.pending_tokens and stats.pending_tokens + tokens > self.max_pending_tokens:
+        if (
+            stats.pending_tokens
+            and stats.pending_tokens + tokens > self.settings.max_pending_tokens
+        ):
             raise self._refuse(
                 f"{stats.pending_tokens} tokens of text are already waiting (limit "
-                f"{self.max_pending_tokens})",
+                f"{self.settings.max_pending_tokens})",
                 None,
             )
         costs = self._costs()
@@ -382,7 +356,7 @@ class EmbeddingBatcher:
             raise RuntimeError("EmbeddingBatcher.start() was not awaited")
         ids = self.tokenize(texts)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))  # (n,)
-        bound, whose = self.max_queue_wait_s, "max_queue_wait_s"
+        bound, whose = self.settings.max_queue_wait, "max_queue_wait_s"
         idle = not self._queue and not self._running
         if deadline_s is not None and (deadline_s < bound or idle):  # idle: the client's word
             bound, whose = deadline_s, "your timeout"
@@ -418,7 +392,7 @@ class EmbeddingBatcher:
         budget = min(self.pass_tokens, -(-self.stats.pending_tokens // max(idle, 1)))
         for request in list(self._queue):
             start = stop = request.taken
-            while stop < len(request.ids) and texts < self.max_batch_texts:
+            while stop < len(request.ids) and texts < self.settings.max_batch:
                 size = int(request.lengths[stop])
                 if texts and tokens + size > budget:
                     break
@@ -469,7 +443,7 @@ class EmbeddingBatcher:
             if not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-                await asyncio.sleep(self.max_wait_s)  # idle until now: let company join
+                await asyncio.sleep(self.settings.max_wait)  # idle until now: let company join
             if not self._queue:  # every queued request was cancelled meanwhile
                 continue
             slices = [s for s in self._take_pass() if not s[0].future.done()]

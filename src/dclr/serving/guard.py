@@ -22,37 +22,15 @@ import hmac
 import ipaddress
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from dclr.serving.middleware import error_json
+from dclr.serving.errors import send_error
+from dclr.serving.settings import MAX_IN_FLIGHT, Security
 
-# Hosts a loopback-bound server answers to by default.
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 # Routes served without the API key: the page and its files hold no data and no secret.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/static/app.js", "/static/app.css"})
-# Requests handled at once at most; more get 503. Each holds at most one body (max_body_bytes)
-# and its queued texts (bounded by the batcher), so this bounds memory held by requests.
-MAX_IN_FLIGHT = 128
 # Seconds a client refused for too many requests in flight is told to wait.
 BUSY_RETRY_AFTER_S = 1
-
-
-@dataclass(frozen=True)
-class Security:
-    """api_key: required on every non-page route when set; allowed_hosts: Host header names
-    accepted (None: any); max_in_flight: requests handled at once."""
-
-    api_key: str | None = None
-    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
-    max_in_flight: int = MAX_IN_FLIGHT
-
-    def __post_init__(self) -> None:
-        if self.api_key is not None and len(self.api_key) < 8:
-            raise ValueError("the API key must have at least 8 characters")
-        if self.max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
-
 
 _HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?")
 
@@ -101,23 +79,21 @@ class GuardMiddleware:
             host = next((v for k, v in headers if k == b"host"), b"")
             if host_name(host) not in self.allowed:
                 shown = host.decode("latin-1")[:100]
-                await _reject(
+                await send_error(
                     send,
-                    421,
+                    "host_not_allowed",
                     f"this server does not answer to Host {shown!r}; allowed: "
                     f"{', '.join(sorted(self.allowed))} (start it with --allowed-host NAME to add "
                     "one)",
-                    "host_not_allowed",
                 )
                 return
         if self.key is not None and scope.get("path") not in PUBLIC_PATHS:
             given = presented_key(headers)
             if given is None or not hmac.compare_digest(given, self.key):
-                await _reject(
+                await send_error(
                     send,
-                    401,
-                    "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
                     "invalid_api_key",
+                    "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
                     [(b"www-authenticate", b"Bearer")],
                 )
                 return
@@ -141,12 +117,11 @@ class InFlightMiddleware:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.max_in_flight:
-            await _reject(
+            await send_error(
                 send,
-                503,
+                "too_many_requests_in_flight",
                 f"{self.in_flight} requests are already being handled (max_in_flight); retry "
                 "shortly",
-                "too_many_requests_in_flight",
                 [(b"retry-after", str(BUSY_RETRY_AFTER_S).encode())],
             )
             return
@@ -155,21 +130,3 @@ class InFlightMiddleware:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
-
-
-async def _reject(
-    send: Any,
-    status: int,
-    message: str,
-    code: str,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    type_ = "authentication_error" if status == 401 else "invalid_request_error"
-    if status == 503:
-        type_ = "server_overloaded"
-    body = error_json(message, type_, None, code)
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send(
-        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
-    )
-    await send({"type": "http.response.body", "body": body})

@@ -11,9 +11,10 @@ bytes to hold a connection), is answered 408.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
+
+from dclr.serving.errors import send_error
 
 # Seconds a client gets to send its whole body: 4 MiB at a slow 1 Mbit/s link takes ~35 s.
 BODY_TIMEOUT_S = 60.0
@@ -25,12 +26,6 @@ BODY_GRACE_S = 5.0
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
-
-
-def error_json(message: str, type_: str, param: str | None, code: str | None) -> bytes:
-    """The body of every error the service sends."""
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return json.dumps(body).encode()
 
 
 class BodyLimitMiddleware:
@@ -59,10 +54,10 @@ class BodyLimitMiddleware:
             try:
                 size = int(declared)
             except ValueError:
-                await self._reject(send, 400, "Content-Length is not a number", "bad_length")
+                await send_error(send, "bad_length", "Content-Length is not a number")
                 return
             if size > self.max_bytes:
-                await self._reject(send, 413, self._message(f"{size} bytes"), "body_too_large")
+                await send_error(send, "body_too_large", self._message(f"{size} bytes"))
                 return
         # Read the whole body (it is bounded) so an overflow is answered here, not turned into a
         # parsing error by the framework; the app then reads the buffered copy.
@@ -80,10 +75,10 @@ class BodyLimitMiddleware:
                 if due < deadline:
                     text = (f"the request body arrives slower than {self.min_rate:g} bytes/s "
                             f"({received} bytes in {time.monotonic() - start:.1f} s)")  # fmt: skip
-                    await self._reject(send, 408, text, "body_too_slow")
+                    await send_error(send, "body_too_slow", text)
                 else:
                     text = f"the request body did not arrive within {self.timeout_s:g} s"
-                    await self._reject(send, 408, text, "body_timeout")
+                    await send_error(send, "body_timeout", text)
                 return
             if message["type"] == "http.disconnect":
                 return
@@ -91,7 +86,7 @@ class BodyLimitMiddleware:
             received += len(chunk)
             if received > self.max_bytes:
                 text = self._message(f"more than {self.max_bytes} bytes")
-                await self._reject(send, 413, text, "body_too_large")
+                await send_error(send, "body_too_large", text)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -113,9 +108,3 @@ class BodyLimitMiddleware:
             f"request body is {size}; the limit is {self.max_bytes} bytes (max_body_bytes): "
             "send fewer or shorter texts per request"
         )
-
-    async def _reject(self, send: Any, status: int, message: str, code: str) -> None:
-        body = error_json(message, "invalid_request_error", "body", code)
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})

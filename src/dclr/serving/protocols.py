@@ -3,7 +3,7 @@
 Slow clients: uvicorn bounds the idle time between keep-alive requests but not the time a client
 takes to send a request's headers, so connections that send a partial header and stall (slowloris)
 stay open for ever, and uvicorn's concurrency limit counts them. `ConnectionGuard` adds that
-bound: a connection that has not sent a complete request head within `header_timeout_s` of its
+bound: a connection that has not sent a complete request head within `header_timeout` of its
 first byte (or of opening) gets 408 and is closed. Open sockets are capped in all and per client
 address, and past a cap sockets that send nothing are shed, not real requests.
 A request whose body framing is ambiguous (Content-Length and Transfer-Encoding together,
@@ -27,35 +27,18 @@ import contextlib
 import functools
 import socket
 import time
+from dataclasses import replace
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-# Open sockets at most (idle keep-alive and half-sent requests included); past it uvicorn answers
-# 503. Requests actually handled at once are bounded separately (dclr.serving.guard).
-MAX_CONNECTIONS = 1024
-# Seconds a client gets to send a complete request head (nginx's client_header_timeout is 60 s;
-# a real client sends its headers in one packet, so 10 s only hurts stalled connections).
-HEADER_TIMEOUT_S = 10.0
+from dclr.serving.errors import closing_headers, error_body, raw_error
+from dclr.serving.settings import Connections
+
 # Bytes a request head may take (request line and headers): h11's own default bound, which the
 # httptools protocol keeps too (llhttp has none).
 MAX_HEAD_BYTES = 16 * 1024
-_TIMEOUT_RESPONSE = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-_BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-_BAD_REQUEST_RESPONSE = (
-    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-# Open sockets one client address may hold (loopback included) before its new silent ones are
-# shed (see ConnectionGuard).
-MAX_CONNECTIONS_PER_CLIENT = 256
 # Seconds a connection opened past a cap has to send its first byte before it is closed: a real
 # client sends its request head at once.
 GRACE_S = 1.0
@@ -106,18 +89,12 @@ def framing_problem(headers: list[tuple[bytes, bytes]], http_version: bytes) -> 
     return None
 
 
-def _error_body(message: str, code: str) -> bytes:
-    from dclr.serving.middleware import error_json
-
-    return error_json(message, "invalid_request_error", None, code)
-
-
 class ConnectionGuard(asyncio.Protocol):
     """The guard shared by dclr's protocols (mixed in before uvicorn's protocol class): a
     deadline on receiving each request's head, caps on open connections in all and per client
     address, and JSON for every error it answers itself.
 
-    A connection opened past a cap (`max_connections` in all, `max_per_client` from one address)
+    A connection opened past a cap (`max_connections` in all, `max_connections_per_client` from one)
     is kept only if it sends a byte within GRACE_S; a silent one is then closed with a JSON 503
     and Retry-After. Past the hard cap (`hard_cap(max_connections)`, which bounds file
     descriptors) a new connection makes room by closing the oldest connection that never sent a
@@ -129,9 +106,7 @@ class ConnectionGuard(asyncio.Protocol):
     `_idle()` (no request being received or answered), and calls `_head_complete()` when a
     request head has arrived."""
 
-    header_timeout_s = HEADER_TIMEOUT_S
-    max_connections = MAX_CONNECTIONS
-    max_per_client = MAX_CONNECTIONS_PER_CLIENT
+    bounds = Connections()  # protocol_with sets a subclass's
     # set by uvicorn's protocol classes
     connections: set[Any]
     transport: asyncio.Transport
@@ -184,11 +159,14 @@ class ConnectionGuard(asyncio.Protocol):
 
     def _over_a_cap(self, open_: list[Any]) -> bool:
         same = sum(1 for c in open_ if getattr(c, "_peer", None) == self._peer)
-        return len(open_) > self.max_connections or same > self.max_per_client
+        return (
+            len(open_) > self.bounds.max_connections
+            or same > self.bounds.max_connections_per_client
+        )
 
     def _make_room(self, open_: list[Any]) -> bool:
         """Keep the open connections within the hard cap; False when this one was refused."""
-        if len(open_) <= hard_cap(self.max_connections):
+        if len(open_) <= hard_cap(self.bounds.max_connections):
             return True
         victim = _displaceable([c for c in open_ if c is not self])
         if victim is None:
@@ -207,16 +185,12 @@ class ConnectionGuard(asyncio.Protocol):
         )
 
     def _answer_busy(self, why: str) -> None:
-        from dclr.serving.middleware import error_json
-
         self._disarm_header_timer()
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None
-        body = error_json(
-            f"{why}; retry shortly", "server_overloaded", None, "too_many_connections"
-        )
-        self.transport.write(_BUSY_RESPONSE % (len(body), body))
+        busy = raw_error("too_many_connections", f"{why}; retry shortly", [(b"retry-after", b"1")])
+        self.transport.write(busy)
         self._close()
 
     def _close(self) -> None:
@@ -230,7 +204,7 @@ class ConnectionGuard(asyncio.Protocol):
     # ---- the header deadline ------------------------------------------------------------------
     def _arm_header_timer(self) -> None:
         self._disarm_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+        self._header_timer = self.loop.call_later(self.bounds.header_timeout, self._header_timeout)
 
     def _disarm_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -241,11 +215,8 @@ class ConnectionGuard(asyncio.Protocol):
         self._header_timer = None
         if self.transport.is_closing() or not self._head_pending():
             return  # a request is being handled: its body has its own deadline
-        body = _error_body(
-            f"the request head did not arrive within {self.header_timeout_s:g} s",
-            "header_timeout",
-        )
-        self.transport.write(_TIMEOUT_RESPONSE % (len(body), body))
+        message = f"the request head did not arrive within {self.bounds.header_timeout:g} s"
+        self.transport.write(raw_error("header_timeout", message))
         self._close()
 
 
@@ -275,11 +246,10 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
         error shape, not plain text, and the connection closed (nothing after it is read)."""
         problem = getattr(self.conn, "framing_problem", None)
         if problem is not None:
-            body = _error_body(f"ambiguous HTTP framing: {problem}", "ambiguous_framing")
+            body = error_body("ambiguous_framing", f"ambiguous HTTP framing: {problem}")
         else:
-            body = _error_body(f"malformed HTTP request: {msg}", "bad_http_request")
-        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                   (b"content-length", b"%d" % len(body))]  # fmt: skip
+            body = error_body("bad_http_request", f"malformed HTTP request: {msg}")
+        headers = closing_headers(body)
         event = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
         for part in (event, h11.Data(data=body), h11.EndOfMessage()):
             try:
@@ -361,10 +331,10 @@ def _httptools_protocol() -> type:
             if self._framing is None and both:  # llhttp's words, either header first
                 self._framing = _BOTH_FRAMINGS
             if self._framing is not None:
-                body = _error_body(f"ambiguous HTTP framing: {self._framing}", "ambiguous_framing")
+                answer = raw_error("ambiguous_framing", f"ambiguous HTTP framing: {self._framing}")
             else:
-                body = _error_body(f"malformed HTTP request: {parser_message}", "bad_http_request")
-            self.transport.write(_BAD_REQUEST_RESPONSE % (len(body), body))
+                answer = raw_error("bad_http_request", f"malformed HTTP request: {parser_message}")
+            self.transport.write(answer)
             self.transport.close()
 
         def send_400_response(self, msg: str) -> None:  # uvicorn's callers: never plain text
@@ -409,22 +379,18 @@ def available_parsers() -> tuple[str, ...]:
     return ("httptools", "h11")
 
 
-def protocol_with(
-    header_timeout_s: float,
-    max_connections: int = MAX_CONNECTIONS,
-    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
-    http: str = "auto",
-) -> type[asyncio.Protocol]:
-    """A guarded protocol class with these limits (uvicorn takes a class).
+def protocol_with(connections: Connections) -> type[asyncio.Protocol]:
+    """A guarded protocol class with these bounds and parser (uvicorn takes a class).
 
-    http: "httptools", "h11", or "auto" (httptools when installed)."""
+    `connections.http`: "httptools", "h11", or "auto" (httptools when installed)."""
     parsers = available_parsers()
+    http = connections.http
     parser = parsers[0] if http == "auto" else http
     if parser not in ("httptools", "h11"):
         raise ValueError(f"unknown HTTP parser {http!r}: use auto, httptools or h11")
     if parser not in parsers:
         raise ValueError("--http httptools needs httptools: pip install 'dclr[serve]'")
     base = _httptools_protocol() if parser == "httptools" else GuardedH11Protocol
-    limits = {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
-              "max_per_client": min(max_per_client, max_connections)}  # fmt: skip
-    return type(base.__name__, (base,), limits)
+    per_client = min(connections.max_connections_per_client, connections.max_connections)
+    bounds = replace(connections, max_connections_per_client=per_client)
+    return type(base.__name__, (base,), {"bounds": bounds})

@@ -12,34 +12,20 @@ behind a reverse proxy all the same (docs/serving.md).
 
 from __future__ import annotations
 
-import ipaddress
 import resource
 import socket
 import sys
+from dataclasses import replace
 from typing import Any
 
-from dclr.serving.protocols import (
-    HEADER_TIMEOUT_S,
-    MAX_CONNECTIONS,
-    MAX_CONNECTIONS_PER_CLIENT,
-    hard_cap,
-    protocol_with,
-)
+from dclr.serving.protocols import hard_cap, protocol_with
+from dclr.serving.settings import Connections
 
 # File descriptors kept free for the process's own files (model, index, logs) under the socket cap.
 RESERVED_FDS = 64
 # Seconds an idle keep-alive connection is kept (uvicorn's default): frees slots of idle clients.
 KEEP_ALIVE_S = 5
 LISTEN_LINE = "dclr serve: listening on"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -92,26 +78,18 @@ def socket_cap(wanted: int) -> int:
     return max(1, min(wanted, soft - RESERVED_FDS))
 
 
-def run(
-    app: Any,
-    host: str,
-    port: int,
-    max_connections: int = MAX_CONNECTIONS,
-    header_timeout_s: float = HEADER_TIMEOUT_S,
-    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
-    http: str = "auto",
-    loop: str = "auto",
-) -> None:
-    """Serve `app` until interrupted; `http`: the parser (see `protocols.protocol_with`);
-    `loop`: "uvloop", "asyncio" or "auto" (uvloop when installed)."""
+def run(app: Any, connections: Connections) -> None:
+    """Serve `app` until interrupted on `connections.host`:`port`, with its parser (see
+    `protocols.protocol_with`) and event loop ("uvloop", "asyncio" or "auto": uvloop when
+    installed)."""
     import uvicorn
 
-    cap = max_connections
+    cap = connections.max_connections
     while cap > 1 and socket_cap(hard_cap(cap)) < hard_cap(cap):  # fit the open-file limit
         cap = max(1, cap * 3 // 4)
-    protocol = protocol_with(header_timeout_s, cap, max_per_client, http)  # before binding
-    loop = event_loop(loop)
-    sock = bind(host, port)
+    protocol = protocol_with(replace(connections, max_connections=cap))  # before binding
+    loop = event_loop(connections.loop)
+    sock = bind(connections.host, connections.port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     config = uvicorn.Config(

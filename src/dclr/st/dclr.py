@@ -174,7 +174,10 @@ class DCLRLoss(nn.Module):
         self, sentence_features: Sequence[dict[str, torch.Tensor]], labels: torch.Tensor | None
     ) -> torch.Tensor | None:
         """The guide's (n_global, n_global) cosines between anchors (rows) and positives."""
-        if self.guide is None or self.objective.weighting not in ("complementary", "distill"):
+        if self.guide is None or self.objective.options.weighting not in (
+            "complementary",
+            "distill",
+        ):
             return None
         columns = list(sentence_features)
         if not self.guide_is_model:
@@ -184,7 +187,7 @@ class DCLRLoss(nn.Module):
                 )
             indices = dist.gather_with_grad(labels.reshape(-1).long())
             sentences = gather_strings(self._decode(columns[0]))
-            if self.objective.noise_weighting == "complementary":
+            if self.objective.options.noise_weighting == "complementary":
                 self._anchors = self.guide.anchor_vectors(indices, sentences).float()
             return self.guide.similarities(indices, sentences).float()
         if self.guide.training:  # a trainer may have switched every module to train mode
@@ -193,7 +196,7 @@ class DCLRLoss(nn.Module):
         vectors = [embed(self.guide, c) for c in guide_columns]  # (n_local, d_guide) each
         anchors = dist.gather_with_grad(vectors[0].float())
         positives = anchors if len(vectors) == 1 else dist.gather_with_grad(vectors[1].float())
-        if self.objective.noise_weighting == "complementary":  # only then are they scored
+        if self.objective.options.noise_weighting == "complementary":  # only then are they scored
             self._anchors = torch.nn.functional.normalize(anchors, dim=-1)
         return cosine_matrix(anchors, positives)
 
@@ -257,7 +260,7 @@ class DCLRLoss(nn.Module):
         return means
 
     def get_config_dict(self) -> dict[str, Any]:
-        o = self.objective
+        o = self.objective.options
         return {
             "guide": guide_name(self.guide),
             "temperature": o.temperature,
@@ -267,13 +270,13 @@ class DCLRLoss(nn.Module):
             "noise_step_size": o.noise_step_size,
             "noise_temperature": self.noise_temperature,
             "noise_mode": o.noise_mode,
-            "false_negative_threshold": o.threshold,
-            "false_negative_rule": o.rule,
+            "false_negative_threshold": o.false_negative_threshold,
+            "false_negative_rule": o.false_negative_rule,
             "pair_margin": o.pair_margin,
             "weighting": o.weighting,
             "noise_weighting": o.noise_weighting,
-            "form": o.form,
-            "seed": o.seed,
+            "form": o.dclr_form,  # the card's key since the face's first release
+            "seed": self.objective.seed,
             "gather_across_devices": self.gather_across_devices,
         }
 

@@ -477,7 +477,7 @@ class Trainer:
         limit = self.config.model.max_length
         lengths = tokenizer([t for r in texts for t in r], truncation=True, max_length=limit)
         per_example = sum(len(x) for x in lengths["input_ids"]) / len(texts)
-        return int(per_example * self.config.optimisation.batch_size)
+        return int(per_example * self.run.batch_size)  # small_data may have shrunk it
 
     def _barrier(self) -> None:
         if self.world > 1:

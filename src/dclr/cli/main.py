@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
-from dclr.clitools import (
+from dclr.cli.tools import (
     console,
     fail,
     out,
@@ -757,7 +757,7 @@ def config_show(
 
 
 # Command groups that live with their feature; each module defines `register(app)`.
-EXTENSIONS = ("dclr.serving.cli", "dclr.dualcse.cli")
+EXTENSIONS = ("dclr.cli.serving", "dclr.cli.dualcse")
 # Installed packages add theirs through this entry-point group, a `register(app)` function each:
 # `[project.entry-points."dclr.cli"] lab = "dclr_lab.cli:register"` (lab/pyproject.toml) gives
 # `dclr experiment`, `dclr runs` and `dclr report`; dclr itself imports none of them.

@@ -1,6 +1,6 @@
 """Commands `dclr encode-bulk`, `dclr index build|info`, `dclr search`, `dclr serve`.
 
-`register(app)` adds them to the main typer app (see `dclr.cli.EXTENSIONS`). Heavy imports
+`register(app)` adds them to the main typer app (see `dclr.cli.main.EXTENSIONS`). Heavy imports
 (FAISS, FastAPI, pyarrow, the model) happen inside the commands, so `dclr --help` stays fast and
 works without the `serve` extra.
 """
@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
-from dclr.clitools import console, fail, out, quiet_hf
+from dclr.cli.tools import console, fail, out, quiet_hf, settings_signature
 from dclr.errors import DclrError, InputError
 from dclr.indexing.index import EXACT_MAX_VECTORS
-from dclr.serving.batcher import (
-    MAX_BATCH_TEXTS,
-    MAX_BATCH_TOKENS,
-    MAX_PENDING_TEXTS,
-    MAX_PENDING_TOKENS,
-    MAX_QUEUE_WAIT_S,
-)
-from dclr.serving.limits import MAX_BODY_BYTES, MAX_CHARS, MAX_K, MAX_TEXTS
+from dclr.serving.settings import ServeSettings, for_bind, is_loopback
 
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
 
@@ -297,118 +290,7 @@ def search(
 LINE_FORMATS = ("txt", "jsonl")  # one input row per line
 
 
-def serve(
-    model: Model,
-    index: Annotated[
-        Path | None, typer.Option(help="Index folder to serve POST /search from.")
-    ] = None,
-    host: Annotated[
-        str, typer.Option(help="Address to bind; anything but loopback exposes the service.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port (0: any free port, printed).")] = 8000,
-    pooler: Pooler = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
-    precision: PrecisionOpt = "fp32",
-    max_texts: Annotated[int, typer.Option(help="Texts per request.")] = MAX_TEXTS,
-    max_chars: Annotated[int, typer.Option(help="Characters per text.")] = MAX_CHARS,
-    max_body_bytes: Annotated[int, typer.Option(help="Request body bytes.")] = MAX_BODY_BYTES,
-    max_k: Annotated[int, typer.Option(help="Search results per query.")] = MAX_K,
-    max_batch: Annotated[
-        int, typer.Option(help="Texts per forward pass across batched requests.")
-    ] = MAX_BATCH_TEXTS,
-    max_batch_tokens: Annotated[
-        int,
-        typer.Option(
-            help="Tokens per forward pass across batched requests (packed: bounds activation "
-            "memory, and how long a one-text query waits behind indexing traffic)."
-        ),
-    ] = MAX_BATCH_TOKENS,
-    max_pending: Annotated[
-        int, typer.Option(help="Queued texts before requests get 503.")
-    ] = MAX_PENDING_TEXTS,
-    max_pending_tokens: Annotated[
-        int, typer.Option(help="Queued tokens before requests get 503.")
-    ] = MAX_PENDING_TOKENS,
-    max_queue_wait: Annotated[
-        float,
-        typer.Option(
-            help="Seconds a request that sends no timeout header may wait: one that would not "
-            "finish in time at the measured rate gets 503 at once."
-        ),
-    ] = MAX_QUEUE_WAIT_S,
-    encode_workers: Annotated[
-        int | None,
-        typer.Option(
-            help="Forward passes run at once, each on its share of the CPU threads (default: 2 "
-            "on a CPU with 2+ threads, 1 on a GPU).",
-            show_default=False,
-        ),
-    ] = None,
-    max_in_flight: Annotated[
-        int, typer.Option(help="Requests handled at once before new ones get 503.")
-    ] = 128,
-    max_connections: Annotated[
-        int,
-        typer.Option(
-            help="Open sockets at most (idle and half-sent included); at the cap a socket that "
-            "sent nothing makes room, else 503."
-        ),
-    ] = 1024,
-    max_connections_per_client: Annotated[
-        int, typer.Option(help="Open sockets one client address may hold (same rule).")
-    ] = 256,
-    header_timeout: Annotated[
-        float, typer.Option(help="Seconds a client has to send a request's headers (then 408).")
-    ] = 10.0,
-    http: Annotated[
-        str,
-        typer.Option(
-            help="HTTP parser: httptools (C, the default when installed) or h11 (pure Python); "
-            "both carry the same guards."
-        ),
-    ] = "auto",
-    loop: Annotated[
-        str, typer.Option(help="Event loop: uvloop (the default when installed) or asyncio.")
-    ] = "auto",
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="DCLR_API_KEY",
-            help="Require 'Authorization: Bearer KEY' on every API route (prefer the "
-            "DCLR_API_KEY environment variable: a command line is visible to other users).",
-            show_default=False,
-        ),
-    ] = None,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Host header names to answer (repeatable). Default on a loopback bind: "
-            "localhost, 127.0.0.1, ::1 (defeats DNS rebinding); elsewhere: any."
-        ),
-    ] = None,
-    allow_no_auth: Annotated[
-        bool,
-        typer.Option(
-            help="Allow a non-loopback --host without an API key (e.g. behind a proxy that "
-            "authenticates)."
-        ),
-    ] = False,
-    docs: Annotated[
-        bool,
-        typer.Option(
-            help="Serve the interactive /docs page (Swagger UI; the browser loads its files "
-            "from cdn.jsdelivr.net). Off: the server loads nothing from elsewhere."
-        ),
-    ] = False,
-    served_model_name: Annotated[
-        str | None,
-        typer.Option(
-            help="The model's name in responses, /health, the schema and the page (default: a "
-            "folder's base name, runs/x/best as 'x/best'; a hub id or python-package:NAME as "
-            "given). A folder's path is never served."
-        ),
-    ] = None,
-) -> None:
+def serve(model: Model, **options: Any) -> None:
     """Serve embeddings over HTTP (OpenAI-compatible), similarity, search and a web page.
 
     Routes: POST /v1/embeddings, POST /similarity, POST /search (with --index), GET /health,
@@ -416,60 +298,30 @@ def serve(
     """
     quiet_hf()
     try:
-        from dclr.indexing.bulk import pick_device
-        from dclr.indexing.fingerprint import model_fingerprint
-        from dclr.indexing.index import SearchIndex
-        from dclr.models.precision import load_inference_encoder
-        from dclr.models.resolve import served_name
-        from dclr.serving.guard import LOOPBACK_HOSTS, Security
-        from dclr.serving.limits import Limits
-        from dclr.serving.server import is_loopback, run
-        from dclr.serving.service import BatchOptions, create_app
+        from dclr.serving.server import run
+        from dclr.serving.startup import load_app
 
-        loopback = is_loopback(host)
-        if not loopback and not api_key and not allow_no_auth:
-            raise ValueError(
-                f"--host {host} exposes the service beyond this machine, and no API key is set\n"
-                "  fix: set DCLR_API_KEY (or --api-key), or pass --allow-no-auth when a reverse "
-                "proxy in front authenticates (see docs/serving.md)"
-            )
-        hosts = tuple(allowed_host) if allowed_host else (LOOPBACK_HOSTS if loopback else None)
-        security = Security(api_key or None, hosts, max_in_flight)
-        limits = Limits(max_texts, max_chars, max_body_bytes, max_k)
-        batching = BatchOptions(
-            max_batch_texts=max_batch,
-            max_pending_texts=max_pending,
-            max_batch_tokens=max_batch_tokens,
-            max_pending_tokens=max_pending_tokens,
-            max_queue_wait_s=max_queue_wait,
-            workers=encode_workers,
-        )
-        target = pick_device(device, 0)  # type: ignore[arg-type]
-        # packed on the CPU (padding-free, as `dclr encode`); a GPU runs padded batches fast
-        encoder = load_inference_encoder(model, pooler, precision, target.type == "cpu", target)
-        fingerprint = model_fingerprint(encoder)
-        searcher = SearchIndex(index) if index is not None else None
-        if searcher is not None:
-            searcher.check_model(fingerprint, model)
-        name = served_model_name or served_name(model)
-        app = create_app(encoder, name, fingerprint, searcher, limits, batching, security, docs)
+        settings = for_bind(ServeSettings.from_options(options))
+        app = load_app(model, settings)
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
         fail(err)
-    if not is_loopback(host) and not api_key:
+    host = settings.connections.host
+    if not is_loopback(host) and not settings.security.api_key:
         console.print(
             f"[yellow]warning:[/] binding {host} exposes the service (no authentication) beyond "
             "this machine"
         )
     try:
-        run(
-            app, host, port, max_connections, header_timeout, max_connections_per_client, http, loop
-        )
+        run(app, settings.connections)
     except ValueError as err:  # an unknown or missing parser, before binding
         fail(err)
     except OSError as err:
-        fail(RuntimeError(f"cannot listen on {host}:{port}: {err}"))
+        fail(RuntimeError(f"cannot listen on {host}:{settings.connections.port}: {err}"))
+
+
+serve.__signature__ = settings_signature(serve, ServeSettings)  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:

@@ -3,8 +3,12 @@ and the STS scores table. Presentation only: the core (training, evaluation) nev
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from typing import NoReturn
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -120,3 +124,47 @@ def reflow_help(app: typer.Typer) -> None:
     for group in app.registered_groups:
         if group.typer_instance is not None:
             reflow_help(group.typer_instance)
+
+
+def settings_signature(command: Callable[..., Any], settings: type) -> inspect.Signature:
+    """`command`'s signature with one keyword option per field of `settings`' sections (a
+    dataclass whose fields are dataclasses with defaults): typer reads the options' names,
+    types, defaults and help from it, so the command declares none of them itself.
+
+    A field's metadata holds its help text and, when needed, `flag` (the option's name, for a
+    repeatable option's singular), `envvar`, `show_default`, and `cli=False` (no option). A
+    tuple field is a repeatable option."""
+    params = inspect.signature(command, eval_str=True).parameters.values()
+    own = [p for p in params if p.kind != p.VAR_KEYWORD]
+    options = []
+    for section in dataclasses.fields(settings):
+        section_type: Any = section.default_factory
+        hints = typing.get_type_hints(section_type)
+        for field in dataclasses.fields(section_type):
+            meta = dict(field.metadata)
+            if not meta.pop("cli", True):
+                continue
+            flags = [meta.pop("flag")] if "flag" in meta else []
+            option = typer.Option(*flags, **meta)
+            annotation = _option_type(hints[field.name])
+            options.append(
+                inspect.Parameter(
+                    field.name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=field.default,
+                    annotation=Annotated[annotation, option],
+                )
+            )
+    signature = inspect.Signature([*own, *options])
+    command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return signature
+
+
+def _option_type(hint: Any) -> Any:
+    """A settings field's type as typer takes it: a tuple (repeatable) as a list."""
+    args = typing.get_args(hint)
+    if types.NoneType in args:
+        inner = [a for a in args if a is not types.NoneType]
+        if len(inner) == 1 and typing.get_origin(inner[0]) is tuple:
+            return list[typing.get_args(inner[0])[0]] | None  # type: ignore[misc]
+    return hint

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dclr.clitools import console, fail, out, quiet_hf, rte_table
+from dclr.cli.tools import console, fail, out, quiet_hf, rte_table
 from dclr.errors import DclrError
 
 app = typer.Typer(
