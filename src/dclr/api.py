@@ -107,6 +107,7 @@ def evaluate(
     pooler: str | None = None,
     packing: bool = True,
     batch_size: int = 128,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """`dclr eval` from Python: the same options, the same checks, and the results `dclr eval
     --json` writes (one flat dict: model, mode, pooler, the STS scores, `transfer/<task>`,
@@ -120,7 +121,9 @@ def evaluate(
     plan = EvalPlan.from_options(
         mode, tasks, task_set, retrieval, split, index, transfer_mode, precision
     )
-    return run_plan(plan, model, data_dir, pooler, packing=packing, batch_size=batch_size)
+    return run_plan(
+        plan, model, data_dir, pooler, packing=packing, batch_size=batch_size, device=device
+    )
 
 
 def train(

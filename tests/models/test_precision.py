@@ -147,7 +147,8 @@ def test_cli_encode_refuses_half_precision_on_the_cpu(model_dir, tmp_path, preci
     text = tmp_path / "in.txt"
     text.write_text("\n".join(SENTENCES) + "\n")
     result = CliRunner().invoke(
-        app, ["encode", str(model_dir), str(text), str(tmp_path / "v.npy"), "--precision", precision]
+        app,
+        ["encode", str(model_dir), str(text), str(tmp_path / "v.npy"), "--precision", precision],
     )
     assert result.exit_code != 0
     assert "GPU only" in result.output
@@ -171,3 +172,21 @@ def test_half_precision_cast_is_inference_only_and_fingerprinted(model_dir, monk
     assert model_fingerprint(half) != model_fingerprint(fp32)
     with pytest.raises(ConfigError, match="cast to bf16 for inference and cannot be trained"):
         half.train()
+
+
+def test_cli_eval_and_encode_refuse_a_gpu_that_is_not_there(model_dir, tmp_path, data_dir):
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(SENTENCES) + "\n")
+    runner = CliRunner()
+    encode = runner.invoke(
+        app, ["encode", str(model_dir), str(text), str(tmp_path / "v.npy"), "--device", "cuda"]
+    )
+    assert encode.exit_code != 0 and "no GPU is visible" in encode.output
+    evaluate = runner.invoke(
+        app, ["eval", str(model_dir), "--data-dir", str(data_dir), "--device", "cuda"]
+    )
+    assert evaluate.exit_code != 0 and "no GPU is visible" in evaluate.output
+    refused = runner.invoke(
+        app, ["eval", str(model_dir), "--data-dir", str(data_dir), "--precision", "bf16"]
+    )
+    assert refused.exit_code != 0 and "GPU only" in refused.output

@@ -27,6 +27,7 @@ from dclr.cli.tools import (
     train_keys_help,
 )
 from dclr.errors import ConfigError, DclrError
+from dclr.models.precision_names import PRECISION_HELP
 
 if TYPE_CHECKING:
     from dclr.evaluation.plan import EvalPlan
@@ -76,12 +77,16 @@ Pooler = Annotated[
         "folder records)."
     ),
 ]
-Precision = Annotated[
+Device = Annotated[
     str,
     typer.Option(
-        help="fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, vectors "
-        "differ slightly, see docs/performance.md; CPU only)."
+        help="auto (a GPU when one is visible, else the CPU) | cpu | cuda | cuda:N. On a GPU "
+        "batches stay padded (--packing applies on the CPU)."
     ),
+]
+Precision = Annotated[
+    str,
+    typer.Option(help=PRECISION_HELP),
 ]
 
 
@@ -152,11 +157,10 @@ def eval_cmd(
     precision: Annotated[
         str | None,
         typer.Option(
-            help="fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, "
-            "vectors differ slightly, see docs/performance.md; CPU only). Default: fp32, or the "
-            "precision --index was built with."
+            help=PRECISION_HELP + " Default: fp32, or the precision --index was built with."
         ),
     ] = None,
+    device: Device = "auto",
 ) -> None:
     """STS (Spearman x100 of cosine similarity) and SentEval transfer tasks (accuracy), computed
     as SentEval does; retrieval on a BEIR folder (--retrieval) or the built-in tasks (--task-set
@@ -176,6 +180,7 @@ def eval_cmd(
             packing=packing,
             batch_size=batch_size,
             show_progress=True,
+            device=device,
             on_part=lambda part, so_far: RENDER[part](so_far, plan),
         )
     except DclrError as err:
@@ -442,6 +447,7 @@ def encode_cmd(
         ),
     ] = False,
     precision: Precision = "fp32",
+    device: Device = "auto",
 ) -> None:
     """Encode a file of sentences into a .npy array: row i is line i, or record i of a table's
     --column (as sentence-transformers returns one vector per input; a blank line is encoded as
@@ -460,7 +466,7 @@ def encode_cmd(
         blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
         left_out = set(blank) if skip_blank else set()
         kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
-        encoder = load_inference_encoder(model, pooler, precision, packing=packing)
+        encoder = load_inference_encoder(model, pooler, precision, packing, device)
         vectors = encoder.encode(
             [lines[i - 1].strip() for i in kept],
             batch_size=batch_size,

@@ -19,6 +19,7 @@ from dclr.atomic import named_os_error
 from dclr.cli.tools import console, fail, out, quiet_hf, settings_signature
 from dclr.errors import DclrError, InputError
 from dclr.indexing.index import EXACT_MAX_VECTORS
+from dclr.models.precision_names import PRECISION_HELP
 from dclr.serving.settings import ServeSettings, for_bind, is_loopback
 
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
@@ -46,10 +47,7 @@ Processes = Annotated[
 ]
 PrecisionOpt = Annotated[
     str,
-    typer.Option(
-        help="fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, vectors "
-        "differ slightly, see docs/performance.md; CPU only)."
-    ),
+    typer.Option(help=PRECISION_HELP),
 ]
 Overwrite = Annotated[
     bool, typer.Option(help="Discard a previous job in the output folder instead of resuming.")
@@ -231,7 +229,9 @@ def search(
     ] = False,
     precision: Annotated[
         str | None,
-        typer.Option(help="fp32 | int8 (default: the precision the index was built with)."),
+        typer.Option(
+            help="fp32 | fp16 | bf16 | int8 (default: the precision the index was built with)."
+        ),
     ] = None,
 ) -> None:
     """Top-k texts of an index by cosine similarity; refuses a model other than the index's."""

@@ -164,6 +164,7 @@ def run_plan(
     batch_size: int = 128,
     show_progress: bool = False,
     on_part: PartDone | None = None,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """Run `plan` on `model` (anything `dclr.load_encoder` takes, loaded at the plan's precision,
     `packing` as `load_inference_encoder` does it) and return the results as `dclr eval --json`
@@ -172,7 +173,8 @@ def run_plan(
 
     The data of every part is read before the model loads, so a missing file fails fast.
     `show_progress` draws a bar per encoding; `on_part(part, results)` is called as each of
-    "sts", "transfer" and "retrieval" finishes, with the results so far (the CLI renders them)."""
+    "sts", "transfer" and "retrieval" finishes, with the results so far (the CLI renders them).
+    `device`: auto (a GPU when one is visible) | cpu | cuda."""
     sts_eval = (
         StsEvaluator(data_dir, mode=plan.mode, tasks=plan.sts_tasks) if plan.sts_tasks else None
     )
@@ -181,7 +183,7 @@ def run_plan(
         if plan.transfer_tasks
         else None
     )
-    encoder = load_inference_encoder(model, pooler, plan.precision, packing=packing)
+    encoder = load_inference_encoder(model, pooler, plan.precision, packing, device)
     results: dict[str, Any] = {"model": str(model), "mode": plan.mode, "pooler": encoder.pooler}
     if plan.precision != "fp32":
         results["precision"] = plan.precision

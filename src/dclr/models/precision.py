@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -31,18 +30,11 @@ from torch import nn
 from dclr.errors import ConfigError
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.onednn import choose_kernel, use_onednn
+from dclr.models.precision_names import PRECISIONS, Precision
 from dclr.models.smoothing import smooth_linears
 
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
-PRECISIONS: tuple[str, ...] = get_args(Precision)
 # Half precisions: the whole backbone cast (weights and activations), for a GPU's tensor cores.
 HALF: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
-# The --precision help of every command that encodes (encode, encode-bulk, eval, index, serve).
-PRECISION_HELP = (
-    "fp32 | fp16 | bf16 | int8. fp16 / bf16: the model cast to half precision, GPU only (tensor "
-    "cores; STS within 0.05 of fp32, docs/gpu.md). int8: dynamic int8 quantisation of the linear "
-    "layers, CPU only (faster there, vectors differ slightly, docs/performance.md)."
-)
 
 
 def check_precision(precision: str) -> Precision:

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from dclr.models.precision_names import PRECISION_HELP
+
 # ---- Connections ---------------------------------------------------------------------------------
 # Open sockets at most (idle keep-alive and half-sent requests included); past it uvicorn answers
 # 503. Requests actually handled at once are bounded separately (Security.max_in_flight).
@@ -87,11 +89,7 @@ class Served:
     index: Path | None = setting(None, "Index folder to serve POST /search from.")
     pooler: str | None = setting(None, "Pooler (default: what the model folder records).")
     device: str = setting("auto", "auto | cpu | cuda")
-    precision: str = setting(
-        "fp32",
-        "fp32 | int8 (dynamic int8 quantisation of the linear layers: faster on CPUs, vectors "
-        "differ slightly, see docs/performance.md; CPU only).",
-    )
+    precision: str = setting("fp32", PRECISION_HELP)
     docs: bool = setting(
         False,
         "Serve the interactive /docs page (Swagger UI; the browser loads its files from "
