@@ -295,3 +295,33 @@ def test_dense_sampler_draws_the_planned_batches():
     assert list(sampler) == planned[:10]
     sampler.set_epoch(1)
     assert list(sampler) == planned[10:]
+
+
+@pytest.mark.slow
+def test_a_dense_ablation_run_trains_on_the_dense_batches(tmp_path, data_dir, monkeypatch):
+    """--density swaps the trainer's default sampler for dense_pair_batches (the batches the
+    audit plans), and an ablation's record holds its main variant's options with its changes."""
+    pytest.importorskip("datasets")
+    from helpers import make_tiny_model_dir
+
+    root = _tiny_data(tmp_path, data_dir)
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    seen: list[list[list[int]]] = []
+    original = study.dense_pair_batches
+
+    def spy(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(study, "dense_pair_batches", spy)
+    setup = study.Setup(model=str(model), data_dir=str(root), steps=2, batch_size=8,
+                        sts_tasks=("STSBenchmark",), retrieval=False, density=0.5)  # fmt: skip
+    out = tmp_path / "out"
+    study.sweep("run", setup, out, [42], ["gist_plain"], lock=None)
+    record = json.loads(study.run_record_path(out, "gist_plain", 42).read_text())
+    assert record["setup"]["density"] == 0.5
+    assert record["options"] == {"margin_strategy": "absolute", "margin": 0.0,
+                                 "contrast_anchors": False, "contrast_positives": False}  # fmt: skip
+    trained = seen[0][:2]
+    monkeypatch.setattr(study, "dense_pair_batches", original)
+    assert trained == study.planned_batches(study.training_pairs(str(root)), 8, 2, 42, density=0.5)
