@@ -24,6 +24,13 @@ report.md and pairs.png from the records alone.
     python -m dclr_lab.pairs run    --data-dir ../shared/data -o ... --steps S
     python -m dclr_lab.pairs_report -o docs/results/cpu-scale/pairs
 
+Issue 48 added the ablations (`ABLATIONS`: GIST without its anchor-anchor and positive-positive
+negatives, DCLR without noise negatives), premise-dense batches (`--density rho`,
+`dense_pair_batches`), `--device` and `all` (start, audit, tune and run in order):
+
+    python -m dclr_lab.pairs all -o OUT --data-dir ../shared/data --density 0.5 --steps 250 \
+        --seeds 42,43,44,45,46 --device cuda
+
 Every training or encoding step takes an exclusive flock on `--lock` (default
 /tmp/dclr-heavy.lock) per run, so other heavy jobs interleave; a run whose record exists is
 skipped, so an interrupted sweep resumes.
@@ -723,7 +730,7 @@ def _quantiles(values: np.ndarray) -> dict[str, float]:
 # ---- the sweep ----------------------------------------------------------------------------------
 def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants: Sequence[str],
           lock: str | None, log: Callable[[str], None] = print) -> int:  # fmt: skip
-    """Run `command` (start | audit | tune | run); each unit under its own lock, skipped when
+    """Run `command` (start | audit | tune | run | all); each unit under its own lock, skipped when
     its record exists."""
     pairs: Pairs | None = None
 
