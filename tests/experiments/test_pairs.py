@@ -69,6 +69,34 @@ def test_precision_recall_and_audit_on_a_hand_made_batch():
     assert (low["dropped"], low["true_positives"], low["precision"], low["recall"]) == (2, 1, 0.5, 0.5)  # fmt: skip
     none = result["rules"]["none"]
     assert none["dropped"] == 0 and none["precision"] is None and none["recall"] == 0.0
+    assert "gist_blocks" not in high and result["same_anchor_pairs"] == 2
+    # GIST's default blocks: the anchors are orthogonal (nothing over g_ii > 0 there); among the
+    # positives p2 . p0 = 0.95 > g_22 = 0.31 and p1 . p3 = 0.87 > g_11 = 0.5
+    gist = study.audit_batches([[0, 1, 2, 3]], pairs, a, positives,
+                               {"gist 0": ("pair_absolute", 0.0)})["rules"]["gist 0"]  # fmt: skip
+    assert gist["gist_blocks"] == {"anchor_positive": gist["dropped"], "anchor_anchor": 0,
+                                   "positive_positive": 2, "same_anchor_dropped": 0}  # fmt: skip
+
+
+def test_gist_block_drops_by_hand():
+    """GIST's anchor-anchor / positive-positive mask: row i's cut is its own anchor-positive
+    cosine g_ii minus the margin (absolute) or |g_ii| * margin (relative); strict `>`; never the
+    diagonal."""
+    block = np.array([[1.00, 0.75, 0.20],
+                      [0.75, 1.00, 0.50],
+                      [0.20, 0.50, 1.00]])  # fmt: skip
+    g = np.array([0.8, 0.5, 0.65])
+    # cuts 0.7, 0.4, 0.55
+    absolute = study.gist_block_drops(block, g, "pair_absolute", 0.1)
+    assert absolute.tolist() == [[False, True, False], [True, False, True], [False, False, False]]
+    # cuts 0.8 - 0.4 = 0.4, 0.5 - 0.25 = 0.25, 0.65 - 0.325 = 0.325
+    relative = study.gist_block_drops(block, g, "pair_relative", 0.5)
+    assert relative.tolist() == [[False, True, False], [True, False, True], [False, True, False]]
+    # identical texts (cosine 1) are dropped whenever g_ii < 1 + margin: at margin 0, always
+    same = study.gist_block_drops(np.ones((2, 2)), np.array([0.6, 0.99]), "pair_absolute", 0.0)
+    assert same.tolist() == [[False, True], [True, False]]
+    with pytest.raises(ValueError, match="pair rules"):
+        study.gist_block_drops(block, g, "fixed", 0.9)
     assert study.precision_recall(np.zeros(3, bool), np.zeros(3, bool))["recall"] is None
 
 
@@ -87,14 +115,14 @@ def _synthetic_records(out: Path) -> None:
             noise = 0.0 if variant in ("mnrl", "dclr") else 0.3 * rng.standard_normal()
             sts = {t: 70.0 + shift[variant] + noise + (seed - 42) for t in study.STS_TASKS}
             sts["avg"] = float(np.mean(list(sts.values())))
-            options = {"margin": 0.1} if variant == "gist_tuned" else {}
+            options = {"margin": 0.1} if variant in ("gist_tuned", "gist_tuned_plain") else {}
             record = {"kind": "run", "variant": variant, "label": label, "seed": seed,
                       "family": family, "batch_sampler": sampler, "options": options,
                       "setup": setup, "sts": sts, "inli": {"ndcg@10": 50.0 + (seed - 42)}}  # fmt: skip
             if family == "dclr":
                 record["dclr_parts"] = {"dropped_fraction": 0.001}
             study.write_record(study.run_record_path(out, variant, seed), record)
-    for margin, dev in ((0.0, 80.0), (0.05, 80.5), (0.1, 80.5), (0.2, 79.0)):
+    for margin, dev in ((0.0, 80.0), (0.1, 80.5), (0.2, 80.5), (0.4, 80.6)):
         study.write_record(study.tuning_record_path(out, "gist", margin),
                            {"kind": "tuning", "family": "gist", "margin": margin, "seed": 42,
                             "stsb_dev": dev})  # fmt: skip
@@ -122,10 +150,19 @@ def test_report_builds_from_synthetic_records(tmp_path):
     assert "| 3 |" in dclr_row and "**+3.00 [+3.00, +3.00]**" in dclr_row
     assert "DCLRLoss, φ = 0.9 is above MNRL on the 7-task STS avg" in text
     assert "GISTEmbedLoss, margin 0.1 (tuned)" in text
-    assert "| GISTEmbedLoss absolute | 0.05 | 80.50 ← chosen |" in text  # tie: the smaller margin
+    # the ablations: their own table, paired with their main variant and with MNRL
+    assert "| GISTEmbedLoss, margin 0 (default), no extra contrasts | 3 |" in text
+    assert "| GISTEmbedLoss, margin 0.1 (tuned), no extra contrasts | 3 |" in text
+    assert "| DCLRLoss, φ = 0.9, no noise negatives | 3 |" in text
+    assert "Multiple comparisons:" in text and "Bonferroni" in text
+    assert "| GISTEmbedLoss absolute | 0.1 | 80.50 ← chosen |" in text  # tie: the smaller margin
+    # the wide grid's best (0.4) is shown, not used: the runs choose on GIST_CHOICE_MARGINS
+    assert "| GISTEmbedLoss absolute | 0.4 | 80.60 ← best of the wide grid (not used" in text
+    assert "still has no interior optimum" in text and "toward the untrained starting" in text
     assert "| starting model | — | 70.00 |" in text
     assert "precision" in text and "40.0" in text  # the audit's precision, in %
-    assert study.tuned_margin(tmp_path, "gist") == 0.05
+    assert study.tuned_margin(tmp_path, "gist") == 0.4
+    assert study.tuned_margin(tmp_path, "gist", study.GIST_CHOICE_MARGINS) == 0.1
     assert study.tuned_margin(tmp_path, "relative") is None
 
 
@@ -225,3 +262,66 @@ def test_no_duplicates_batches_defer_repeats_of_the_default_permutation():
             study.planned_batches(pairs, 4, 6, int(seed), "no_duplicates"), strict=True)]  # fmt: skip
         assert info["same_batches"] == sum(held)
         assert info["first_different"] == (held.index(False) if False in held else None)
+
+
+def test_dense_pair_batches_hold_the_density_of_premise_pairs():
+    """A share rho of every batch is premise pairs (two rows of one premise: known false
+    negatives of each other), every row once per epoch, seeded by (seed, epoch)."""
+    groups = np.repeat(np.arange(400), 2)  # 400 premises, two entailments each
+    batches = study.dense_pair_batches(groups, 16, 0.25, seed=1)
+    rows = [r for b in batches for r in b]
+    assert len(batches) == 50 and sorted(rows) == list(range(800))
+    for batch in batches:  # 2 premise pairs of 16 rows; random rows add a few more, rarely
+        known = study.known_false_negatives(groups[np.asarray(batch)])
+        assert known.sum() >= 4 and len(batch) == 16
+    assert study.dense_pair_batches(groups, 16, 0.25, seed=1) == batches
+    assert study.dense_pair_batches(groups, 16, 0.25, seed=1, epoch=1) != batches
+    sparse = study.dense_pair_batches(groups, 16, 0.0, seed=1)
+    assert sorted(r for b in sparse for r in b) == list(range(800))
+    assert sum(study.known_false_negatives(groups[np.asarray(b)]).sum() for b in sparse) < 20
+    with pytest.raises(ValueError, match="density"):
+        study.dense_pair_batches(groups, 16, 1.5, seed=1)
+
+
+def test_dense_sampler_draws_the_planned_batches():
+    pytest.importorskip("datasets")
+    from datasets import Dataset
+
+    pairs = study.pairs_from_rows(_rows([f"premise {i}" for i in range(40)]))
+    data = Dataset.from_dict({"anchor": pairs.anchors, "positive": pairs.positives})
+    sampler = study.dense_batch_sampler(0.5)(data, batch_size=8, drop_last=False, seed=7)
+    assert len(sampler) == 10
+    planned = study.planned_batches(pairs, 8, 20, 7, density=0.5)
+    assert list(sampler) == planned[:10]
+    sampler.set_epoch(1)
+    assert list(sampler) == planned[10:]
+
+
+@pytest.mark.slow
+def test_a_dense_ablation_run_trains_on_the_dense_batches(tmp_path, data_dir, monkeypatch):
+    """--density swaps the trainer's default sampler for dense_pair_batches (the batches the
+    audit plans), and an ablation's record holds its main variant's options with its changes."""
+    pytest.importorskip("datasets")
+    from helpers import make_tiny_model_dir
+
+    root = _tiny_data(tmp_path, data_dir)
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    seen: list[list[list[int]]] = []
+    original = study.dense_pair_batches
+
+    def spy(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(study, "dense_pair_batches", spy)
+    setup = study.Setup(model=str(model), data_dir=str(root), steps=2, batch_size=8,
+                        sts_tasks=("STSBenchmark",), retrieval=False, density=0.5)  # fmt: skip
+    out = tmp_path / "out"
+    study.sweep("run", setup, out, [42], ["gist_plain"], lock=None)
+    record = json.loads(study.run_record_path(out, "gist_plain", 42).read_text())
+    assert record["setup"]["density"] == 0.5
+    assert record["options"] == {"margin_strategy": "absolute", "margin": 0.0,
+                                 "contrast_anchors": False, "contrast_positives": False}  # fmt: skip
+    trained = seen[0][:2]
+    monkeypatch.setattr(study, "dense_pair_batches", original)
+    assert trained == study.planned_batches(study.training_pairs(str(root)), 8, 2, 42, density=0.5)

@@ -310,8 +310,8 @@ def test_pair_false_negative_weights_by_hand():
 
 
 def test_pair_rules_need_complementary_weighting_and_refuse_calibration():
-    from dclr.errors import ConfigError
     from dclr.options.dclr import DCLROptions
+    from dclr.recipe import load_config
 
     with pytest.raises(ConfigError, match="weighting: complementary"):
         DCLROptions(false_negative_rule="pair_absolute", weighting="self").check_options()
@@ -321,3 +321,31 @@ def test_pair_rules_need_complementary_weighting_and_refuse_calibration():
         ).check_options()
     with pytest.raises(ConfigError, match="false_negative_rule must be one of"):
         DCLROptions(false_negative_rule="gist").check_options()
+    # a calibrated phi is refused: the pair rules do not use phi (the recipe's dclr: section)
+    base = dict(model="m", method="dclr", pooler="mean", mlp_head=False)
+    for rule in ("pair_absolute", "pair_relative"):
+        load_config(None, dict(base, false_negative_rule=rule))  # accepted without calibration
+        for mode in ("random_pairs", "paraphrase_recall"):
+            with pytest.raises(ConfigError, match=f"false_negative_rule: {rule} does not use"):
+                load_config(None, dict(base, false_negative_rule=rule, phi_calibration=mode))
+
+
+@pytest.mark.parametrize("rule", ["pair_absolute", "pair_relative"])
+def test_pair_rules_refuse_the_official_form(rule):
+    """The official form's weights come from phi * 20 on the logits: no pair rule there, even
+    with the complementary weighting the rule needs."""
+    from dclr.options.dclr import DCLROptions
+
+    DCLROptions(false_negative_rule=rule, dclr_form="paper").check_options()
+    with pytest.raises(ConfigError, match="dclr_form: paper"):
+        DCLROptions(false_negative_rule=rule, dclr_form="official").check_options()
+
+
+@pytest.mark.parametrize("margin", [-0.01, 2.01, float("nan")])
+def test_pair_margin_out_of_range_is_refused(margin):
+    from dclr.options.dclr import DCLROptions
+
+    for edge in (0.0, 2.0):  # the range's ends are allowed
+        DCLROptions(false_negative_rule="pair_absolute", pair_margin=edge).check_options()
+    with pytest.raises(ConfigError, match="pair_margin must be in"):
+        DCLROptions(false_negative_rule="pair_absolute", pair_margin=margin).check_options()

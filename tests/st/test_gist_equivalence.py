@@ -11,6 +11,8 @@ sentence-transformers' own class is used, never a copy.
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -22,6 +24,14 @@ try:
     from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
 except ImportError:  # sentence-transformers < 6
     from sentence_transformers.losses import GISTEmbedLoss
+
+if "contrast_anchors" not in inspect.signature(GISTEmbedLoss.__init__).parameters:
+    # releases before contrast_anchors / contrast_positives (e.g. 3.4.1, which pyproject allows)
+    # always add the anchor-anchor and positive-positive blocks: no form of theirs is DCLR's
+    pytest.skip(
+        "this sentence-transformers' GISTEmbedLoss has no contrast_anchors / contrast_positives",
+        allow_module_level=True,
+    )
 
 from test_st_losses import tiny_st  # noqa: E402
 
@@ -124,14 +134,34 @@ def test_the_pair_rules_equal_gist_on_real_pairs(models, strategy, margin):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_the_pair_rule_masks_some_pairs_here(models):
-    """Not vacuous: at margin 0.1 the pair rule drops candidates in this batch (the loss moves
-    away from plain SimCSE on the same pairs)."""
+def pair_guide_cosines(guide) -> torch.Tensor:
+    """The guide's anchor x positive cosines of the pairs above (what both losses mask on)."""
+    with torch.no_grad():
+        a = guide.encode(ANCHORS, convert_to_tensor=True, normalize_embeddings=True)
+        p = guide.encode(POSITIVES, convert_to_tensor=True, normalize_embeddings=True)
+    return a @ p.T
+
+
+@pytest.mark.parametrize("strategy", ["absolute", "relative"])
+@pytest.mark.parametrize("margin", [0.0, 0.02, 0.1])
+def test_the_pair_rules_mask_some_pairs_here(models, strategy, margin):
+    """Not vacuous, at every rule and margin the equivalence above is checked on: the mask drops
+    some in-batch candidates and keeps others, and dropping them moves GIST's loss and DCLRLoss's
+    away from plain SimCSE on the same pairs."""
+    from dclr.losses.dclr import pair_false_negative_weights
+
     student, guide = models
+    weights = pair_false_negative_weights(pair_guide_cosines(guide), margin, strategy == "relative")
+    n = len(ANCHORS)
+    dropped = int((weights == 0).sum())
+    assert 0 < dropped < n * (n - 1), (strategy, margin, dropped)
     plain = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
                      weighting="none")  # fmt: skip
     pair = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
-                    false_negative_rule="pair_absolute", pair_margin=0.1)  # fmt: skip
+                    false_negative_rule=f"pair_{strategy}", pair_margin=margin)  # fmt: skip
+    gist = GISTEmbedLoss(student, guide, temperature=TAU, margin_strategy=strategy, margin=margin,
+                         contrast_anchors=False, contrast_positives=False)  # fmt: skip
     base, _ = pair_loss_and_grads(plain, student)
-    masked, _ = pair_loss_and_grads(pair, student)
-    assert abs(float(masked) - float(base)) > 1e-4
+    for masked_loss in (pair, gist):
+        masked, _ = pair_loss_and_grads(masked_loss, student)
+        assert abs(float(masked) - float(base)) > 1e-4, (strategy, margin)

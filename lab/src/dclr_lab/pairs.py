@@ -24,6 +24,13 @@ report.md and pairs.png from the records alone.
     python -m dclr_lab.pairs run    --data-dir ../shared/data -o ... --steps S
     python -m dclr_lab.pairs_report -o docs/results/cpu-scale/pairs
 
+Issue 48 added the ablations (`ABLATIONS`: GIST without its anchor-anchor and positive-positive
+negatives, DCLR without noise negatives), premise-dense batches (`--density rho`,
+`dense_pair_batches`), `--device` and `all` (start, audit, tune and run in order):
+
+    python -m dclr_lab.pairs all -o OUT --data-dir ../shared/data --density 0.5 --steps 250 \
+        --seeds 42,43,44,45,46 --device cuda
+
 Every training or encoding step takes an exclusive flock on `--lock` (default
 /tmp/dclr-heavy.lock) per run, so other heavy jobs interleave; a run whose record exists is
 skipped, so an interrupted sweep resumes.
@@ -53,7 +60,13 @@ TEMPERATURE = 0.05  # tau of every loss here (MNRL: scale 20 = 1 / tau)
 FIXED_PHI = 0.9  # DCLR's paper phi
 CALIBRATION_TARGET = 0.001  # random_pairs: q of random pairs dropped (dclr's default)
 CALIBRATION_SENTENCES = 4_000  # as dclr.methods.dclr_calibrate
-GIST_MARGINS = (0.0, 0.1, 0.2)  # the tuning grid of GIST's absolute margin (0: its default)
+# the tuning grid of GIST's absolute margin (0: its default), widened past 0.2 in issue 48 to find
+# an interior optimum; at 10 steps there is none: the STS-B dev score rises with the margin toward
+# the untrained starting model's (a wider mask drops more negatives, so the model moves less)
+GIST_MARGINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 1.0)
+# the margins the runs choose from (issue 37's grid): on the wide grid "best on dev" means "train
+# least", so the runs keep the choice made on 0-0.2; the report shows the whole curve
+GIST_CHOICE_MARGINS = (0.0, 0.1, 0.2)
 RELATIVE_MARGINS = (0.1, 0.2)  # the tuning grid of DCLR's pair_relative margin
 TUNING_SEED = 42
 SEEDS = (42, 43, 44)
@@ -71,6 +84,24 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
     "dclr": ("DCLRLoss, φ = 0.9", "dclr", "default"),
     "dclr_calibrated": ("DCLRLoss, calibrated φ", "dclr", "default"),
     "dclr_relative": ("DCLRLoss, pair_relative", "dclr", "default"),
+    # the ablations (issue 48): a main variant with one part switched off (ABLATIONS)
+    "gist_plain": ("GISTEmbedLoss, margin 0, no extra contrasts", "gist", "default"),
+    "gist_tuned_plain": ("GISTEmbedLoss, tuned margin, no extra contrasts", "gist", "default"),
+    "dclr_nonoise": ("DCLRLoss, φ = 0.9, no noise", "dclr", "default"),
+    "dclr_calibrated_nonoise": ("DCLRLoss, calibrated φ, no noise", "dclr", "default"),
+    "dclr_relative_nonoise": ("DCLRLoss, pair_relative, no noise", "dclr", "default"),
+}
+# ablation -> (its main variant, the options it changes): GIST without its anchor-anchor and
+# positive-positive negatives (what remains is MNRL with GIST's mask), DCLR without noise negatives
+# (what remains is the false-negative rule alone)
+GIST_PLAIN = {"contrast_anchors": False, "contrast_positives": False}
+NO_NOISE = {"noise_mode": "none"}
+ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gist_plain": ("gist", GIST_PLAIN),
+    "gist_tuned_plain": ("gist_tuned", GIST_PLAIN),
+    "dclr_nonoise": ("dclr", NO_NOISE),
+    "dclr_calibrated_nonoise": ("dclr_calibrated", NO_NOISE),
+    "dclr_relative_nonoise": ("dclr_relative", NO_NOISE),
 }
 
 
@@ -111,11 +142,20 @@ def training_pairs(data_dir: str | None) -> Pairs:
 
 
 def planned_batches(
-    pairs: Pairs, batch_size: int, steps: int, seed: int, sampler: str = "default"
-) -> list[list[int]]:
+    pairs: Pairs, batch_size: int, steps: int, seed: int, sampler: str = "default",
+    density: float | None = None,
+) -> list[list[int]]:  # fmt: skip
     """The first `steps` batches (row indices) the trainer draws for `seed`, built with
     sentence-transformers' own batch samplers exactly as `SentenceTransformerTrainer` builds
-    them (a generator seeded by the trainer's seed; tests check the two agree)."""
+    them (a generator seeded by the trainer's seed; tests check the two agree); with `density`,
+    the default sampler is `dense_batch_sampler(density)`, epoch after epoch."""
+    if density is not None and sampler == "default":
+        dense: list[list[int]] = []
+        epoch = 0
+        while len(dense) < steps:
+            dense += dense_pair_batches(pairs.group, batch_size, density, seed, epoch)
+            epoch += 1
+        return dense[:steps]
     import torch
     from datasets import Dataset
     from sentence_transformers.base.sampler import DefaultBatchSampler, NoDuplicatesBatchSampler
@@ -141,6 +181,79 @@ def planned_batches(
             break
         out.append([int(i) for i in batch])
     return out
+
+
+def dense_pair_batches(groups: np.ndarray, batch_size: int, density: float, seed: int,
+                       epoch: int = 0) -> list[list[int]]:  # fmt: skip
+    """One epoch of batches (row indices) in which a share `density` of every batch's rows are
+    premise pairs: `round(density * batch_size / 2)` premises per batch with two of their rows
+    (two entailments of one premise: each is a known false negative of the other's anchor), the
+    rest single rows at random. The pairs counterpart of dclr's paraphrase-dense sampler
+    (`paraphrase_density`). Every row is used once per epoch; premises are drawn for pairs until
+    none with two unused rows is left, then batches are filled with single rows only. Seeded by
+    (seed, epoch): each epoch draws new pairs."""
+    if not 0 <= density <= 1:
+        raise ValueError(f"density must be in [0, 1], got {density}")
+    rng = np.random.default_rng([seed, epoch])
+    groups = np.asarray(groups)
+    n = len(groups)
+    per_batch = int(round(density * batch_size / 2))  # premise pairs per batch
+    order = rng.permutation(n)
+    by_group: dict[int, list[int]] = {}
+    for row in order.tolist():
+        by_group.setdefault(int(groups[row]), []).append(row)
+    n_batches = math.ceil(n / batch_size)
+    candidates = [rows for rows in by_group.values() if len(rows) >= 2]
+    pairs = [rows[:2] for rows in candidates[: n_batches * per_batch]]  # (premise, 2 rows) each
+    paired = {row for pair in pairs for row in pair}
+    singles = [row for row in order.tolist() if row not in paired]
+    batches: list[list[int]] = []
+    while pairs or singles:
+        take = pairs[:per_batch]
+        pairs = pairs[per_batch:]
+        batch = [row for pair in take for row in pair]
+        fill = batch_size - len(batch)
+        batch += singles[:fill]
+        singles = singles[fill:]
+        if not batch:
+            break
+        batches.append([int(i) for i in rng.permutation(batch)])
+    return batches
+
+
+def dense_batch_sampler(density: float) -> type:
+    """A sentence-transformers batch sampler class (`batch_sampler=` of the training arguments)
+    that draws `dense_pair_batches` from the dataset's anchor column (rows of one premise share
+    their anchor text), seeded by the trainer's seed and the epoch."""
+    from sentence_transformers.base.sampler import DefaultBatchSampler
+
+    from dclr.data.paraphrases import normalize_text
+
+    class DensePairsBatchSampler(DefaultBatchSampler):
+        def __init__(self, dataset: Any, batch_size: int, drop_last: bool,
+                     valid_label_columns: Any = None, generator: Any = None,
+                     seed: int = 0) -> None:  # fmt: skip
+            super().__init__(dataset, batch_size=batch_size, drop_last=drop_last,
+                             valid_label_columns=valid_label_columns, generator=generator,
+                             seed=seed)  # fmt: skip
+            ids: dict[str, int] = {}
+            self.groups = np.asarray([ids.setdefault(normalize_text(a), len(ids))
+                                      for a in dataset["anchor"]], dtype=np.int64)  # fmt: skip
+            self.density, self.seed = density, seed
+
+        def __iter__(self) -> Iterator[list[int]]:
+            batches = dense_pair_batches(self.groups, self.batch_size, self.density, self.seed,
+                                         getattr(self, "epoch", 0))  # fmt: skip
+            for batch in batches:
+                if self.drop_last and len(batch) < self.batch_size:
+                    continue
+                yield batch
+
+        def __len__(self) -> int:
+            full, rest = divmod(len(self.groups), self.batch_size)
+            return full if self.drop_last or not rest else full + 1
+
+    return DensePairsBatchSampler
 
 
 # ---- the audit (pure functions) -----------------------------------------------------------------
@@ -174,6 +287,23 @@ def rule_drops(guide_cos: np.ndarray, rule: str, value: float) -> np.ndarray:
     return (weights == 0).numpy()
 
 
+def gist_block_drops(block_cos: np.ndarray, positive_cos: np.ndarray, rule: str,
+                     margin: float) -> np.ndarray:  # fmt: skip
+    """(n, n) bool: what GISTEmbedLoss's mask drops in its anchor-anchor or positive-positive
+    block (`contrast_anchors` / `contrast_positives`, on by default). block_cos: the guide's
+    cosines of that block; positive_cos: (n,) the anchor-positive cosines g_ii, whose
+    `g_ii - margin` (absolute) or `g_ii - |g_ii| margin` (relative) is row i's cut, as in the
+    anchor-positive block (strict `>`). The diagonal (a text with itself) is never a negative:
+    GIST sets it to -inf after masking."""
+    g = np.asarray(positive_cos, dtype=np.float32).reshape(-1, 1)  # (n, 1)
+    if rule not in ("pair_absolute", "pair_relative"):
+        raise ValueError(f"GIST's blocks use the pair rules, not {rule!r}")
+    cut = g - (np.abs(g) * margin if rule == "pair_relative" else np.float32(margin))
+    drop = np.asarray(block_cos, dtype=np.float32) > cut
+    np.fill_diagonal(drop, False)
+    return drop
+
+
 def precision_recall(dropped: np.ndarray, known: np.ndarray) -> dict[str, Any]:
     """Counts over the negatives (off-diagonal cells) of any number of batches: negatives, known
     false negatives, dropped, dropped known ones; precision (None when nothing is dropped) and
@@ -200,21 +330,38 @@ def audit_batches(
     """Known false negatives and each rule's drops over `batches` (row indices into `pairs`);
     the vectors are the guide's unit rows per pair. Negatives: the n(n-1) off-diagonal
     (anchor, positive) cells of every batch, as MNRL / DCLR / GIST's anchor-positive block see
-    them; `same_anchor` counts the ordered pairs of rows sharing a premise (GIST's
-    anchor-anchor block holds them as identical texts)."""
+    them; `same_anchor_pairs` counts the ordered pairs of rows sharing a premise (GIST's
+    anchor-anchor block holds them as identical texts). For the pair rules, `gist_blocks` also
+    counts what GIST's default drops in its anchor-anchor and positive-positive blocks (each of
+    the same n(n-1) cells per batch) and how many identical anchors it drops there."""
     known_cells, n_negatives = [], 0
     drops: dict[str, list[np.ndarray]] = {name: [] for name in rules}
+    gist_rules = {name: rv for name, rv in rules.items() if rv[0] != "fixed" and rv[0] != "none"}
+    # GIST's two extra blocks: dropped cells per rule, and the same-premise cells of the
+    # anchor-anchor block (identical anchor texts)
+    extra = {name: {"anchor_anchor": 0, "positive_positive": 0, "same_anchor_dropped": 0}
+             for name in gist_rules}  # fmt: skip
+    same_anchor = 0
     batches_with = 0
     for batch in batches:
         rows = np.asarray(batch)
         known = known_false_negatives(pairs.group[rows])
-        cos = anchor_vectors[rows] @ positive_vectors[rows].T
+        a, p = anchor_vectors[rows], positive_vectors[rows]
+        cos = a @ p.T
         off = ~np.eye(len(rows), dtype=bool)
         known_cells.append(known[off])
         n_negatives += int(off.sum())
         batches_with += bool(known.any())
+        same_anchor += int(known.sum())
         for name, (rule, value) in rules.items():
             drops[name].append(rule_drops(cos, rule, value)[off])
+        if gist_rules:
+            aa, pp, g = a @ a.T, p @ p.T, np.diagonal(cos)
+            for name, (rule, value) in gist_rules.items():
+                drop_aa = gist_block_drops(aa, g, rule, value)
+                extra[name]["anchor_anchor"] += int(drop_aa.sum())
+                extra[name]["positive_positive"] += int(gist_block_drops(pp, g, rule, value).sum())
+                extra[name]["same_anchor_dropped"] += int((drop_aa & known).sum())
     known_flat = np.concatenate(known_cells) if known_cells else np.zeros(0, dtype=bool)
     out: dict[str, Any] = {
         "batches": len(batches),
@@ -222,6 +369,7 @@ def audit_batches(
         "known_false_negatives": int(known_flat.sum()),
         "false_negative_rate": float(known_flat.mean()) if n_negatives else None,
         "batches_with_false_negatives": batches_with,
+        "same_anchor_pairs": same_anchor,
         "rules": {},
     }
     for name, (rule, value) in rules.items():
@@ -229,6 +377,8 @@ def audit_batches(
         row = precision_recall(flat, known_flat)
         row.update({"rule": rule, "value": float(value),
                     "dropped_share": row["dropped"] / n_negatives if n_negatives else None})  # fmt: skip
+        if name in extra:  # every block GIST's default masks (each block: n_negatives cells)
+            row["gist_blocks"] = {"anchor_positive": row["dropped"], **extra[name]}
         out["rules"][name] = row
     return out
 
@@ -261,12 +411,15 @@ def read_json(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def tuned_margin(out: Path, family: str) -> float | None:
+def tuned_margin(out: Path, family: str, within: Sequence[float] | None = None) -> float | None:
     """The margin of `family` ('gist' | 'relative') with the best STS-B dev score among its
-    tuning records (ties: the smaller margin); None when there are none."""
+    tuning records (ties: the smaller margin), only margins in `within` when given; None when
+    there are none."""
     best: tuple[float, float] | None = None
     for path in sorted(tuning_dir(out).glob(f"{family}-margin*.json")):
         record = read_json(path)
+        if within is not None and not any(abs(record["margin"] - m) < 1e-9 for m in within):
+            continue
         key = (record["stsb_dev"], -record["margin"])
         if best is None or key > (best[0], -best[1]):
             best = (record["stsb_dev"], record["margin"])
@@ -298,23 +451,32 @@ class Setup:
     max_seq_length: int = TRAIN_MAX_SEQ_LENGTH
     retrieval: bool = True  # evaluate the inli retrieval task too
     sts_tasks: tuple[str, ...] = STS_TASKS
+    # None: the trainer's own samplers; rho: the default sampler becomes dense_batch_sampler(rho)
+    # (a share rho of every batch is premise pairs: known false negatives by construction)
+    density: float | None = None
+    device: str = "cpu"  # where training runs ("cuda" on a GPU); evaluation encodes on the CPU
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.model, "steps": self.steps, "batch_size": self.batch_size,
-                "lr": self.lr, "max_seq_length": self.max_seq_length,
-                "pooling": "mean (no head)", "temperature": TEMPERATURE,
-                "corpus": "INLI train: (premise, explicit) + (premise, implied)"}  # fmt: skip
+        described = {"model": self.model, "steps": self.steps, "batch_size": self.batch_size,
+                     "lr": self.lr, "max_seq_length": self.max_seq_length,
+                     "pooling": "mean (no head)", "temperature": TEMPERATURE,
+                     "corpus": "INLI train: (premise, explicit) + (premise, implied)"}  # fmt: skip
+        if self.density is not None:  # absent otherwise: the issue-37 records stay as they are
+            described["density"] = self.density
+        if self.device != "cpu":
+            described["device"] = self.device
+        return described
 
 
 def make_loss(family: str, model: Any, guide_path: str | None, seed: int,
-              options: dict[str, Any]) -> Any:  # fmt: skip
+              options: dict[str, Any], device: str = "cpu") -> Any:  # fmt: skip
     """The loss of a variant: sentence-transformers' own MNRL / GISTEmbedLoss, or dclr's."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer import losses
 
     if family == "mnrl":
         return losses.MultipleNegativesRankingLoss(model, scale=1 / TEMPERATURE)
-    guide = SentenceTransformer(guide_path, device="cpu")  # the frozen starting model
+    guide = SentenceTransformer(guide_path, device=device)  # the frozen starting model
     if family == "gist":
         return losses.GISTEmbedLoss(model, guide, temperature=TEMPERATURE, **options)
     from dclr.st import DCLRLoss
@@ -336,17 +498,18 @@ def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int
     from dclr.models.encoder import resolve_model
 
     path = str(resolve_model(setup.model))
-    model = SentenceTransformer(path, device="cpu")
+    model = SentenceTransformer(path, device=setup.device)
     model.max_seq_length = setup.max_seq_length
-    loss = make_loss(family, model, path, seed, options)
+    loss = make_loss(family, model, path, seed, options, setup.device)
     data = Dataset.from_dict({"anchor": pairs.anchors, "positive": pairs.positives})
     scratch = tempfile.mkdtemp(prefix=f"dclr-pairs-{family}-")
     try:
         args = SentenceTransformerTrainingArguments(
             output_dir=scratch, max_steps=setup.steps, per_device_train_batch_size=setup.batch_size,
             learning_rate=setup.lr, save_strategy="no", logging_steps=max(1, setup.steps // 4),
-            report_to=[], seed=seed, use_cpu=True,
+            report_to=[], seed=seed, use_cpu=setup.device == "cpu",
             batch_sampler=BatchSamplers.NO_DUPLICATES if sampler == "no_duplicates"
+            else dense_batch_sampler(setup.density) if setup.density is not None
             else BatchSamplers.BATCH_SAMPLER,
         )  # fmt: skip
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
@@ -393,6 +556,7 @@ def evaluate_trained(model: Any, setup: Setup, dev_only: bool = False) -> dict[s
 
     limit = SentenceTransformer(str(resolve_model(setup.model)), device="cpu").max_seq_length
     model.max_seq_length = limit  # evaluated as the starting model is
+    model.to("cpu")
     folder = tempfile.mkdtemp(prefix="dclr-pairs-model-")
     try:
         model.save(folder)
@@ -402,11 +566,15 @@ def evaluate_trained(model: Any, setup: Setup, dev_only: bool = False) -> dict[s
 
 
 def variant_options(variant: str, out: Path, calibrated: float | None) -> dict[str, Any]:
-    """The loss options of a main variant (tuned margins and calibrated phi read from records)."""
+    """The loss options of a variant (tuned margins and calibrated phi read from records); an
+    ablation's are its main variant's with its changes."""
+    if variant in ABLATIONS:
+        main_variant, changes = ABLATIONS[variant]
+        return {**variant_options(main_variant, out, calibrated), **changes}
     if variant == "gist":
         return {"margin_strategy": "absolute", "margin": 0.0}
     if variant == "gist_tuned":
-        margin = tuned_margin(out, "gist")
+        margin = tuned_margin(out, "gist", GIST_CHOICE_MARGINS)
         if margin is None:
             raise RuntimeError("no GIST tuning records: run `tune` first")
         return {"margin_strategy": "absolute", "margin": margin}
@@ -438,7 +606,7 @@ def one_run(setup: Setup, pairs: Pairs, variant: str, seed: int, out: Path) -> d
     _, family, sampler = VARIANTS[variant]
     calibrated = None
     audit_path = out / "records" / "audit.json"
-    if variant == "dclr_calibrated":
+    if variant in ("dclr_calibrated", "dclr_calibrated_nonoise"):
         calibrated = read_json(audit_path)["calibration"]["phi"] if audit_path.is_file() else None
     options = variant_options(variant, out, calibrated)
     model, loss, seconds = train_model(setup, pairs, family, sampler, seed, options)
@@ -527,11 +695,12 @@ def run_audit(setup: Setup, pairs: Pairs, out: Path, seeds: Sequence[int]) -> di
     }  # fmt: skip
     for sampler in ("default", "no_duplicates"):
         batches = [b for seed in seeds
-                   for b in planned_batches(pairs, setup.batch_size, setup.steps, seed, sampler)]  # fmt: skip
+                   for b in planned_batches(pairs, setup.batch_size, setup.steps, seed, sampler,
+                                            setup.density)]  # fmt: skip
         result["trained_batches"][sampler] = audit_batches(batches, pairs, anchors, positives,
                                                            rules)  # fmt: skip
     epoch = planned_batches(pairs, setup.batch_size, math.ceil(len(pairs) / setup.batch_size),
-                            seeds[0])  # fmt: skip
+                            seeds[0], density=setup.density)  # fmt: skip
     result["epoch"]["default"] = audit_batches(epoch, pairs, anchors, positives, rules)
     result["seconds"] = time.perf_counter() - start
     return result
@@ -561,7 +730,7 @@ def _quantiles(values: np.ndarray) -> dict[str, float]:
 # ---- the sweep ----------------------------------------------------------------------------------
 def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants: Sequence[str],
           lock: str | None, log: Callable[[str], None] = print) -> int:  # fmt: skip
-    """Run `command` (start | audit | tune | run); each unit under its own lock, skipped when
+    """Run `command` (start | audit | tune | run | all); each unit under its own lock, skipped when
     its record exists."""
     pairs: Pairs | None = None
 
@@ -571,6 +740,10 @@ def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants:
             pairs = training_pairs(setup.data_dir)
         return pairs
 
+    if command == "all":  # the whole study, in order; each part skips what its records hold
+        for part in ("start", "audit", "tune", "run"):
+            sweep(part, setup, out, seeds, variants, lock, log)
+        return 0
     if command == "start":
         path = out / "records" / "start.json"
         if not path.is_file():
@@ -629,7 +802,7 @@ def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dclr_lab.pairs", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("command", choices=("start", "audit", "tune", "run"))
+    p.add_argument("command", choices=("start", "audit", "tune", "run", "all"))
     p.add_argument("-o", "--out", type=Path, default=Path("docs/results/cpu-scale/pairs"))
     p.add_argument("--data-dir", default=None)
     p.add_argument("--model", default=DEFAULT_MODEL)
@@ -640,9 +813,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--lock", default=LOCK, help="flock file taken per run ('' for none)")
     p.add_argument("--no-retrieval", action="store_true", help="skip the inli retrieval task")
+    p.add_argument("--density", type=float, default=None,
+                   help="share of every batch that is premise pairs (dense_pair_batches); "
+                        "default: the trainer's own sampler")  # fmt: skip
+    p.add_argument("--device", default="cpu", help="where training runs: cpu | cuda")
     args = p.parse_args(argv)
     setup = Setup(model=args.model, data_dir=args.data_dir, steps=args.steps,
-                  batch_size=args.batch_size, lr=args.lr, retrieval=not args.no_retrieval)  # fmt: skip
+                  batch_size=args.batch_size, lr=args.lr, retrieval=not args.no_retrieval,
+                  density=args.density, device=args.device)  # fmt: skip
     seeds = [int(s) for s in args.seeds.split(",") if s]
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from dclr_lab.pairs import (
+    ABLATIONS,
+    GIST_CHOICE_MARGINS,
     GIST_MARGINS,
     RELATIVE_MARGINS,
     RETRIEVAL_METRIC,
@@ -127,13 +129,11 @@ def main_table(data: dict[str, Any]) -> list[str]:
             + " | — | — | — | — | — |"
         )
     for variant, (label, _, _) in VARIANTS.items():
-        if variant not in runs:
+        if variant not in runs or variant in ABLATIONS:  # the ablations: their own table
             continue
         r = runs[variant]
         seeds = len(r)
-        drops = [rec.get("dclr_parts", {}).get("dropped_fraction") for rec in r.values()]
-        drops = [d for d in drops if d is not None]
-        dropped = f"{100 * sum(drops) / len(drops):.3f}" if drops else "—"
+        dropped = _dropped(r)
         cells = [_label(variant, label, r), str(seeds), _fmt(stat_of(r, "avg")),
                  _fmt(stat_of(r, "STSBenchmark")), _fmt(stat_of(r, "SICKRelatedness")),
                  _fmt(stat_of(r, "inli")), dropped,
@@ -144,19 +144,31 @@ def main_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _dropped(runs: dict[int, dict[str, Any]]) -> str:
+    """DCLR's logged dropped share in %, mean over steps and seeds ('—' for other losses)."""
+    drops = [rec.get("dclr_parts", {}).get("dropped_fraction") for rec in runs.values()]
+    drops = [d for d in drops if d is not None]
+    return f"{100 * sum(drops) / len(drops):.3f}" if drops else "—"
+
+
+ABLATION_SUFFIX = {"gist": ", no extra contrasts", "dclr": ", no noise negatives"}
+
+
 def _label(variant: str, label: str, runs: dict[int, dict[str, Any]]) -> str:
     options = next(iter(runs.values())).get("options", {})
-    if variant == "gist_tuned":
-        return f"GISTEmbedLoss, margin {options.get('margin', float('nan')):g} (tuned)"
-    if variant == "dclr_calibrated":
-        return (
-            f"DCLRLoss, calibrated φ = {options.get('false_negative_threshold', float('nan')):.3f}"
-        )
-    if variant == "dclr_relative":
-        return (
-            f"DCLRLoss, pair_relative margin {options.get('pair_margin', float('nan')):g} (tuned)"
-        )
-    return label
+    main = ABLATIONS[variant][0] if variant in ABLATIONS else variant
+    suffix = ABLATION_SUFFIX[VARIANTS[variant][1]] if variant in ABLATIONS else ""
+    if main == "gist_tuned":
+        text = f"GISTEmbedLoss, margin {options.get('margin', float('nan')):g} (tuned)"
+    elif main == "dclr_calibrated":
+        phi = options.get("false_negative_threshold", float("nan"))
+        text = f"DCLRLoss, calibrated φ = {phi:.3f}"
+    elif main == "dclr_relative":
+        margin = options.get("pair_margin", float("nan"))
+        text = f"DCLRLoss, pair_relative margin {margin:g} (tuned)"
+    else:
+        text = VARIANTS[main][0] if variant in ABLATIONS else label
+    return text + suffix
 
 
 def task_table(data: dict[str, Any]) -> list[str]:
@@ -188,13 +200,42 @@ def tuning_table(data: dict[str, Any], out: Path) -> list[str]:
     if not data["tuning"]:
         return ["No tuning records."]
     lines = ["| rule | margin | STS-B dev (seed 42) |", "|---|---:|---:|"]
-    chosen = {family: tuned_margin(out, family) for family in ("gist", "relative")}
+    chosen = {"gist": tuned_margin(out, "gist", GIST_CHOICE_MARGINS),
+              "relative": tuned_margin(out, "relative")}  # fmt: skip
+    best = {family: tuned_margin(out, family) for family in ("gist", "relative")}
     for record in sorted(data["tuning"], key=lambda r: (r["family"], r["margin"])):
         name = ("GISTEmbedLoss absolute" if record["family"] == "gist"
                 else "DCLRLoss pair_relative")  # fmt: skip
         mark = " ← chosen" if chosen[record["family"]] == record["margin"] else ""
+        if best[record["family"]] == record["margin"] != chosen[record["family"]]:
+            mark = " ← best of the wide grid (not used: see above)"
         lines.append(f"| {name} | {record['margin']:g} | {record['stsb_dev']:.2f}{mark} |")
     return lines
+
+
+def tuning_curve(data: dict[str, Any], out: Path) -> list[str]:
+    """Whether GIST's wide grid has an interior optimum, and which margin the runs use."""
+    gist = sorted((r["margin"], r["stsb_dev"]) for r in data["tuning"] if r["family"] == "gist")
+    if len(gist) <= len(GIST_CHOICE_MARGINS):
+        return []
+    best = tuned_margin(out, "gist")
+    chosen = tuned_margin(out, "gist", GIST_CHOICE_MARGINS)
+    start = (data["start"] or {}).get("stsb_dev")
+    rising = all(b[1] >= a[1] for a, b in zip(gist, gist[1:], strict=False))
+    if best != gist[-1][0]:
+        return [f"On the wide grid the best margin is {best:g}, inside the grid."]
+    start_text = f" ({start:.2f})" if start is not None else ""
+    return [
+        f"Widened to {gist[-1][0]:g} (issue 48), the grid still has no interior optimum: the dev "
+        f"score {'rises with every step of' if rising else 'is highest at the end of'} the margin, "
+        f"from {gist[0][1]:.2f} at 0 to {gist[-1][1]:.2f} at {gist[-1][0]:g}, toward the untrained "
+        f"starting model's{start_text}. Every run of this study ends below the starting model, "
+        "and a wider mask drops more negatives, so the model moves less: on this dev set "
+        '"best" means "train least", and widening further would only approach the starting '
+        f"model. The runs keep the margin chosen on 0–{max(GIST_CHOICE_MARGINS):g} "
+        f"({chosen:g}, the issue-37 choice); a margin with an interior optimum needs the longer, "
+        "denser runs of the separating experiment.",
+    ]
 
 
 def samplers_line(data: dict[str, Any]) -> list[str]:
@@ -257,6 +298,32 @@ def audit_section(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {label} | {row['dropped']:,} | {_pct(row['dropped_share'], 3)} | "
                          f"{row['true_positives']} / {row['known']} | {_pct(row['precision'])} | "
                          f"{_pct(row['recall'])} |")  # fmt: skip
+    for name, block in blocks:
+        if "NO_DUPLICATES" not in name:
+            lines += gist_blocks_table(name, block)
+    return lines
+
+
+def gist_blocks_table(name: str, block: dict[str, Any]) -> list[str]:
+    """Every block GISTEmbedLoss's default masks: anchor-positive (the block the table above
+    counts), anchor-anchor and positive-positive, each of the same number of cells."""
+    rows = [(label, row["gist_blocks"]) for label, row in block["rules"].items()
+            if "gist_blocks" in row and label.startswith("GIST")]  # fmt: skip
+    if not rows:
+        return []
+    n = block["negatives"]
+    lines = ["", f"Every block GISTEmbedLoss's default masks, {name} (each block {n:,} cells; "
+             "default = all three blocks, no extra contrasts = the anchor–positive block only; "
+             f"identical anchors: {block.get('same_anchor_pairs', 0)} cells of the "
+             "anchor–anchor block):", "",
+             "| rule | anchor–positive | anchor–anchor | positive–positive | default: dropped % "
+             "of its negatives | identical anchors dropped |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for label, b in rows:
+        total = b["anchor_positive"] + b["anchor_anchor"] + b["positive_positive"]
+        lines.append(f"| {label} | {b['anchor_positive']:,} | {b['anchor_anchor']:,} | "
+                     f"{b['positive_positive']:,} | {_pct(total / (3 * n), 3)} | "
+                     f"{b['same_anchor_dropped']} / {block.get('same_anchor_pairs', 0)} |")  # fmt: skip
     return lines
 
 
@@ -266,7 +333,7 @@ def statements(data: dict[str, Any]) -> list[str]:
     for base in BASELINES:
         base_label = VARIANTS[base][0]
         for variant, (label, _, _) in VARIANTS.items():
-            if variant not in runs or variant == base:
+            if variant not in runs or variant == base or variant in ABLATIONS:
                 continue
             name = _label(variant, label, runs[variant])
             for key, what in (("avg", "the 7-task STS avg"), ("inli", "INLI nDCG@10")):
@@ -274,6 +341,85 @@ def statements(data: dict[str, Any]) -> list[str]:
                 if line:
                     out.append(f"- {line}")
     return out
+
+
+def ablation_pairs(runs: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(ablation, base, key) of every interval the ablation table shows: against its own main
+    variant and against MNRL, on the STS avg and INLI nDCG@10."""
+    out = []
+    for variant, (main, _) in ABLATIONS.items():
+        if variant in runs:
+            out += [(variant, base, key) for base in (main, "mnrl") for key in ("avg", "inli")]
+    return out
+
+
+def ablation_section(data: dict[str, Any]) -> list[str]:
+    """What GIST's extra negatives and DCLR's noise negatives do: each ablation paired by seed
+    with its main variant (same batches, same dropout stream) and with MNRL."""
+    runs = data["runs"]
+    present = [v for v in ABLATIONS if v in runs]
+    if not present:
+        return ["No ablation runs yet."]
+    head = ["ablation", "seeds", "STS avg", "INLI nDCG@10", "dropped %", "its main variant",
+            "Δ avg vs main", "Δ nDCG vs main", "Δ avg vs MNRL", "Δ nDCG vs MNRL"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * 4 + "---|" + "---:|" * 4]
+    said = []
+    for variant in present:
+        main = ABLATIONS[variant][0]
+        r = runs[variant]
+        name = _label(variant, VARIANTS[variant][0], r)
+        main_name = _label(main, VARIANTS[main][0], runs[main]) if main in runs else main
+        main_cell = f"{main_name}: {_fmt(stat_of(runs[main], 'avg'))}" if main in runs else "—"
+        cells = [name, str(len(r)), _fmt(stat_of(r, "avg")), _fmt(stat_of(r, "inli")),
+                 _dropped(r), main_cell,
+                 _fmt(delta(runs, main, variant, "avg")), _fmt(delta(runs, main, variant, "inli")),
+                 _fmt(delta(runs, "mnrl", variant, "avg")),
+                 _fmt(delta(runs, "mnrl", variant, "inli"))]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+        for base, base_name in ((main, main_name), ("mnrl", "MNRL")):
+            line = verdict(name, base_name, delta(runs, base, variant, "avg"), "the 7-task STS avg")
+            if line:
+                said.append(f"- {line}")
+    return [*lines, "", "In plain words (STS avg; INLI in the table):", "", *said]
+
+
+def multiplicity(data: dict[str, Any]) -> list[str]:
+    """How the many intervals are read: unadjusted, and which survive a Bonferroni correction
+    over the main table's and the ablation table's intervals."""
+    from scipy.stats import t
+
+    runs = data["runs"]
+    tests = [(v, base, key) for v in VARIANTS if v in runs and v not in ABLATIONS
+             for base in BASELINES if base != v for key in ("avg", "inli")]  # fmt: skip
+    tests += ablation_pairs(runs)
+    shown = [(v, b, k, d) for v, b, k in tests for d in [delta(runs, b, v, k)]
+             if d is not None and d.n > 1]  # fmt: skip
+    if not shown:
+        return []
+    count = len(shown)
+    survivors = []
+    for variant, base, key, d in shown:
+        half = float(t.ppf(1 - 0.025 / count, d.n - 1)) * d.std / d.n**0.5
+        if abs(d.mean) > half:
+            base_name = _label(base, VARIANTS[base][0], runs[base])
+            what = "STS avg" if key == "avg" else "INLI nDCG@10"
+            survivors.append(
+                f"{_label(variant, VARIANTS[variant][0], runs[variant])} vs {base_name} on "
+                f"{what} ({d.mean:+.2f} ± {half:.2f})"
+            )
+    beyond = sum(d.beyond_noise for *_, d in shown)
+    n = min(d.n for *_, d in shown)
+    widen = float(t.ppf(1 - 0.025 / count, n - 1) / t.ppf(0.975, n - 1))
+    kept = "; ".join(survivors) if survivors else "none"
+    return [
+        f"Multiple comparisons: the main table and the ablation table show {count} paired "
+        f"intervals (Δ columns, STS avg and INLI), each a 95 % interval for that comparison alone, "
+        f"not adjusted for multiplicity; {beyond} of them exclude 0. Were no variant different, "
+        f"about {count / 20:.1f} would exclude 0 by chance. With a Bonferroni correction over "
+        f"all {count} (each interval at 1 − 0.05 / {count}, so the family is wrong with "
+        f"probability ≤ 5 %) and {n} seeds, the intervals widen {widen:.1f}-fold; those still "
+        f"excluding 0: {kept}. The per-task tables below are descriptive and not corrected.",
+    ]
 
 
 def resolve_design(data: dict[str, Any]) -> list[str]:
@@ -368,13 +514,14 @@ def design(data: dict[str, Any]) -> list[str]:
     ]
     lines += [
         "",
-        "An experiment that would separate the rules: (1) false negatives dense enough to matter, "
-        "e.g. batches in which a share ρ of the rows are the two entailments of one premise (the "
-        "pairs version of dclr's paraphrase-dense sampler, where φ-weighting moved the STS avg by "
-        "points, not hundredths); (2) at least one epoch (250 steps of 64) per run; (3) GIST with "
-        "`contrast_anchors=False, contrast_positives=False` beside its default, to tell its mask "
-        "from its extra negatives; (4) 5 or more seeds, since the seed spread here is of the "
-        "size of the differences.",
+        "An experiment that would separate the rules: (1) false negatives dense enough to matter: "
+        "batches in which a share ρ of the rows are premise pairs, two entailments of one premise "
+        "(`--density ρ`, `dense_pair_batches`: the pairs version of dclr's paraphrase-dense "
+        "sampler, where φ-weighting moved the STS avg by points, not hundredths); (2) at least one "
+        "epoch (250 steps of 64) per run; (3) GIST with and without its extra contrasts and DCLR "
+        "with and without noise negatives (the ablation below, at this study's scale); (4) 5 or "
+        "more seeds, since the seed spread here is of the size of the differences. Its command "
+        "and cost: docs/experiments.md (pairs study).",
     ]
     return lines
 
@@ -429,7 +576,7 @@ def build_report(out: Path) -> Path:
         "changed: the audit section). Guide of GIST and DCLR: a frozen copy of the starting model. GIST and DCLR's "
         "relative margin were tuned on STS-B dev with seed 42 only (grid below), never on a test "
         "set. DCLRLoss keeps its defaults otherwise (paper form, optimized noise negatives, "
-        "k = batch size).",
+        "k = batch size), except in the no-noise ablations.",
         "",
         "Scores: Spearman × 100 on the STS test sets (dclr's SentEval-exact evaluation, mean "
         "pooling, max length of the backbone) and nDCG@10 × 100 on the built-in `inli` retrieval "
@@ -450,6 +597,8 @@ def build_report(out: Path) -> Path:
         "",
         *resolve_design(data),
         "",
+        *multiplicity(data),
+        "",
         *design(data),
         "",
         "### Every STS task (mean ± std)",
@@ -464,6 +613,18 @@ def build_report(out: Path) -> Path:
         "",
         *delta_task_table(data, "gist"),
         "",
+        "## Ablation: GIST's extra negatives, DCLR's noise negatives (issue 48)",
+        "",
+        "GISTEmbedLoss's default adds two blocks of negatives to MNRL's anchor–positive one "
+        "(`contrast_anchors=True`: anchor–anchor; `contrast_positives=True`: positive–positive), "
+        "both masked by its guide. With both off, what remains is MNRL's loss with GIST's mask. "
+        "DCLRLoss's default adds noise negatives (`noise_mode: optimized`, k = batch size); with "
+        "`noise_mode: none` what remains is MNRL's loss with DCLR's rule. Each ablation runs the "
+        "same seeds, batches and dropout stream as its main variant, so Δ vs main isolates the "
+        "switched-off part. Same setting as above.",
+        "",
+        *ablation_section(data),
+        "",
         "## Reproduce",
         "",
         *reproduce(data, setup, seeds),
@@ -475,6 +636,8 @@ def build_report(out: Path) -> Path:
         "the smaller margin). One seed: the choice is itself noisy.",
         "",
         *tuning_table(data, out),
+        "",
+        *tuning_curve(data, out),
         "",
         "## Audit: false negatives in the batches and what each rule drops",
         "",
