@@ -72,7 +72,7 @@ def shared_start_scores(run: PreparedRun, pooler: str) -> dict[str, float] | Non
     encoder = freeze(encoder.to(run.device))  # as build_complementary leaves it
     evaluator = StsEvaluator(data_dir, mode="test")
     wanted = evaluator.sentences()
-    full = model_limit(encoder.tokenizer)
+    full = encoder.max_length or model_limit(encoder.tokenizer)  # what the evaluator truncates at
     lengths = encoder.tokenizer(wanted, truncation=True, max_length=full)["input_ids"]
     in_corpus = set(corpus)
     shared = {
