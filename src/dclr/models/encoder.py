@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from dclr.data.text import clip_all
 from dclr.errors import ConfigError
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.models.packing import (
@@ -231,7 +232,7 @@ class SentenceEncoder(nn.Module):
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         return dict(
             self.tokenizer(
-                list(sentences),
+                clip_all(list(sentences), limit),  # bounded work per text
                 padding=True,
                 truncation=True,
                 max_length=limit,
@@ -404,7 +405,8 @@ class SentenceEncoder(nn.Module):
             raise ConfigError("batch_size must be >= 1")
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         distinct = list(dict.fromkeys(sentences))
-        ids = self.tokenizer(distinct, truncation=True, max_length=limit)["input_ids"]
+        clipped = clip_all(distinct, limit)  # bounded work per text (dclr.data.text)
+        ids = self.tokenizer(clipped, truncation=True, max_length=limit)["input_ids"]
         out = self.encode_ids_poolers(
             ids, poolers, batch_size, normalize, show_progress, progress_label, by_length
         )

@@ -34,6 +34,7 @@ from dclr.contract import (
     PreparedRun,
     TrainResult,
 )
+from dclr.data.text import clip_all
 from dclr.errors import TrainingDiverged
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.options.flat import flat_values
@@ -403,7 +404,8 @@ class Trainer:
         if tokenizer is None or not texts or not all(texts):
             return 0  # rows of another kind: no estimate
         limit = self.config.model.max_length
-        lengths = tokenizer([t for r in texts for t in r], truncation=True, max_length=limit)
+        flat = clip_all([t for r in texts for t in r], limit)  # bounded work per text
+        lengths = tokenizer(flat, truncation=True, max_length=limit)
         per_example = sum(len(x) for x in lengths["input_ids"]) / len(texts)
         return int(per_example * self.config.optimisation.batch_size)
 
