@@ -700,6 +700,10 @@ def _print_audit(result: dict) -> None:
     if not gold:
         out.print("gold precision / recall: no known paraphrase pair in these batches (skipped)")
     out.print(f"[bold]recommendation:[/] {escape(result['recommendation']['text'])}")
+    if "command" in result["recommendation"]:  # from a checkout (the recipe path is relative)
+        out.print(
+            f"[bold]apply it:[/] {escape(result['recommendation']['command'])}", soft_wrap=True
+        )
 
 
 def _pct(value: float | None) -> str:
