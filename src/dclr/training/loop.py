@@ -256,6 +256,8 @@ class Trainer:
         state.train_seconds = saved.get("train_seconds", 0.0)
         state.cpu_seconds = saved.get("cpu_seconds", 0.0)
         state.last_ckpt = str(last)
+        announce(f"resume: from checkpoint {last.name} (step {state.start}), continuing at "
+                 f"step {state.start + 1} of {self.run.total_steps}")  # fmt: skip
 
     def _step(self, state: _RunState, step: int) -> tuple[dict[str, torch.Tensor], int]:
         """One optimizer step on batch `step`: (the objective's parts, this rank's examples)."""
