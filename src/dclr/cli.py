@@ -250,6 +250,14 @@ def train_cmd(
         Path | None, typer.Option("--output-dir", "-o", help="Run folder.")
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    no_eval: Annotated[
+        bool,
+        typer.Option(
+            "--no-eval",
+            help="No evaluation (dev evaluations and the before/after test table): for smoke "
+            "runs (run.eval_steps=0, run.test_eval=false).",
+        ),
+    ] = False,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -292,6 +300,8 @@ def train_cmd(
         ):
             if value is not None:
                 overrides[key] = str(value) if isinstance(value, Path) else value
+        if no_eval:
+            overrides.update({"run.eval_steps": 0, "run.test_eval": False})
         if resume is not None:
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
