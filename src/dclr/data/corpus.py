@@ -25,8 +25,8 @@ from dclr.data.text import decode_utf8
 from dclr.errors import InputError
 
 # Bytes scanned for line ends at a time, and decoded at a time when checking UTF-8: bounded
-# memory (a few times this) for any file and any line length.
-_SCAN_BYTES = 1 << 26
+# memory for any file and any line length (~2 bytes of masks per byte scanned: 32 MB at a time).
+_SCAN_BYTES = 1 << 24
 _BLOCK_LINES = 1 << 16  # lines per UTF-8 check, when they are short
 _LINE_END = re.compile("\r\n|\r|\n")
 
