@@ -67,3 +67,18 @@ def test_training_data_report_tokenises_a_bounded_prefix(tokenizer):
     report = sentence_report(["a short one", HUGE], ["a short one", HUGE], 0, model, LIMIT)
     assert report["truncated"] == 1  # the cut text still counts as longer than the limit
     assert 0 < spy.longest <= (LIMIT + 1) * CHARS_PER_TOKEN_BOUND
+
+
+def test_training_data_report_counts_lines_cut_by_the_reader(tmp_path, tokenizer, monkeypatch):
+    from dclr.data import corpus as corpus_module
+    from dclr.data.corpus import TextFileCorpus
+    from dclr.data.report import describe
+
+    monkeypatch.setattr(corpus_module, "MAX_LINE_CHARS", 1000)
+    path = tmp_path / "long.txt"
+    path.write_text("a short one\n" + "word " * 1000 + "\nanother one\n")
+    corpus = TextFileCorpus(path)
+    model = SimpleNamespace(tokenizer=tokenizer)
+    report = sentence_report(list(corpus), corpus, 0, model, LIMIT)
+    assert report["long_lines_cut"] == 1
+    assert "1 line(s) too long to read whole" in describe(report)

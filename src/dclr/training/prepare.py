@@ -160,4 +160,7 @@ def sentence_report(
             return [len(x) for x in ids]
 
     skipped = int(getattr(loaded, "n_skipped", 0))
-    return data_report(examples, skipped, counts, max_length, dropped)
+    report = data_report(examples, skipped, counts, max_length, dropped)
+    if getattr(loaded, "n_cut", 0):  # lines over the reader's bound (dclr.data.corpus)
+        report["long_lines_cut"] = int(loaded.n_cut)
+    return report
