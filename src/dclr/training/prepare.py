@@ -161,6 +161,7 @@ def sentence_report(
 
     skipped = int(getattr(loaded, "n_skipped", 0))
     report = data_report(examples, skipped, counts, max_length, dropped)
-    if getattr(loaded, "n_cut", 0):  # lines over the reader's bound (dclr.data.corpus)
-        report["long_lines_cut"] = int(loaded.n_cut)
+    cut = int(getattr(loaded, "n_cut", 0))  # lines over the reader's bound (dclr.data.corpus)
+    if cut:
+        report["long_lines_cut"] = cut
     return report
