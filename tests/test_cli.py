@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 from helpers import REPO_ROOT
 from typer.testing import CliRunner
 
@@ -225,6 +226,23 @@ def test_train_says_what_it_trains_on_and_where_the_model_is(model_dir, tmp_path
     assert f"model: {out / 'best'}" in text
     saved = json.loads((out / "results.json").read_text())
     assert (saved["data"]["lines"], saved["data"]["blank_skipped"]) == (20, 4)
+
+
+def test_no_eval_skips_every_evaluation_of_a_smoke_run(model_dir, tmp_path):
+    """Issue 47 point 9: a 3-step smoke run spent 365 of 413 s evaluating; --no-eval turns the
+    dev and before/after test evaluations off."""
+    from helpers import write_pseudo_corpus
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--max-steps", "2", "--no-eval",
+            "-o", str(out)]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["run"]["eval_steps"] == 0 and saved["run"]["test_eval"] is False
 
 
 def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_factory):

@@ -59,6 +59,17 @@ def test_the_sentence_transformers_snippet_reaches_the_packaged_model(minilm_pat
     assert 'SentenceTransformer("path/to/model")' not in code
 
 
+def test_the_sentence_transformers_snippet_defines_its_data_and_names_its_extra():
+    """Issue 47 point 9: the snippet used an undefined `sentences` and did not say it needs the
+    `st` extra; the Serving section did not name the `serve` extra."""
+    text = README.read_text()
+    section = text[text.index("## With sentence-transformers") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert re.search(r"^sentences = ", code, re.M) and "'.[st]'" in code
+    serving = text[text.index("## Serving") :]
+    assert "'.[serve]'" in serving[: serving.index("```")]
+
+
 def test_the_public_api_is_importable_from_dclr():
     import dclr
 

@@ -23,3 +23,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module("dclr.api"), name)
     raise AttributeError(f"module 'dclr' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and the lazily loaded API, so `dir(dclr)` and `help(dclr)` list
+    `encode`, `evaluate`, `train`, ... (listing them imports nothing)."""
+    return sorted({*globals(), *API})

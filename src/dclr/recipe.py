@@ -16,6 +16,7 @@ from typing import Any
 
 from dclr.configfile import field_types, read_recipe
 from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
+from dclr.errors import ConfigError
 from dclr.flat_recipe import convert_flat
 from dclr.methods.registry import available_methods, get_method, method_sections
 from dclr.options.config import CORE_SECTIONS, TrainConfig, build_config, deep_merge
@@ -63,14 +64,35 @@ def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = No
         overrides = {k: v for k, v in overrides.items() if "." in k}
     # the flat format's own defaults apply to a recipe written in it, not to flat overrides
     nested = convert_flat(values, source, from_file) if is_flat(values) else values
-    return checked(config_from_dict(apply_overrides(nested, overrides, method_sections), source))
+    config = config_from_dict(apply_overrides(nested, overrides, method_sections), source)
+    return checked(check_written_phi(config, overrides))
 
 
 def updated(config: TrainConfig, values: dict[str, Any]) -> TrainConfig:
     """A validated copy of `config` with `values` applied; unlike `TrainConfig.updated`, the
     values may change the method (its sections are then looked up)."""
     nested = apply_overrides(config.to_dict(), values, method_sections)
-    return checked(config_from_dict(nested, "overrides"))
+    return checked(check_written_phi(config_from_dict(nested, "overrides"), values))
+
+
+def check_written_phi(config: TrainConfig, overrides: dict[str, Any]) -> TrainConfig:
+    """Refuse an override of φ (`false_negative_threshold`) that φ calibration would replace
+    before step 1: a value the user writes must not be dropped with an info line. The error
+    names both settings and the two ways out."""
+    keys = {key.rsplit(".", 1)[-1]: key for key in overrides}
+    phi_key = keys.get("false_negative_threshold")
+    section = config.sections.get(config.method)
+    calibration = getattr(section, "phi_calibration", "none")
+    if phi_key is None or "phi_calibration" in keys or calibration == "none":
+        return config
+    method = config.method
+    phi = overrides[phi_key]
+    raise ConfigError(
+        f"{phi_key}={phi} is set, but this recipe calibrates φ ({method}.phi_calibration: "
+        f"{calibration}), which would replace it before step 1: add --set "
+        f"{method}.phi_calibration=none to train with φ {phi}, or drop the φ override to use "
+        "the calibrated one"
+    )
 
 
 def flat_hints() -> dict[str, Any]:

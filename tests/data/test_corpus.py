@@ -89,7 +89,8 @@ def test_a_table_corpus_without_a_column_is_refused_with_its_columns(tmp_path):
         with pytest.raises(InputError) as err:
             load_corpus(str(path))
         said = str(err.value)
-        assert "needs --column" in said and "data.column" in said and "id, text" in said, said
+        assert "needs --column" in said and "id, text" in said, said
+        assert "dclr train: --set data.column=NAME" in said, said  # train has no --column
 
 
 def test_a_column_is_refused_for_a_text_file_and_a_builtin_corpus(tmp_path):

@@ -142,6 +142,29 @@ def test_histogram_png_is_written(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["h.png"]  # no temporary left
 
 
+def test_the_histogram_has_a_title_and_marks_the_recommended_phi():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dclr.evaluation.corpus_audit import histogram_figure
+
+    result = audit_pairs(BATCHES, stub_vectors, {"random_pairs q=0.001": 0.5})
+    result["settings"] = {"corpus": "/data/my_corpus.txt"}
+    fig = histogram_figure(result)
+    try:
+        ax = fig.axes[0]
+        assert "my_corpus.txt" in ax.get_title()
+        phi = result["recommendation"]["phi"]
+        assert phi is not None and f"{phi:.3f}" in ax.get_title()
+        marked = [line for line in ax.get_lines() if line.get_label().startswith("recommended")]
+        assert len(marked) == 1 and marked[0].get_xdata()[0] == pytest.approx(phi)
+    finally:
+        plt.close(fig)
+
+
 def test_without_matplotlib_the_plot_names_the_fix(tmp_path, monkeypatch):
     """matplotlib left dclr's dependencies (issue 36): the PNG's error says how to get it."""
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed

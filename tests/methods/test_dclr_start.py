@@ -64,6 +64,17 @@ def test_phase_times_add_up():
     assert set(table) >= {"before_eval", "complementary_cache", "train_steps", "dev_eval"}
 
 
+def test_phi_calibration_is_a_phase_of_its_own():
+    """Issue 47 point 9: the calibration was counted under "checkpoints export"."""
+    times = PhaseTimes()
+    times.add("train", 10.0)
+    times.add("phi_calibration", 4.0)  # inside "train", like the complementary cache
+    times.add("complementary_cache", 1.0)
+    table = breakdown(times, train_steps=3.0, total=12.0)
+    assert table["phi_calibration"] == 4.0
+    assert table["checkpoints_export"] == 2.0  # 10 - 4 - 1 - 3
+
+
 def test_the_main_job_end_to_end_writes_scores_cards_and_phase_times(
     tmp_path, monkeypatch, data_dir
 ):

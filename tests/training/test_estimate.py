@@ -1,5 +1,6 @@
 """Up-front time estimates (`dclr.estimate`) and what a training step is counted as."""
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -46,3 +47,37 @@ def test_a_step_forwards_two_views_of_a_sentence_and_every_text_of_a_row():
     assert _texts_of(("a", "b")) == ["a", "b"]
     assert _texts_of(Triple("p", "e", "c")) == ["p", "e", "c"]
     assert _texts_of(3) == []
+
+
+def test_a_small_work_measurement_does_not_move_a_big_works_estimate(tmp_path, monkeypatch):
+    """Issue 47 point 8: small work pays fixed costs per FLOP that big work does not (a 3-step
+    run's evaluation, a tiny model's test run); each size keeps its own measurements."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cpu = torch.device("cpu")
+    est.record("encode", 1e13, 100.0, cpu)  # big: 1e-11 s per FLOP
+    est.record("encode", 1e9, 10.0, cpu)  # small, mostly overhead: 1e-8 s per FLOP
+    assert est.estimate("encode", 1e13, cpu).seconds == pytest.approx(100.0)
+    assert est.estimate("encode", 1e9, cpu).seconds == pytest.approx(10.0)
+    assert est.estimate("encode", 2e13, cpu).seconds == pytest.approx(200.0)  # the nearest size
+
+
+def test_one_slow_run_does_not_move_the_estimate(tmp_path, monkeypatch):
+    """The median of the recent measurements: one run on a busy machine is an outlier."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cpu = torch.device("cpu")
+    for seconds in (10.0, 11.0, 9.0, 100.0, 10.0):
+        est.record("train:dclr", 1e12, seconds, cpu)
+    assert est.estimate("train:dclr", 1e12, cpu).seconds == pytest.approx(10.0)
+    for _ in range(est.RECENT):  # the machine really got slower: the estimate follows
+        est.record("train:dclr", 1e12, 40.0, cpu)
+    assert est.estimate("train:dclr", 1e12, cpu).seconds == pytest.approx(40.0)
+
+
+def test_a_cache_file_of_the_old_format_is_read_as_no_measurement(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cpu = torch.device("cpu")
+    est._store().parent.mkdir(parents=True, exist_ok=True)
+    est._store().write_text(json.dumps({est.machine_key(cpu, "encode"): 1e-05}))
+    assert est.estimate("encode", 1e12, cpu).measured is False
+    est.record("encode", 1e12, 10.0, cpu)
+    assert est.estimate("encode", 1e12, cpu).seconds == pytest.approx(10.0)

@@ -14,6 +14,7 @@ from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
 from dclr.errors import TrainingDiverged
+from dclr.progress import listening
 from dclr.recipe import load_config
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.tracking import read_metrics
@@ -78,8 +79,12 @@ def test_in_process_resume_matches_uninterrupted(model_dir, corpus_file, tmp_pat
         trainer_for(config(tmp_path / "b")).train()
     monkeypatch.setattr(simcse_module, "simcse_loss", real)
     assert max(train_losses(tmp_path / "b")) == 9
-    trainer_for(config(tmp_path / "b")).train(resume=True)
+    said: list[str] = []
+    with listening(said.append):
+        trainer_for(config(tmp_path / "b")).train(resume=True)
     assert train_losses(tmp_path / "a") == train_losses(tmp_path / "b")
+    # issue 47: --resume says from which checkpoint and step it continues
+    assert any("step-00000008" in s and "step 9 of 12" in s for s in said), said
 
 
 def test_resume_after_sigkill_reproduces_the_loss_trajectory(model_dir, corpus_file, tmp_path):

@@ -255,6 +255,14 @@ def train_cmd(
         Path | None, typer.Option("--output-dir", "-o", help="Run folder.")
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    no_eval: Annotated[
+        bool,
+        typer.Option(
+            "--no-eval",
+            help="No evaluation (dev evaluations and the before/after test table): for smoke "
+            "runs (run.eval_steps=0, run.test_eval=false).",
+        ),
+    ] = False,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -297,6 +305,8 @@ def train_cmd(
         ):
             if value is not None:
                 overrides[key] = str(value) if isinstance(value, Path) else value
+        if no_eval:
+            overrides.update({"run.eval_steps": 0, "run.test_eval": False})
         if resume is not None:
             recipe = resume / "config.yaml"
             overrides.setdefault("run.output_dir", str(resume))
@@ -706,6 +716,10 @@ def _print_audit(result: dict) -> None:
     if not gold:
         out.print("gold precision / recall: no known paraphrase pair in these batches (skipped)")
     out.print(f"[bold]recommendation:[/] {escape(result['recommendation']['text'])}")
+    if "command" in result["recommendation"]:  # from a checkout (the recipe path is relative)
+        out.print(
+            f"[bold]apply it:[/] {escape(result['recommendation']['command'])}", soft_wrap=True
+        )
 
 
 def _pct(value: float | None) -> str:

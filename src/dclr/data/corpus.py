@@ -3,21 +3,32 @@ file, or a built-in corpus (the STS sentences, ...).
 
 `TextFileCorpus` memory-maps the file and keeps only two int64 arrays (line start and end byte
 offsets), so SimCSE's `wiki1m_for_simcse.txt` (1M lines) costs ~16 MB of index, not a million
-Python strings. A table's column is read by the readers every other text input uses
+Python strings. LF, CRLF and a lone CR each end a line (as `dclr.data.readers` reads text
+files); a line longer than `MAX_LINE_CHARS` bytes is cut to it when read (`n_cut` counts them), so
+one huge line costs bounded memory. A table's column is read by the readers every other text input uses
 (`dclr.data.readers`: `dclr encode`, `encode-bulk`, `index build`), into memory. Empty and
 whitespace-only lines or fields are skipped and counted.
 """
 
 from __future__ import annotations
 
+import codecs
 import mmap
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from dclr.data.readers import MAX_LINE_CHARS
 from dclr.data.text import decode_utf8
 from dclr.errors import InputError
+
+# Bytes scanned for line ends at a time, and decoded at a time when checking UTF-8: bounded
+# memory for any file and any line length (~2 bytes of masks per byte scanned: 32 MB at a time).
+_SCAN_BYTES = 1 << 24
+_BLOCK_LINES = 1 << 16  # lines per UTF-8 check, when they are short
+_LINE_END = re.compile("\r\n|\r|\n")
 
 RETRIEVAL_CORPUS = "retrieval-"  # + a built-in retrieval task: its test passages
 BUILTIN_STS = "sts"  # the corpus name for every sentence of the STS/SICK evaluation data
@@ -46,7 +57,7 @@ class TextFileCorpus(Sequence[str]):
         with self.path.open("rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         buf = np.frombuffer(self._map, dtype=np.uint8)
-        newlines = np.flatnonzero(buf == ord("\n"))
+        newlines = line_ends(buf)
         starts = np.concatenate([[0], newlines + 1])
         ends = np.concatenate([newlines, [len(buf)]])
         if starts[-1] == len(buf):  # file ends with a newline: no last line
@@ -54,6 +65,7 @@ class TextFileCorpus(Sequence[str]):
         keep = self._validate(starts, ends)
         self.n_skipped = int((~keep).sum())
         self._starts, self._ends = starts[keep], ends[keep]
+        self.n_cut = int((self._ends - self._starts > MAX_LINE_CHARS).sum())
         if len(self._starts) < 2:
             raise InputError(
                 f"corpus has {len(self._starts)} usable line(s) ({self.n_skipped} empty skipped)",
@@ -62,22 +74,58 @@ class TextFileCorpus(Sequence[str]):
             )
 
     def _validate(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Check UTF-8 chunk by chunk (naming the bad line) and mark non-blank lines."""
+        """Check UTF-8 block by block (naming the bad line) and mark non-blank lines; a block is
+        at most `_BLOCK_LINES` lines and `_SCAN_BYTES` bytes, a longer line checked alone."""
         keep = np.ones(len(starts), dtype=bool)
-        chunk = 1 << 16  # lines per validation chunk: bounded memory for huge files
-        for lo in range(0, len(starts), chunk):
-            hi = min(lo + chunk, len(starts))
-            block = self._map[starts[lo] : ends[hi - 1]]
-            text = decode_utf8(block, self.path, first_line=lo + 1)
-            lines = text.split("\n")
-            keep[lo:hi] = [bool(line.strip()) for line in lines]
+        lo = 0
+        while lo < len(starts):
+            fit = int(np.searchsorted(ends, starts[lo] + _SCAN_BYTES, side="right"))
+            hi = max(lo + 1, min(lo + _BLOCK_LINES, fit))
+            if ends[lo] - starts[lo] > _SCAN_BYTES:
+                keep[lo] = self._validate_long(int(starts[lo]), int(ends[lo]), lo + 1)
+            else:
+                block = self._map[starts[lo] : ends[hi - 1]]
+                block = block[:-1] if block.endswith(b"\r") else block  # a last line's CRLF
+                text = decode_utf8(block, self.path, first_line=lo + 1)
+                keep[lo:hi] = [bool(line.strip()) for line in _LINE_END.split(text)]
+            lo = hi
         return keep
+
+    def _validate_long(self, start: int, end: int, number: int) -> bool:
+        """Check one line longer than `_SCAN_BYTES` piece by piece; whether it is non-blank."""
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        blank = True
+        for lo in range(start, end, _SCAN_BYTES):
+            piece = self._map[lo : min(lo + _SCAN_BYTES, end)]
+            try:
+                blank = blank and not decoder.decode(piece, final=lo + _SCAN_BYTES >= end).strip()
+            except UnicodeDecodeError:
+                decode_utf8(piece, self.path, first_line=number)  # names the line and the bytes
+                raise  # a character split across pieces: decode_utf8 saw it whole
+        return not blank
 
     def __len__(self) -> int:
         return len(self._starts)
 
     def __getitem__(self, i: int) -> str:  # type: ignore[override]
-        return self._map[self._starts[i] : self._ends[i]].decode("utf-8").rstrip("\r").strip()
+        start, end = self._starts[i], self._ends[i]
+        if end - start > MAX_LINE_CHARS:  # cut (counted in n_cut); "ignore": a split character
+            return self._map[start : start + MAX_LINE_CHARS].decode("utf-8", "ignore").strip()
+        return self._map[start:end].decode("utf-8").rstrip("\r").strip()
+
+
+def line_ends(buf: np.ndarray) -> np.ndarray:
+    """Byte offsets that end a line of `buf` (uint8): every LF and every CR not followed by an
+    LF (a CRLF line keeps its CR, stripped on reading), found `_SCAN_BYTES` at a time."""
+    n, parts = len(buf), []
+    for lo in range(0, n, _SCAN_BYTES):
+        chunk = buf[lo : lo + _SCAN_BYTES]
+        lf = np.flatnonzero(chunk == ord("\n")) + lo
+        cr = np.flatnonzero(chunk == ord("\r")) + lo
+        after = cr + 1
+        lone = cr[(after >= n) | (buf[np.minimum(after, n - 1)] != ord("\n"))]
+        parts.append(np.union1d(lf, lone))
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 
 
 class ListCorpus(Sequence[str]):

@@ -4,13 +4,18 @@ A *row* is a line of a .txt file, a record of a .csv/.tsv file (after the header
 .jsonl file, or a row of a .parquet file; rows are numbered from 0 in file order. Every row yields
 one string: blank lines, empty fields and nulls yield "" (callers skip them with `is_blank`), so
 row numbers always match the file. Nothing is read into memory beyond one row (one record batch for
-Parquet).
+Parquet), and a row is at most `MAX_LINE_CHARS` long: a longer text line is cut (and counted, a
+`LongLinesCut` warning), a longer CSV/JSONL record refused by line number. LF, CRLF and a lone CR
+(old Mac files) each end a line (universal newlines).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +38,24 @@ _TABULAR = ("csv", "tsv", "jsonl", "parquet")
 _COUNT_CHUNK = 1 << 22
 # Rows per Parquet record batch: bounded memory, few Python calls.
 _PARQUET_BATCH = 8192
+# Characters of one line (a text file's line, a CSV/JSONL record). Why 4 Mi: 64x what any encoder
+# reads of a text (512 tokens x `CHARS_PER_TOKEN_BOUND` = 64 Ki characters), so no real text loses
+# a token, while a line costs bounded memory downstream too (the copies a run makes of its texts:
+# stripping, lower-casing for duplicates; +110 MB peak for a 16 Mi-character line in `dclr train`).
+# A longer text line is cut and counted (`LongLinesCut`); a longer CSV or JSONL record cannot be
+# cut without breaking it, and is refused by line number.
+MAX_LINE_CHARS = 1 << 22
+
+
+class LongLinesCut(UserWarning):
+    """Lines of a text file longer than `MAX_LINE_CHARS` were cut to it (count and line numbers
+    in the message)."""
+
+
 # csv's default field limit is 128 KiB; one text of a bulk file may legitimately be longer.
-_CSV_FIELD_LIMIT = 1 << 26
+_CSV_FIELD_LIMIT = MAX_LINE_CHARS
+# What errors="surrogateescape" makes of bytes that are not UTF-8 (U+DC80..U+DCFF).
+_ESCAPED = re.compile("[\udc80-\udcff]")
 
 
 def unencodable(text: str) -> str | None:
@@ -125,7 +146,8 @@ def open_source(
         raise InputError(
             f"a {fmt} file needs --column to say which field holds the text",
             path=path,
-            fix=f"pass --column NAME (a training recipe: data.column: NAME); its columns: "
+            fix=f"pass --column NAME (dclr train: --set data.column=NAME, or data.column: NAME "
+            f"in the recipe); its columns: "
             f"{', '.join(_columns(path, fmt)) or 'none found'}",
         )
     if fmt == "txt" and column:
@@ -177,13 +199,67 @@ def _columns(path: Path, fmt: str) -> list[str]:
 
 
 def _count_lines(path: Path) -> int:
-    n = 0
-    last = b"\n"
+    """Lines as `_lines` reads them: LF, CRLF and a lone CR each end one."""
+    n, last, carried_cr = 0, b"\n", False
     with path.open("rb") as fh:
         while chunk := fh.read(_COUNT_CHUNK):
-            n += chunk.count(b"\n")
-            last = chunk[-1:]
-    return n + (last != b"\n")  # a last line without a newline still counts
+            n += chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+            if carried_cr and chunk.startswith(b"\n"):  # a CRLF split between two chunks
+                n -= 1
+            carried_cr, last = chunk.endswith(b"\r"), chunk[-1:]
+    return n + (last not in (b"\n", b"\r"))  # a last line without a newline still counts
+
+
+def _lines(path: Path, too_long: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without its line ending) per line of a UTF-8 file, in bounded
+    memory: LF, CRLF and a lone CR end a line; a line longer than `MAX_LINE_CHARS` is cut to it
+    (`too_long="cut"`, counted in one `LongLinesCut` warning at the end) or refused by number
+    (`"refuse"`); bytes that are not UTF-8 are an error naming their line."""
+    limit = MAX_LINE_CHARS
+    cut: list[int] = []
+    with path.open("rb") as raw:
+        fh = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape", newline=None)
+        number = 0
+        while line := fh.readline(limit + 1):
+            number += 1
+            whole = line.endswith("\n")
+            text = line[:-1] if whole else line
+            _check_utf8(text, path, number)
+            if not whole and len(text) > limit:  # read (and check) the rest in bounded pieces
+                if too_long == "refuse":
+                    raise _record_too_long(path, number)
+                text = text[:limit]
+                cut.append(number)
+                while (rest := fh.readline(limit + 1)) and not rest.endswith("\n"):
+                    _check_utf8(rest, path, number)
+                _check_utf8(rest, path, number)
+            yield number, text
+    if cut:
+        shown = ", ".join(map(str, cut[:5])) + (", ..." if len(cut) > 5 else "")
+        warnings.warn(
+            LongLinesCut(
+                f"{path.name}: {len(cut):,} line(s) longer than {limit:,} characters were cut to "
+                f"it (line {shown}); the model reads only the first few hundred tokens of a text"
+            ),
+            stacklevel=2,
+        )
+
+
+def _record_too_long(path: Path, number: int) -> InputError:
+    return InputError(
+        f"this record is longer than {MAX_LINE_CHARS:,} characters",
+        path=path,
+        line=number,
+        fix="split the text or remove that line (a text is read only up to its model's token "
+        "limit anyway)",
+    )
+
+
+def _check_utf8(text: str, path: Path, number: int) -> None:
+    """Raise `decode_utf8`'s error naming line `number` if `text` holds bytes that are not UTF-8
+    (escaped by errors="surrogateescape")."""
+    if not text.isascii() and _ESCAPED.search(text):
+        decode_utf8(text.encode("utf-8", "surrogateescape"), path, number)
 
 
 def physical_lines(path: str | Path) -> int:
@@ -198,9 +274,19 @@ def physical_lines(path: str | Path) -> int:
 
 
 def _txt_rows(path: Path) -> Iterator[str]:
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            yield decode_utf8(raw, path, number).rstrip("\r\n").strip()
+    for _, text in _lines(path, too_long="cut"):
+        yield text.strip()
+
+
+def _bounded_records(fh: io.TextIOBase, path: Path) -> Iterator[str]:
+    """The lines of a CSV file opened with newline="", each refused by number when longer than
+    `MAX_LINE_CHARS` (+2: the CRLF of a line of exactly that length)."""
+    number = 0
+    while line := fh.readline(MAX_LINE_CHARS + 2):
+        number += 1
+        if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+            raise _record_too_long(path, number)
+        yield line
 
 
 def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
@@ -208,7 +294,7 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
     with path.open(newline="", encoding="utf-8") as fh:
         # strict: a quote opened and never closed is an error, not a field that swallows every
         # following line to the end of the file
-        reader = csv.reader(fh, delimiter=delimiter, strict=True)
+        reader = csv.reader(_bounded_records(fh, path), delimiter=delimiter, strict=True)
         start = 1  # physical line where the record being read starts
         try:
             header = next(reader, [])
@@ -254,19 +340,18 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
 def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[Any, Any] | None]]:
     """(line number, the line's JSON object) per line, None for a blank line; a line that is
     not a JSON object is an error naming it."""
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            line = decode_utf8(raw, path, number).strip()
-            if not line:
-                yield number, None
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
-            if not isinstance(record, dict):
-                raise InputError("each line must be a JSON object", path=path, line=number)
-            yield number, record
+    for number, text in _lines(path, too_long="refuse"):
+        line = text.strip()
+        if not line:
+            yield number, None
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
+        if not isinstance(record, dict):
+            raise InputError("each line must be a JSON object", path=path, line=number)
+        yield number, record
 
 
 def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:

@@ -77,4 +77,6 @@ def describe(report: dict[str, Any]) -> str:
         checked = report["truncation_checked"]
         of = "" if checked == report["lines"] else f" of {checked:,} sampled"
         parts.append(f"{report['truncated']:,}{of} cut at {report['max_length']} tokens")
+    if report.get("long_lines_cut"):  # the reader's bound (dclr.data.readers.MAX_LINE_CHARS)
+        parts.append(f"{report['long_lines_cut']:,} line(s) too long to read whole, cut when read")
     return "data: " + ", ".join(parts)

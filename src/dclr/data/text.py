@@ -9,6 +9,30 @@ from typing import Any
 
 from dclr.errors import InputError
 
+# Characters a tokenizer is shown per token it may keep. Why 128: a token of text (a word of up
+# to 100 characters or a piece of one, punctuation, the space before it) spans at most ~101
+# characters (WordPiece splits words of up to 100 characters; byte-level BPE and SentencePiece
+# pieces are shorter), so a text cut at `max_tokens * 128` characters keeps its first
+# `max_tokens` tokens (tests/models/test_clip.py). Only text whose first tokens are mostly
+# single [UNK]s for words longer than 127 characters, or are separated by runs of more than 27
+# spaces, could differ. Tokenising the cut text costs bounded memory: the fast tokenizers use
+# ~130 bytes per input character, 6.7 GB for a 50 MB line tokenised whole.
+CHARS_PER_TOKEN_BOUND = 128
+
+
+def clip_for_tokens(text: str, max_tokens: int) -> str:
+    """`text` cut to the characters that can hold its first `max_tokens` tokens (above)."""
+    bound = max_tokens * CHARS_PER_TOKEN_BOUND
+    return text if len(text) <= bound else text[:bound]
+
+
+def clip_all(texts: list[str], max_tokens: int) -> list[str]:
+    """`clip_for_tokens` of each text (a new list only when one is cut)."""
+    bound = max_tokens * CHARS_PER_TOKEN_BOUND
+    if all(len(t) <= bound for t in texts):
+        return texts
+    return [t[:bound] for t in texts]
+
 
 def decode_utf8(raw: bytes, path: str | Path, first_line: int = 1) -> str:
     """Decode `raw` as strict UTF-8; on failure name the 1-based line of the file that holds the

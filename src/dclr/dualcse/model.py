@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from dclr.atomic import staged_folder
+from dclr.data.text import clip_all
 from dclr.errors import ConfigError, InputError
 from dclr.models.encoder import SentenceEncoder, model_limit
 from dclr.models.export import save_encoder
@@ -159,7 +160,7 @@ class DualEncoder(nn.Module):
         encoder = self.encoder_for(semantics)
         limit = max_length or encoder.max_length or model_limit(encoder.tokenizer)
         batch = encoder.tokenizer(
-            **self._texts(sentences, semantics),
+            **self._texts(clip_all(list(sentences), limit), semantics),  # bounded work per text
             padding=True,
             truncation=self._truncation(),
             max_length=limit,
@@ -201,7 +202,9 @@ class DualEncoder(nn.Module):
         limit = max_length or encoder.max_length or model_limit(encoder.tokenizer)
         distinct = list(dict.fromkeys(sentences))
         tokens = encoder.tokenizer(
-            **self._texts(distinct, semantics), truncation=self._truncation(), max_length=limit
+            **self._texts(clip_all(distinct, limit), semantics),
+            truncation=self._truncation(),
+            max_length=limit,
         )
         keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in tokens]
         order = np.argsort([len(x) for x in tokens["input_ids"]], kind="stable")[::-1]

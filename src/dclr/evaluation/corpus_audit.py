@@ -223,8 +223,8 @@ def check_can_plot() -> None:
 
 
 def plot_histogram(result: dict[str, Any], path: str | Path) -> Path:
-    """A PNG of the cosine histogram (log counts) with one vertical line per rule's phi,
-    written atomically (`dclr.atomic.write_with`); needs matplotlib (`check_can_plot`)."""
+    """A PNG of `histogram_figure`, written atomically (`dclr.atomic.write_with`); needs
+    matplotlib (`check_can_plot`)."""
     check_can_plot()
     import matplotlib
 
@@ -233,6 +233,18 @@ def plot_histogram(result: dict[str, Any], path: str | Path) -> Path:
 
     from dclr.atomic import write_with
 
+    fig = histogram_figure(result)
+    try:
+        return write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    finally:
+        plt.close(fig)
+
+
+def histogram_figure(result: dict[str, Any]) -> Any:
+    """The cosine histogram (log counts) titled with the corpus and the recommendation, one
+    dashed line per rule's phi and a solid black one at the recommended phi (matplotlib)."""
+    import matplotlib.pyplot as plt
+
     edges = np.asarray(result["histogram"]["edges"])
     counts = np.asarray(result["histogram"]["counts"])
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -240,6 +252,17 @@ def plot_histogram(result: dict[str, Any], path: str | Path) -> Path:
     for k, row in enumerate(result["rules"]):
         ax.axvline(row["phi"], color=f"C{k + 1}", linestyle="--", linewidth=1,
                    label=f"{row['rule']}: φ={row['phi']:.3f}, drops {row['dropped']}")  # fmt: skip
+    rec = result.get("recommendation") or {}
+    if rec.get("phi") is not None:
+        ax.axvline(
+            rec["phi"], color="black", linewidth=2.5, label=f"recommended φ={rec['phi']:.3f}"
+        )
+        advice = f"recommended: DCLR, φ = {rec['phi']:.3f}"
+    else:
+        advice = "recommended: plain SimCSE/MNRL (no measurable false negatives)"
+    corpus = (result.get("settings") or {}).get("corpus")
+    where = f" of {Path(corpus).name}" if corpus else ""
+    ax.set_title(f"Guide cosine of in-batch negatives{where}\n{advice}", fontsize=10)
     ax.set_yscale("log")
     ax.set_xlabel("guide cosine of an in-batch negative pair")
     ax.set_ylabel("pairs")
@@ -247,7 +270,4 @@ def plot_histogram(result: dict[str, Any], path: str | Path) -> Path:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    try:
-        return write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    finally:
-        plt.close(fig)
+    return fig

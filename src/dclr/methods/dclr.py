@@ -149,7 +149,8 @@ class DCLR(ContrastiveMethod):
             return self.loss_module(config, model, section, complementary)
         # a calibrated phi is the loss's input, the calibration its step-0 record, and phi the
         # value the run reports (start, results.json, model card) in place of the config's
-        calibration = calibrate(config, section, run.data, run.device)
+        with phase("phi_calibration"):
+            calibration = calibrate(config, section, run.data, run.device)
         phi = calibration["phi"]
         calibrated = dataclasses.replace(section, false_negative_threshold=phi)
         records = {"calibration": calibration}

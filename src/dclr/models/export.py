@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dclr.atomic import staged_folder, storage_guard
 from dclr.models.card import CardFacts, write_card
-from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, model_limit
+from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, folder_limit
 
 # dclr pooler -> sentence-transformers Pooling mode (stock modules only).
 ST_POOLING_MODE = {
@@ -84,14 +84,8 @@ def backbone_limit(encoder: SentenceEncoder) -> int:
     """The longest input the backbone was trained for: what its source folder's
     sentence-transformers config (or dclr.json) records, else the tokenizer's limit capped by
     BERT's position table (`model_limit`)."""
-    source = Path(str(getattr(encoder.backbone.config, "_name_or_path", "") or "."))
-    for name, key in (("sentence_bert_config.json", "max_seq_length"), (DCLR_CONFIG, "max_length")):
-        file = source / name
-        if source.is_dir() and file.is_file():
-            value = json.loads(file.read_text()).get(key)
-            if value:
-                return min(int(value), model_limit(encoder.tokenizer))
-    return model_limit(encoder.tokenizer)
+    source = str(getattr(encoder.backbone.config, "_name_or_path", "") or ".")
+    return folder_limit(source, encoder.tokenizer)
 
 
 def st_modules() -> tuple[type, type, type]:

@@ -34,6 +34,7 @@ from dclr.contract import (
     PreparedRun,
     TrainResult,
 )
+from dclr.data.text import clip_all
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
@@ -312,6 +313,8 @@ class Trainer:
         state.train_seconds = saved.get("train_seconds", 0.0)
         state.cpu_seconds = saved.get("cpu_seconds", 0.0)
         state.last_ckpt = str(last)
+        announce(f"resume: from checkpoint {last.name} (step {state.start}), continuing at "
+                 f"step {state.start + 1} of {self.run.total_steps}")  # fmt: skip
 
     def _step(
         self, state: _RunState, step: int, prepared: tuple[Batch, int] | None = None
@@ -475,7 +478,8 @@ class Trainer:
         if tokenizer is None or not texts or not all(texts):
             return 0  # rows of another kind: no estimate
         limit = self.config.model.max_length
-        lengths = tokenizer([t for r in texts for t in r], truncation=True, max_length=limit)
+        flat = clip_all([t for r in texts for t in r], limit)  # bounded work per text
+        lengths = tokenizer(flat, truncation=True, max_length=limit)
         per_example = sum(len(x) for x in lengths["input_ids"]) / len(texts)
         return int(per_example * self.run.batch_size)  # small_data may have shrunk it
 

@@ -48,17 +48,19 @@ def phase(name: str) -> Iterator[None]:
 
 def breakdown(times: PhaseTimes, train_steps: float, total: float) -> dict[str, float]:
     """The run's phases in order. "train" (the whole `Trainer.train`) is split into the
-    complementary cache, the steps (`train_steps`), dev evaluations and the rest (checkpoints,
+    complementary cache, φ calibration, the steps (`train_steps`), dev evaluations and the rest (checkpoints,
     exports, the objective's other set-up). "shared_start_pass" is the one forward over the corpus
     that gave both the before-eval vectors and the complementary cache (`shared_start`)."""
     s = times.seconds
-    inner = s.get("complementary_cache", 0.0) + s.get("dev_eval", 0.0) + train_steps
+    calibration = s.get("phi_calibration", 0.0)  # inside "train", before step 1
+    inner = s.get("complementary_cache", 0.0) + calibration + s.get("dev_eval", 0.0) + train_steps
     shared = s.get("shared_start", 0.0)  # inside before_eval: one pass for it and the cache
     table = {
         "setup": s.get("setup", 0.0),
         "before_eval": s.get("before_eval", 0.0) - shared,
         "shared_start_pass": shared,
         "complementary_cache": s.get("complementary_cache", 0.0),
+        "phi_calibration": calibration,
         "train_steps": train_steps,
         "dev_eval": s.get("dev_eval", 0.0),
         "checkpoints_export": max(s.get("train", 0.0) - inner, 0.0),

@@ -21,6 +21,7 @@ from dclr import distributed as dist
 from dclr.contract import MethodPlugin, PreparedRun
 from dclr.data.sampler import training_batches
 from dclr.data.sampling import few_shot_indices, repeat_to, take
+from dclr.data.text import clip_all
 from dclr.errors import ConfigError
 from dclr.options.config import TrainConfig
 
@@ -152,8 +153,15 @@ def sentence_report(
     if tokenizer is not None:
 
         def counts(texts: list[str]) -> list[int]:
+            # only "longer than max_length?" is reported: a text cut to what holds
+            # max_length + 1 tokens answers it in bounded memory (dclr.data.text)
+            texts = clip_all(texts, max_length + 1)
             ids = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
             return [len(x) for x in ids]
 
     skipped = int(getattr(loaded, "n_skipped", 0))
-    return data_report(examples, skipped, counts, max_length, dropped)
+    report = data_report(examples, skipped, counts, max_length, dropped)
+    cut = int(getattr(loaded, "n_cut", 0))  # lines over the reader's bound (dclr.data.corpus)
+    if cut:
+        report["long_lines_cut"] = cut
+    return report

@@ -1,0 +1,95 @@
+"""Bounded memory on any line: the readers cut (and count) a text line longer than
+`MAX_LINE_CHARS` and refuse a longer CSV/JSONL record by name; CR-only line endings end a line
+like LF and CRLF do (universal newlines), in `rows`, `count` and the training corpus alike."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from dclr.data import corpus as corpus_module
+from dclr.data import readers
+from dclr.data.corpus import TextFileCorpus
+from dclr.data.readers import LongLinesCut, open_source
+from dclr.errors import InputError
+
+SMALL_LIMIT = 1000  # characters: the tests shrink the bound instead of writing megabytes
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    monkeypatch.setattr(readers, "MAX_LINE_CHARS", SMALL_LIMIT)
+    monkeypatch.setattr(corpus_module, "MAX_LINE_CHARS", SMALL_LIMIT)
+
+
+def test_cr_only_text_file_has_one_row_per_line(tmp_path):
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"first line\rsecond line\rthird line\r")
+    source = open_source(path)
+    assert list(source.rows()) == ["first line", "second line", "third line"]
+    assert source.count() == 3
+
+
+def test_mixed_line_endings_count_as_rows(tmp_path):
+    path = tmp_path / "mixed.txt"
+    path.write_bytes(b"a\r\nb\rc\nd")
+    source = open_source(path)
+    assert list(source.rows()) == ["a", "b", "c", "d"]
+    assert source.count() == 4
+
+
+def test_cr_only_training_corpus_has_one_sentence_per_line(tmp_path):
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"first line\rsecond line\r\nthird line\r")
+    assert list(TextFileCorpus(path)) == ["first line", "second line", "third line"]
+
+
+def test_long_text_line_is_cut_and_counted(tmp_path, small_limit):
+    path = tmp_path / "long.txt"
+    path.write_text("short\n" + "x" * (5 * SMALL_LIMIT) + "\nafter\n")
+    source = open_source(path)
+    with pytest.warns(LongLinesCut, match=r"1 line\(s\) longer .*line 2"):
+        rows = list(source.rows())
+    assert rows == ["short", "x" * SMALL_LIMIT, "after"]
+    assert source.count() == 3
+
+
+def test_long_line_is_cut_on_a_character_boundary(tmp_path, small_limit):
+    path = tmp_path / "long.txt"
+    path.write_text("é" * (2 * SMALL_LIMIT) + "\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LongLinesCut)
+        assert list(open_source(path).rows()) == ["é" * SMALL_LIMIT]
+
+
+def test_invalid_utf8_is_still_named_by_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"one\ntwo\nbad \xff byte\n")
+    with pytest.raises(InputError, match="not valid UTF-8") as err:
+        list(open_source(path).rows())
+    assert err.value.line == 3
+
+
+def test_long_jsonl_record_is_refused_by_name(tmp_path, small_limit):
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": "' + "x" * (5 * SMALL_LIMIT) + '"}\n')
+    with pytest.raises(InputError, match=r"longer than 1,000 characters") as err:
+        list(open_source(path, column="text").rows())
+    assert err.value.line == 2
+
+
+def test_long_csv_record_is_refused_by_name(tmp_path, small_limit):
+    path = tmp_path / "long.csv"
+    path.write_text("text\nok\n" + "x" * (5 * SMALL_LIMIT) + "\n")
+    with pytest.raises(InputError, match=r"longer than 1,000 characters") as err:
+        list(open_source(path, column="text").rows())
+    assert err.value.line == 3
+
+
+def test_long_corpus_line_is_cut_and_counted(tmp_path, small_limit):
+    path = tmp_path / "long.txt"
+    path.write_text("short one\n" + "y" * (5 * SMALL_LIMIT) + "\nanother\n")
+    corpus = TextFileCorpus(path)
+    assert corpus.n_cut == 1
+    assert [len(s) for s in corpus] == [9, SMALL_LIMIT, 7]
