@@ -25,6 +25,7 @@ CODES = {
     "bad_length": (400, "invalid_request_error"),
     "body_too_large": (413, "invalid_request_error"),
     "body_too_slow": (408, "invalid_request_error"),
+    "unsupported_media_type": (415, "invalid_request_error"),
     "body_timeout": (408, "invalid_request_error"),
     # guard
     "host_not_allowed": (421, "invalid_request_error"),

@@ -30,7 +30,12 @@ LABELS_FILE = "labels.json"
 LOCATION_FIELDS = ("output_dir", "data_dir", "complementary_cache", "extra")
 # GPU speed options added after runs were recorded: at their defaults they are left out of the
 # hash, so a run recorded before they existed keeps its identity (they change no CPU run).
-SPEED_DEFAULTS = {"prefetch": "auto", "fused_optimizer": "auto", "compile": "off", "length_bucket": 0}
+SPEED_DEFAULTS = {
+    "prefetch": "auto",
+    "fused_optimizer": "auto",
+    "compile": "off",
+    "length_bucket": 0,
+}
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 
 SCHEMA = """

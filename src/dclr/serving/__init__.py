@@ -12,7 +12,8 @@ Modules, one job each (bottom to top):
 - `schemas`: the request and response models (pydantic, OpenAPI);
 - `fastpath`: POST /v1/embeddings for well-formed bodies, without FastAPI's routing;
 - `embed`: a request's texts through the batcher to its answer (routes and fast path);
-- `guard`, `middleware`: who may ask and how much at once; request-body bounds;
+- `guard`, `middleware`, `mediatype`: who may ask and how much at once; request-body bounds;
+  JSON only (415 for any other body type);
 - `service`: the routes, and `create_app`, which puts the app together;
 - `protocols`: uvicorn's HTTP protocols with the connection guard (uvicorn pinned in
   pyproject.toml; tests/serving/test_uvicorn_fence.py guards the internals they rely on);

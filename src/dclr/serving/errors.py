@@ -54,6 +54,7 @@ ERRORS: dict[str, Error] = {
     "bad_length": Error(400, INVALID, "body"),
     "body_too_large": Error(413, INVALID, "body"),
     "body_too_slow": Error(408, INVALID, "body"),
+    "unsupported_media_type": Error(415, INVALID, "body"),
     "body_timeout": Error(408, INVALID, "body"),
     # who may ask, and how many at once (dclr.serving.guard)
     "host_not_allowed": Error(421, INVALID),

@@ -56,6 +56,7 @@ from dclr.serving.fastpath import FastEmbeddings
 from dclr.serving.guard import GuardMiddleware, InFlightMiddleware
 from dclr.serving.headers import DOCS_HEADERS, PAGE_HEADERS
 from dclr.serving.limits import LimitError, check_k, check_texts
+from dclr.serving.mediatype import JsonOnlyMiddleware
 from dclr.serving.middleware import BodyLimitMiddleware
 from dclr.serving.schemas import (
     EmbeddingsRequest,
@@ -150,6 +151,7 @@ def create_app(
     app.add_middleware(FastEmbeddings, handle=fast_embeddings(limits, embed, model_name))
     app.add_middleware(InFlightMiddleware, max_in_flight=security.max_in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    app.add_middleware(JsonOnlyMiddleware)  # before any byte of a body is read
     app.add_middleware(GuardMiddleware, security=security)  # outermost: runs first
 
     _add_error_handlers(app)
