@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from dclr.models.encoder import SentenceEncoder  # noqa: E402
-from dclr.serving.batcher import EmbeddingBatcher, Overloaded  # noqa: E402
+from dclr.serving.batcher import CannotFinishInTime, EmbeddingBatcher, Overloaded  # noqa: E402
 from dclr.serving.settings import Batching  # noqa: E402
 
 
@@ -255,6 +255,64 @@ def test_a_newcomer_that_would_make_admitted_requests_late_is_refused():
 
     stats = run(scenario)
     assert stats.refused == 1 and stats.late == 0
+
+
+def test_a_request_that_alone_cannot_finish_in_time_is_refused_at_once_with_413():
+    """Issue 47 point 1: on an idle server a 73-s request without a timeout header was admitted
+    against the 10-s bound, and every short request sent while it ran got 503. Alone on an idle
+    server, a request that cannot meet its deadline is refused at once, saying no retry helps;
+    with a timeout long enough (the client's word) the same request is admitted."""
+    encode = Recorder(seconds_per_token=1e-3)  # 1,000 tokens/s
+
+    async def scenario():
+        batcher = EmbeddingBatcher(
+            char_tokens, encode, Batching(max_batch_tokens=100, max_queue_wait=0.5)
+        )
+        await batcher.start()
+        try:
+            await batcher.submit(["w" * 50])  # measures ~1,000 tokens/s
+            passes = len(encode.passes)
+            with pytest.raises(CannotFinishInTime, match="cannot succeed.*fewer or shorter"):
+                await batcher.submit(["a" * 100] * 10)  # ~1 s of work against 0.5 s
+            assert len(encode.passes) == passes  # refused before any work
+            await batcher.submit(["a" * 100] * 10, deadline_s=5.0)  # the client waits: fine
+            return batcher.stats
+        finally:
+            await batcher.close()
+
+    stats = run(scenario)
+    assert stats.refused == 1
+
+
+def test_a_request_already_late_is_never_charged_to_newcomers():
+    """Issue 47 point 1: a request that became late (the machine slowed after it was admitted)
+    made every newcomer a 503 ("the requests already queued would miss their own deadlines")
+    for as long as it ran. Short requests are admitted and served while it runs."""
+    encode = Recorder(seconds_per_token=1e-4)  # 10,000 tokens/s while measured
+
+    async def scenario():
+        batcher = EmbeddingBatcher(
+            char_tokens, encode, Batching(max_batch_tokens=100, max_queue_wait=1.0)
+        )
+        await batcher.start()
+        try:
+            await batcher.submit(["w" * 50] * 4)  # measures the fast rate
+            big = asyncio.ensure_future(batcher.submit(["b" * 100] * 40))  # ~0.4 s: admitted
+            await asyncio.sleep(0.05)
+            encode.seconds_per_token = 1e-3  # the machine slows 10x: big is now late (~4 s)
+            await asyncio.sleep(0.3)
+            served = []
+            for _ in range(5):  # one short query at a time while big runs
+                await batcher.submit(["q" * 10], deadline_s=5.0)
+                served.append(big.done())
+            await big
+            return served, batcher.stats
+        finally:
+            await batcher.close()
+
+    served, stats = run(scenario)
+    assert stats.refused == 0
+    assert not all(served)  # they were served while the late request was still running
 
 
 def test_a_flood_after_one_huge_request_is_answered_in_time_or_refused():

@@ -42,6 +42,7 @@ CODES = {
     # routes
     "no_index": (404, "invalid_request_error"),
     "queue_full": (503, "server_overloaded"),
+    "cannot_finish_in_time": (413, "invalid_request_error"),
     "encode_failed": (500, "server_error"),
     "internal_error": (500, "server_error"),
 }

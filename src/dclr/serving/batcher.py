@@ -22,9 +22,11 @@ OpenAI's `x-stainless-timeout`); keeping the server's bound under typical client
 against 30-60 s) leaves room for the machine to slow down after admission (another job takes
 the cores) without a client timing out. A new request is admitted only if, with it in the queue
 in serving order, every queued request still finishes before its deadline: it is not refused for
-work the machine can finish in time, and it cannot break a promise already made. An idle server
-takes any request, except one that could not finish within the client's own stated timeout (it
-would time out, its work wasted). Times come from a cost model of a pass, a fixed cost plus a
+work the machine can finish in time, and it cannot break a promise already made; a request
+that is already late (slower than estimated) is not a promise a newcomer can break, so it never
+makes newcomers wait or fail. A request that alone, on an idle server, could not finish within
+its deadline (the client's stated timeout, else `max_queue_wait`) is refused at once with HTTP 413
+(`CannotFinishInTime`): retrying it cannot help; fewer texts or a longer timeout can. Times come from a cost model of a pass, a fixed cost plus a
 cost per token, fitted on recent passes of every size (`PASSES_PER_SIZE`), with as many passes
 at once as there are workers, and raised at once when a running pass overruns it (another job
 took the cores); one request cannot inflate it,
@@ -78,6 +80,11 @@ class Overloaded(Exception):
     def __init__(self, message: str, retry_after: int = MIN_RETRY_AFTER_S) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class CannotFinishInTime(Exception):
+    """The request alone, on an idle server, would outlast its deadline: no retry of the same
+    request can succeed (HTTP 413); fewer or shorter texts, or a longer timeout, can."""
 
 
 @dataclass
@@ -272,17 +279,18 @@ class EmbeddingBatcher:
 
     def _late(
         self, queue: list[_Request], now: float, costs: tuple[float, float]
-    ) -> tuple[_Request, float] | None:
-        """The first request of `queue` (in serving order) that would finish after its deadline,
-        with its estimated finish in seconds from now; None when all are in time."""
+    ) -> dict[int, float]:
+        """The requests of `queue` (in serving order) that would finish after their deadlines:
+        {id(request): estimated finish in seconds from now}; empty when all are in time."""
         running = self._running_left_s(costs)
         cumulative = 0
+        late = {}
         for request in queue:
             cumulative += request.remaining_tokens
             finish = running + self._drain_s(cumulative, costs)
             if now + finish > request.deadline:
-                return request, finish
-        return None
+                late[id(request)] = finish
+        return late
 
     def _measure(self, tokens: int, seconds: float) -> None:
         if seconds <= 0:
@@ -300,7 +308,7 @@ class EmbeddingBatcher:
         retry = max(MIN_RETRY_AFTER_S, min(math.ceil(wait), ceiling))
         return Overloaded(f"{reason}; retry in {retry} s", retry)
 
-    def _admit(self, request: _Request, bound: float, whose: str, own_timeout: bool) -> None:
+    def _admit(self, request: _Request, bound: float, whose: str) -> None:
         """Queue `request` or raise Overloaded (see the module docstring)."""
         stats, n, tokens = self.stats, len(request.ids), int(request.lengths.sum())
         if stats.pending_texts and stats.pending_texts + n > self.settings.max_pending:
@@ -318,30 +326,56 @@ class EmbeddingBatcher:
                 None,
             )
         costs = self._costs()
+        now = time.perf_counter()
+        already = {} if costs is None else self._late(self._queue, now, costs)
         at = bisect.bisect_right(self._queue, request.key, key=lambda r: r.key)
+        first_late = next((r for r in self._queue[:at] if id(r) in already), None)
+        if first_late is not None:  # a late request's delay is not the newcomer's to pay:
+            request.key = first_late.key  # it goes ahead of it (it still gets every pass's rest)
+            at = bisect.bisect_left(self._queue, request.key, key=lambda r: r.key)
         queue = [*self._queue[:at], request, *self._queue[at:]]  # the queue stays sorted
-        # An idle server takes any request, unless the client said how long it waits and this
-        # request alone would outlast that: it would time out, and its work would be wasted.
-        busy = bool(self._queue) or bool(self._running)
-        if costs is not None and (busy or own_timeout):
-            late = self._late(queue, time.perf_counter(), costs)
-            if late is not None and late[0] is request:
-                split = "" if busy else " (send fewer or shorter texts per request)"
-                raise self._refuse(
-                    f"the queue would take ~{late[1]:.1f} s to finish this request at the "
-                    f"current throughput (limit {bound:g} s, {whose}){split}",
-                    self.estimated_wait_s(),
-                )
-            if late is not None:
-                raise self._refuse(
-                    "the requests already queued would miss their own deadlines if this one "
-                    "went ahead of them",
-                    self.estimated_wait_s(),
-                )
+        if costs is not None:
+            self._check_deadlines(request, queue, bound, whose, costs, already)
         self._queue = queue
         stats.pending_texts += n
         stats.pending_tokens += tokens
         stats.requests += 1
+
+    def _check_deadlines(
+        self,
+        request: _Request,
+        queue: list[_Request],
+        bound: float,
+        whose: str,
+        costs: tuple[float, float],
+        already: dict[int, float],
+    ) -> None:
+        """Refuse `request` if it would miss its own deadline, or make a queued request miss one
+        it would otherwise meet. A request already late (admitted with a long timeout, or slower
+        than estimated) is never charged to a newcomer: before issue 47 one late request made
+        every later one a 503 for as long as it ran. `already`: the queue's late requests before
+        `request` came (`_admit` put `request` ahead of them)."""
+        late = self._late(queue, time.perf_counter(), costs)
+        if id(request) in late:
+            if not self._queue and not self._running:  # alone on an idle server: never in time
+                self.stats.refused += 1
+                raise CannotFinishInTime(
+                    f"this request alone would take ~{late[id(request)]:.1f} s at the current "
+                    f"throughput, over its limit of {bound:g} s ({whose}); retrying it as it is "
+                    "cannot succeed: send fewer or shorter texts per request, or a longer "
+                    "timeout (x-stainless-timeout header)"
+                )
+            raise self._refuse(
+                f"the queue would take ~{late[id(request)]:.1f} s to finish this request at the "
+                f"current throughput (limit {bound:g} s, {whose})",
+                self.estimated_wait_s(),
+            )
+        if any(key not in already for key in late):
+            raise self._refuse(
+                "the requests already queued would miss their own deadlines if this one "
+                "went ahead of them",
+                self.estimated_wait_s(),
+            )
 
     async def submit(self, texts: list[str], deadline_s: float | None = None) -> list[np.ndarray]:
         """Encode `texts` with whatever else is queued; returns this request's rows of every
@@ -364,7 +398,7 @@ class EmbeddingBatcher:
         rate = self.live_rate() or INITIAL_TOKENS_PER_S
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         request = _Request(ids, lengths, now + lengths.sum() / rate, now + bound, future)
-        self._admit(request, bound, whose, deadline_s is not None)
+        self._admit(request, bound, whose)
         self._wakeup.set()
         try:
             return await future

@@ -14,7 +14,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from dclr.serving.batcher import EmbeddingBatcher, Overloaded
+from dclr.serving.batcher import CannotFinishInTime, EmbeddingBatcher, Overloaded
 from dclr.serving.errors import CLIENT_CLOSED, error_response
 from dclr.serving.fastpath import Handle
 from dclr.serving.headers import client_timeout_s
@@ -61,6 +61,8 @@ def embed_error_response(err: Exception) -> Response:
     the encoder failed on them (500). The route's handlers and the fast path both use it."""
     if isinstance(err, Overloaded):
         return error_response("queue_full", str(err), headers={"Retry-After": str(err.retry_after)})
+    if isinstance(err, CannotFinishInTime):  # no Retry-After: the same request never fits
+        return error_response("cannot_finish_in_time", str(err))
     if isinstance(err, ClientGone):
         return Response(status_code=CLIENT_CLOSED)
     return error_response("encode_failed", str(err))
@@ -83,7 +85,7 @@ def embedder(batcher: EmbeddingBatcher) -> Embed:
             raise ClientGone
         try:
             vectors, tokens = job.result()  # (n, d) unit vectors, (n,) token counts
-        except Overloaded:
+        except (Overloaded, CannotFinishInTime):
             raise
         except Exception as err:  # noqa: BLE001 - this request's texts broke the encoder
             raise EncodeFailed(
@@ -107,7 +109,7 @@ def fast_embeddings(limits: Limits, embed: Embed, model_name: str) -> Handle:
         try:
             vectors, tokens = await embed(texts, Request(scope, receive))
             response = json_response(embeddings_body(vectors, tokens, encoding_format, model_name))
-        except (Overloaded, ClientGone, EncodeFailed) as err:
+        except (Overloaded, CannotFinishInTime, ClientGone, EncodeFailed) as err:
             response = embed_error_response(err)
         await response(scope, receive, send)
         return True

@@ -71,6 +71,7 @@ ERRORS: dict[str, Error] = {
     # the routes (dclr.serving.service)
     "no_index": Error(404, INVALID),
     "queue_full": Error(503, OVERLOADED),
+    "cannot_finish_in_time": Error(413, INVALID, "input"),
     "encode_failed": Error(500, SERVER),
     "internal_error": Error(500, SERVER),
 }

@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dclr.indexing.fingerprint import SHORT
 from dclr.indexing.index import SearchIndex
 from dclr.models.encoder import SentenceEncoder
-from dclr.serving.batcher import EmbeddingBatcher, Overloaded
+from dclr.serving.batcher import CannotFinishInTime, EmbeddingBatcher, Overloaded
 from dclr.serving.embed import (
     ClientGone,
     Embed,
@@ -170,6 +170,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(err.code, err.message, err.param)
 
     @app.exception_handler(Overloaded)
+    @app.exception_handler(CannotFinishInTime)
     @app.exception_handler(ClientGone)
     @app.exception_handler(EncodeFailed)
     async def _embedding_failed(_: Request, err: Exception) -> Response:
