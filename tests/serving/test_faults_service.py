@@ -208,6 +208,12 @@ def test_slow_bodies_hold_no_in_flight_slot_and_are_cut_at_the_rate_floor(model_
             answer = _answer(held[0], timeout=15)
             assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
             assert b"body_too_slow" in answer and time.monotonic() - tic < 10
+            # issue 47 point 2: the 408 closes the socket (it stayed open, holding a place at
+            # the connection cap): _answer returned on the server's close, not on its timeout
+            assert b"connection: close" in answer.lower()
+            assert time.monotonic() - tic < 10
+            held[0].settimeout(2)
+            assert held[0].recv(1) == b""  # end of stream: closed by the server
         finally:
             for sock in held:
                 sock.close()

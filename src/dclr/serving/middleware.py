@@ -24,6 +24,11 @@ BODY_TIMEOUT_S = 60.0
 MIN_BODY_RATE = 1024
 BODY_GRACE_S = 5.0
 
+# An answer sent before the whole body arrived closes the connection: the rest of the body would
+# otherwise be read as the next request, and a trickling client would keep its socket (issue 47:
+# 1,152 of 1,300 such sockets still open after their 408, shutting good clients out at the cap).
+CLOSE = ((b"connection", b"close"),)
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 
@@ -54,10 +59,10 @@ class BodyLimitMiddleware:
             try:
                 size = int(declared)
             except ValueError:
-                await send_error(send, "bad_length", "Content-Length is not a number")
+                await send_error(send, "bad_length", "Content-Length is not a number", CLOSE)
                 return
             if size > self.max_bytes:
-                await send_error(send, "body_too_large", self._message(f"{size} bytes"))
+                await send_error(send, "body_too_large", self._message(f"{size} bytes"), CLOSE)
                 return
         # Read the whole body (it is bounded) so an overflow is answered here, not turned into a
         # parsing error by the framework; the app then reads the buffered copy.
@@ -75,10 +80,10 @@ class BodyLimitMiddleware:
                 if due < deadline:
                     text = (f"the request body arrives slower than {self.min_rate:g} bytes/s "
                             f"({received} bytes in {time.monotonic() - start:.1f} s)")  # fmt: skip
-                    await send_error(send, "body_too_slow", text)
+                    await send_error(send, "body_too_slow", text, CLOSE)
                 else:
                     text = f"the request body did not arrive within {self.timeout_s:g} s"
-                    await send_error(send, "body_timeout", text)
+                    await send_error(send, "body_timeout", text, CLOSE)
                 return
             if message["type"] == "http.disconnect":
                 return
@@ -86,7 +91,7 @@ class BodyLimitMiddleware:
             received += len(chunk)
             if received > self.max_bytes:
                 text = self._message(f"more than {self.max_bytes} bytes")
-                await send_error(send, "body_too_large", text)
+                await send_error(send, "body_too_large", text, CLOSE)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
