@@ -1,7 +1,7 @@
 """Fault/load test of `dclr serve` on 127.0.0.1: poison requests, slow headers, a long-text flood.
 
 Starts `dclr serve MODEL --port 0` (loopback only) as a child process with its default limits and
-runs seven phases, each bounded in time:
+runs ten phases, each bounded in time:
 
   1. poison: 32 concurrent clients, 4 requests each; every 4th request holds a lone surrogate
      (`"\\ud800"`, which the tokenizer cannot take). Expected: every good request 200, every poison
@@ -24,6 +24,15 @@ runs seven phases, each bounded in time:
   7. smuggling: 16 connections each send a POST carrying both `Content-Length` and
      `Transfer-Encoding: chunked` with a second request pipelined behind it. Expected: each gets
      one JSON 400 `ambiguous_framing` and is closed; the pipelined request is never answered.
+  8. huge without a timeout (issue 47 point 1): one request of 256 texts x 8,192 characters with
+     no timeout header, while 4 clients send ordinary requests. Expected: it is refused at once
+     (413 `cannot_finish_in_time`) or served; no good request fails.
+  9. trickled bodies (issue 47 point 2): 1,300 connections from six loopback addresses
+     (127.0.0.2-7) send full headers (`Content-Length: 100000`) and one body byte a second,
+     never reconnecting, while 4 clients send ordinary requests. Expected: each gets 408 and is
+     closed; no good request fails.
+ 10. text/plain (issue 47 point 4): 64 requests whose JSON body says `Content-Type: text/plain`
+     (what any web page may send cross-origin without a preflight). Expected: every one 415.
 
 Server memory (RSS after start-up, peak VmHWM over the run, RSS at the end) is read from /proc.
 Latencies depend on the machine's load, recorded with the results (the load average at the start
@@ -471,6 +480,103 @@ async def smuggling_phase(url: str) -> dict:
 LOADED = 1.5  # 1-minute load average above which a 2-core run is marked as loaded
 
 
+async def huge_without_timeout_phase(url: str, hold_s: float) -> dict:
+    """Phase 8: one huge request with no timeout header, with good traffic around it."""
+    until = time.monotonic() + hold_s
+    texts = [sentence(i, HUGE_CHARS) for i in range(HUGE_TEXTS)]
+
+    async def huge() -> dict:
+        async with httpx.AsyncClient(base_url=url, timeout=PHASE_LIMIT_S) as c:
+            tic = time.monotonic()
+            response = await c.post("/v1/embeddings", json={"input": texts})
+            code = (
+                response.json().get("error", {}).get("code")
+                if response.status_code != 200
+                else None
+            )
+            return {"status": response.status_code, "code": code,
+                    "seconds": round(time.monotonic() - tic, 2)}  # fmt: skip
+
+    big = asyncio.ensure_future(huge())
+    good = await asyncio.wait_for(good_traffic(url, until), hold_s + PHASE_LIMIT_S)
+    return {"huge_request": await asyncio.wait_for(big, PHASE_LIMIT_S), **good}
+
+
+TRICKLED = 1300
+TRICKLE_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 8)]
+
+
+async def trickled_body(host: str, port: int, local: str, until: float, stats: dict) -> None:
+    """Full headers, then one body byte a second; never reconnects. Counts the 408 and whether
+    the server then closed the socket."""
+    head = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            b"\r\nContent-Length: 100000\r\n\r\n{")  # fmt: skip
+    try:
+        reader, writer = await asyncio.open_connection(host, port, local_addr=(local, 0))
+    except OSError:
+        stats["connect_errors"] += 1
+        return
+    stats["opened"] += 1
+    try:
+        writer.write(head)
+        await writer.drain()
+        answered = False
+        while time.monotonic() < until:
+            try:
+                data = await asyncio.wait_for(reader.read(4096), 1.0)
+            except TimeoutError:
+                if not answered:
+                    writer.write(b" ")
+                    await writer.drain()
+                continue
+            if not data:  # the server closed the socket
+                stats["closed_after_408" if answered else "closed_unanswered"] += 1
+                return
+            if b" 408 " in data.split(b"\r\n", 1)[0]:
+                stats["408"] += 1
+                answered = True
+        stats["open_at_end_after_408" if answered else "open_at_end_unanswered"] += 1
+    except (ConnectionError, OSError):
+        stats["reset"] += 1
+    finally:
+        writer.close()
+
+
+async def trickled_bodies_phase(url: str, hold_s: float) -> dict:
+    """Phase 9: TRICKLED trickled bodies from several loopback addresses, good traffic around."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    until = time.monotonic() + max(hold_s, 15.0)  # past the 5-s floor, and the close after it
+    stats = {"opened": 0, "408": 0, "closed_after_408": 0, "closed_unanswered": 0,
+             "open_at_end_after_408": 0, "open_at_end_unanswered": 0, "reset": 0,
+             "connect_errors": 0}  # fmt: skip
+    attackers = [
+        asyncio.ensure_future(
+            trickled_body(
+                host, int(port), TRICKLE_ADDRESSES[i % len(TRICKLE_ADDRESSES)], until, stats
+            )
+        )
+        for i in range(TRICKLED)
+    ]
+    await asyncio.sleep(2.0)
+    good = await asyncio.wait_for(good_traffic(url, until), hold_s + PHASE_LIMIT_S)
+    await asyncio.wait_for(asyncio.gather(*attackers), PHASE_LIMIT_S)
+    return {"attackers": TRICKLED, "addresses": len(TRICKLE_ADDRESSES),
+            "attacker_events": stats, **good}  # fmt: skip
+
+
+async def text_plain_phase(url: str) -> dict:
+    """Phase 10: JSON bodies labelled text/plain (a cross-origin page's simple request)."""
+    body = json.dumps({"input": "a text"}).encode()
+    async with httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S) as c:
+        answers = await asyncio.gather(*(
+            c.post("/v1/embeddings", content=body, headers={"content-type": "text/plain"})
+            for _ in range(64)
+        ))  # fmt: skip
+    codes = [a.json().get("error", {}).get("code") for a in answers if a.status_code != 200]
+    return {"requests": len(answers), "statuses": count([a.status_code for a in answers]),
+            "codes": count(codes), "all_415": all(a.status_code == 415 for a in answers)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=MODEL)
@@ -479,7 +585,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_faults.json")
     args = parser.parse_args()
     hold = args.hold or (10.0 if args.quick else 40.0)
-    socket_cap(IDLE_SOCKETS + 256)  # raise the open-file limit, as dclr serve does
+    socket_cap(max(IDLE_SOCKETS, TRICKLED) + 256)  # raise the open-file limit, as dclr serve does
     load_start = os.getloadavg()
     started = time.monotonic()
     with serve_process([args.model], timeout=START_TIMEOUT_S) as server:
@@ -495,6 +601,9 @@ def main() -> None:
             "flood_after_huge": asyncio.run(flood_phase(server.url, huge_first=True)),
             "flood_under_load": flood_under_load(server.url),
             "smuggling": asyncio.run(smuggling_phase(server.url)),
+            "huge_without_timeout": asyncio.run(huge_without_timeout_phase(server.url, hold)),
+            "trickled_bodies": asyncio.run(trickled_bodies_phase(server.url, hold)),
+            "text_plain": asyncio.run(text_plain_phase(server.url)),
         }
         end = process_memory(server.pid)
         memory.update(peak_mib=round(end["peak"], 1), after_mib=round(end["rss"], 1))
