@@ -34,6 +34,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dclr.serving.errors import closing_headers, error_body, raw_error
+from dclr.serving.middleware import MIN_BODY_RATE
 from dclr.serving.settings import Connections
 
 # Bytes a request head may take (request line and headers): h11's own default bound, which the
@@ -45,6 +46,11 @@ GRACE_S = 1.0
 # A connection that has received nothing for this long counts as idle (keep-alive between
 # requests) and may be closed to make room at the hard cap.
 IDLE_S = 1.0
+# A connection open this long whose request body is still arriving, on average slower than the
+# body-rate floor (dclr.serving.middleware.MIN_BODY_RATE), is a trickler (issue 47: 1,300 of them
+# shut good clients out at the cap); at the hard cap it is closed before any keep-alive
+# connection of a client that sends whole requests. A real upload arrives far above the floor.
+SLOW_BODY_S = 0.5
 # What the two parsers refuse themselves, in the words of the framing check.
 _BOTH_FRAMINGS = (
     "the request carries both Content-Length and Transfer-Encoding, so its body can be read two "
@@ -98,7 +104,8 @@ class ConnectionGuard(asyncio.Protocol):
     is kept only if it sends a byte within GRACE_S; a silent one is then closed with a JSON 503
     and Retry-After. Past the hard cap (`hard_cap(max_connections)`, which bounds file
     descriptors) a new connection makes room by closing the oldest connection that never sent a
-    byte, or else the one idle longest between keep-alive requests; only when every
+    byte, else the request whose body arrives slowest (a trickler), else the one idle longest
+    between keep-alive requests; only when every
     open connection is busy is the new one refused. A client that opens sockets and sends nothing
     therefore sheds its own sockets, and a real request, which sends its head at once, is served.
 
@@ -117,6 +124,10 @@ class ConnectionGuard(asyncio.Protocol):
         raise NotImplementedError
 
     def _idle(self) -> bool:
+        raise NotImplementedError
+
+    def _body_pending(self) -> bool:
+        """A request head arrived and its body has not arrived in full."""
         raise NotImplementedError
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -172,7 +183,8 @@ class ConnectionGuard(asyncio.Protocol):
         if victim is None:
             self._answer_busy("the server holds as many connections as it may")
             return False
-        victim._answer_busy("closed to make room: this connection sent no request")
+        why = "sent no request" if victim._received == 0 else "stalled or idle"
+        victim._answer_busy(f"closed to make room: this connection {why}")
         return True
 
     def _grace_over(self) -> None:
@@ -234,6 +246,9 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
 
     def _idle(self) -> bool:
         return self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE
+
+    def _body_pending(self) -> bool:
+        return self.conn.their_state is h11.SEND_BODY
 
     def handle_events(self) -> None:
         cycle = self.cycle
@@ -308,6 +323,9 @@ def _httptools_protocol() -> type:
         def _idle(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
 
+        def _body_pending(self) -> bool:
+            return not self._awaiting_head  # between the head and the end of the message
+
         # uvicorn's data_received, with its plain-text 400 replaced and the head bounded
         def _parse(self, data: bytes) -> None:
             self._unset_keepalive_if_required()
@@ -358,14 +376,24 @@ def _httptools_protocol() -> type:
     return GuardedHttpToolsProtocol
 
 
+def _trickling(connection: ConnectionGuard, now: float) -> bool:
+    """Open SLOW_BODY_S or more and, on average, receiving slower than the body-rate floor."""
+    age = now - connection._opened
+    return age >= SLOW_BODY_S and connection._received / age < MIN_BODY_RATE
+
+
 def _displaceable(group: list[Any]) -> Any:
-    """The connection to close for a new one: the oldest that never sent a byte, else the one
-    idle longest between requests, else None (all are busy)."""
+    """The connection to close for a new one: the oldest that never sent a byte, else the
+    request body arriving slowest (below the body-rate floor), else the one idle longest between
+    requests, else None (all are busy)."""
     now = time.monotonic()
     guarded = [c for c in group if isinstance(c, ConnectionGuard)]
     silent = [c for c in guarded if c._received == 0]
     if silent:
         return min(silent, key=lambda c: c._opened)
+    stalled = [c for c in guarded if c._body_pending() and _trickling(c, now)]
+    if stalled:
+        return min(stalled, key=lambda c: c._received / (now - c._opened))  # the slowest
     idle = [c for c in guarded if c._idle() and now - c._last_data >= IDLE_S]
     return min(idle, key=lambda c: c._last_data) if idle else None
 
