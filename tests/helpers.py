@@ -103,6 +103,18 @@ def interrupt_on_call(real, n: int):
     return wrapper
 
 
+def nan_on_call(real, n: int):
+    """`real` (a loss function) wrapped to return NaN on its n-th call: a run that diverges."""
+    calls = {"n": 0}
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == n else loss
+
+    return wrapper
+
+
 # ---- one process vs torchrun ----------------------------------------------------------------------
 def train_one_and_two_ranks(options: dict, out: Path) -> tuple[Path, Path]:
     """`dclr train` with `options` (flat --set values) in one process, then under torchrun with

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_run_overrides, write_pseudo_corpus
+from helpers import nan_on_call, tiny_run_overrides, write_pseudo_corpus
 
 import dclr.losses.simcse as simcse_module
 import dclr.training.loop as loop_module
@@ -64,14 +64,7 @@ def test_device_side_nan_stop_still_precedes_every_checkpoint(
     """The loop as it runs on a GPU (lazy guard): a NaN at step 7 is read at the step-9
     checkpoint, which is then not written; the step-6 checkpoint is the one kept."""
     monkeypatch.setattr(loop_module, "FiniteGuard", lambda lazy: FiniteGuard(lazy=True))
-    real, calls = simcse_module.simcse_loss, {"n": 0}
-
-    def poisoned(z1, z2, temperature):
-        calls["n"] += 1
-        loss = real(z1, z2, temperature)
-        return loss * float("nan") if calls["n"] == 7 else loss
-
-    monkeypatch.setattr(simcse_module, "simcse_loss", poisoned)
+    monkeypatch.setattr(simcse_module, "simcse_loss", nan_on_call(simcse_module.simcse_loss, 7))
     overrides = tiny_run_overrides(
         model_dir, corpus_file, tmp_path / "run", max_steps=20, save_steps=3, log_steps=5
     )

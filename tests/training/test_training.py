@@ -9,7 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import interrupt_on_call, make_tiny_model_dir, tiny_run_overrides, write_pseudo_corpus
+from helpers import (
+    interrupt_on_call,
+    make_tiny_model_dir,
+    nan_on_call,
+    tiny_run_overrides,
+    write_pseudo_corpus,
+)
 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
@@ -43,14 +49,7 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     model_dir, corpus_file, tmp_path, monkeypatch
 ):
-    real, calls = simcse_module.simcse_loss, {"n": 0}
-
-    def poisoned(z1, z2, temperature):
-        calls["n"] += 1
-        loss = real(z1, z2, temperature)
-        return loss * float("nan") if calls["n"] == 7 else loss
-
-    monkeypatch.setattr(simcse_module, "simcse_loss", poisoned)
+    monkeypatch.setattr(simcse_module, "simcse_loss", nan_on_call(simcse_module.simcse_loss, 7))
     config = load_config(
         None, base_overrides(model_dir, corpus_file, tmp_path / "run", max_steps=20, save_steps=3)
     )
