@@ -71,20 +71,19 @@ def test_invalid_utf8_is_still_named_by_line(tmp_path):
     assert err.value.line == 3
 
 
-def test_long_jsonl_record_is_refused_by_name(tmp_path, small_limit):
-    path = tmp_path / "long.jsonl"
-    path.write_text('{"text": "ok"}\n{"text": "' + "x" * (5 * SMALL_LIMIT) + '"}\n')
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("long.jsonl", '{"text": "ok"}\n{"text": "' + "x" * (5 * SMALL_LIMIT) + '"}\n', 2),
+        ("long.csv", "text\nok\n" + "x" * (5 * SMALL_LIMIT) + "\n", 3),
+    ],
+)
+def test_long_table_record_is_refused_by_name(tmp_path, small_limit, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
     with pytest.raises(InputError, match=r"longer than 1,000 characters") as err:
         list(open_source(path, column="text").rows())
-    assert err.value.line == 2
-
-
-def test_long_csv_record_is_refused_by_name(tmp_path, small_limit):
-    path = tmp_path / "long.csv"
-    path.write_text("text\nok\n" + "x" * (5 * SMALL_LIMIT) + "\n")
-    with pytest.raises(InputError, match=r"longer than 1,000 characters") as err:
-        list(open_source(path, column="text").rows())
-    assert err.value.line == 3
+    assert err.value.line == line
 
 
 def test_long_corpus_line_is_cut_and_counted(tmp_path, small_limit):
