@@ -284,6 +284,38 @@ def test_a_request_that_alone_cannot_finish_in_time_is_refused_at_once_with_413(
     assert stats.refused == 1
 
 
+def test_on_a_busy_server_a_request_that_could_never_fit_gets_413_not_a_retry():
+    """Issue 47 points 1 and 6: on a busy server, a request that alone at the best measured
+    throughput would outlast its bound was told "retry in 1 s" (503), a retry that can never
+    succeed. It gets 413 at once; one that fits alone but not now still gets 503 with a retry,
+    and one whose client waits long enough (its timeout) is not told "never"."""
+    encode = Recorder(seconds_per_token=1e-3)  # 1,000 tokens/s
+
+    async def scenario():
+        batcher = EmbeddingBatcher(
+            char_tokens, encode, Batching(max_batch_tokens=100, max_queue_wait=0.5)
+        )
+        await batcher.start()
+        try:
+            await batcher.submit(["w" * 50] * 3)  # measures ~1,000 tokens/s
+            # ~0.4 s of work, due within 0.6 s: nothing of 0.3 s fits before or after it
+            busy = asyncio.ensure_future(batcher.submit(["b" * 100] * 4, deadline_s=0.6))
+            await asyncio.sleep(0.05)
+            with pytest.raises(CannotFinishInTime, match="best throughput.*cannot succeed"):
+                await batcher.submit(["a" * 100] * 10)  # ~1 s alone, bound 0.5 s: never
+            with pytest.raises(Overloaded, match="retry in"):  # fits alone (~0.3 s), not now
+                await batcher.submit(["c" * 100] * 3)
+            with pytest.raises(Overloaded, match="retry in"):  # its client waits 5 s: later
+                await batcher.submit(["a" * 100] * 10, deadline_s=5.0)
+            await busy
+            return batcher.stats
+        finally:
+            await batcher.close()
+
+    stats = run(scenario)
+    assert stats.refused == 3
+
+
 def test_a_request_already_late_is_never_charged_to_newcomers():
     """Issue 47 point 1: a request that became late (the machine slowed after it was admitted)
     made every newcomer a 503 ("the requests already queued would miss their own deadlines")

@@ -116,6 +116,10 @@ class _Request:
     taken: int = 0  # texts handed to passes so far
     done: int = 0  # texts encoded so far
     outputs: list[np.ndarray] | None = None
+    # seconds it may take on an idle server (the client's timeout, else max_queue_wait): a
+    # request that would outlast it even then can never be served as it is
+    patience: float = math.inf
+    patience_of: str = "max_queue_wait_s"  # whose bound the patience is
 
     @property
     def remaining_tokens(self) -> int:
@@ -149,6 +153,8 @@ class EmbeddingBatcher:
         self._passes: dict[int, collections.deque[tuple[int, float, float]]] = {}
         # (when its oldest pass was measured, the fit) until a pass is measured or that expires
         self._fitted: tuple[float, tuple[float, float]] | None = None
+        # the fastest fit ever measured (by a full pass's cost): what "never in time" is judged by
+        self._best_fit: tuple[float, float] | None = None
         self._wakeup: asyncio.Event | None = None
         self._workers: list[asyncio.Task] = []
         self._executor = ThreadPoolExecutor(
@@ -300,6 +306,15 @@ class EmbeddingBatcher:
         self._fitted = None  # refit on the next estimate
         passes.append((tokens, seconds, time.perf_counter()))
         self.stats.tokens_per_s = round(self.live_rate(), 1)
+        fit = self._fit()
+        if fit is not None and (
+            self._best_fit is None or self._pass_s(fit) < self._pass_s(self._best_fit)
+        ):
+            self._best_fit = fit
+
+    def _pass_s(self, costs: tuple[float, float]) -> float:
+        """Seconds of one full pass of the budget under `costs`."""
+        return costs[0] + costs[1] * self.pass_tokens
 
     def _refuse(self, reason: str, wait_s: float | None) -> Overloaded:
         self.stats.refused += 1
@@ -357,13 +372,14 @@ class EmbeddingBatcher:
         `request` came (`_admit` put `request` ahead of them)."""
         late = self._late(queue, time.perf_counter(), costs)
         if id(request) in late:
-            if not self._queue and not self._running:  # alone on an idle server: never in time
+            never = self._never_in_time(request, late[id(request)])
+            if never is not None:
                 self.stats.refused += 1
                 raise CannotFinishInTime(
-                    f"this request alone would take ~{late[id(request)]:.1f} s at the current "
-                    f"throughput, over its limit of {bound:g} s ({whose}); retrying it as it is "
-                    "cannot succeed: send fewer or shorter texts per request, or a longer "
-                    "timeout (x-stainless-timeout header)"
+                    f"this request alone would take ~{never:.1f} s {self._alone_wording()}, "
+                    f"over its limit of {request.patience:g} s ({request.patience_of}); retrying "
+                    "it as it is cannot succeed: send fewer or shorter texts per request, or a "
+                    "longer timeout (x-stainless-timeout header)"
                 )
             raise self._refuse(
                 f"the queue would take ~{late[id(request)]:.1f} s to finish this request at the "
@@ -376,6 +392,23 @@ class EmbeddingBatcher:
                 "went ahead of them",
                 self.estimated_wait_s(),
             )
+
+    def _never_in_time(self, request: _Request, estimate: float) -> float | None:
+        """Seconds `request` would take alone when no retry can bring it in under its patience,
+        else None. On an idle server: the estimate at the current throughput. On a busy one: alone,
+        at the best throughput ever measured (issue 47: a request that could never fit was told
+        to retry in 1 s; the current rate cannot promise "never" under a passing outside load)."""
+        if not self._queue and not self._running:
+            return estimate
+        if self._best_fit is None:
+            return None
+        alone = self._drain_s(request.remaining_tokens, self._best_fit)
+        return alone if alone > request.patience else None
+
+    def _alone_wording(self) -> str:
+        if not self._queue and not self._running:
+            return "at the current throughput"
+        return "even at the best throughput this server has measured"
 
     async def submit(self, texts: list[str], deadline_s: float | None = None) -> list[np.ndarray]:
         """Encode `texts` with whatever else is queued; returns this request's rows of every
@@ -398,6 +431,10 @@ class EmbeddingBatcher:
         rate = self.live_rate() or INITIAL_TOKENS_PER_S
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         request = _Request(ids, lengths, now + lengths.sum() / rate, now + bound, future)
+        if deadline_s is None:
+            request.patience = self.settings.max_queue_wait
+        else:
+            request.patience, request.patience_of = deadline_s, "your timeout"
         self._admit(request, bound, whose)
         self._wakeup.set()
         try:
