@@ -81,7 +81,8 @@ def test_the_fast_answer_is_the_routes_answer_to_the_byte(client, monkeypatch, e
     [
         ({"input": []}, 400, "empty_input"),  # parsed, then declined by the limits
         ({"input": "   "}, 400, "empty_text"),
-        ({"input": "a", "dimensions": 7}, 400, "unsupported_dimensions"),
+        ({"input": "a", "dimensions": 33}, 400, "unsupported_dimensions"),
+        ({"input": "\u200b\ufeff"}, 400, "empty_text"),  # only invisible characters
         ({"input": 3}, 422, None),
     ],
 )

@@ -160,6 +160,29 @@ def test_embeddings_single_string_and_base64(client, encoder):
     np.testing.assert_allclose(decoded, encoder.encode([text], normalize=True)[0], atol=1e-5)
 
 
+def test_dimensions_gives_the_first_components_made_unit_length(client, encoder):
+    """Issue 47 point 9: `dimensions` was documented but only the model's own size worked. It
+    shortens as OpenAI's `dimensions` and sentence-transformers' `truncate_dim` with
+    `normalize_embeddings` do: the first d components, unit length again (on the route: the fast
+    path hands such bodies to it)."""
+    texts = ["Two dogs run on the beach.", "A man is playing a guitar."]
+    full = encoder.encode(texts, normalize=True)
+    for dims, fmt in ((8, "float"), (31, "base64"), (32, "float")):
+        body = client.post(
+            "/v1/embeddings", json={"input": texts, "dimensions": dims, "encoding_format": fmt}
+        ).json()
+        rows = [d["embedding"] for d in body["data"]]
+        got = (
+            np.array([np.frombuffer(base64.b64decode(r), "<f4") for r in rows])
+            if fmt == "base64"
+            else np.array(rows, dtype=np.float32)
+        )
+        head = full[:, :dims]
+        expected = head / np.linalg.norm(head, axis=1, keepdims=True)
+        assert got.shape == (2, dims)
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
 def test_similarity_pairs_and_matrix(client, encoder):
     a, b, c = CORPUS[:3]
     scores = client.post("/similarity", json={"pairs": [[a, b], [a, c]]}).json()["scores"]
@@ -193,8 +216,12 @@ def test_search_finds_the_indexed_sentence(client, encoder):
         ("/v1/embeddings", {"input": ["fine", "  "]}, 400, "empty_text", "input[1] is empty"),
         ("/v1/embeddings", {"input": [101, 2023]}, 422, "string_type", "list of strings"),
         ("/v1/embeddings", {"texts": ["wrong field"]}, 422, "missing", "input: Field required"),
-        ("/v1/embeddings", {"input": "x", "dimensions": 8}, 400, "unsupported_dimensions",
-         "32-dimensional"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 33}, 400, "unsupported_dimensions",
+         "between 1 and 32 (this model's vectors are 32-dimensional), got 33"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 0}, 400, "unsupported_dimensions",
+         "between 1 and 32"),
+        ("/v1/embeddings", {"input": ["ok", "\u200b\u200d\u2060 \ufeff"]}, 400, "empty_text",
+         "input[1] is empty (nothing but whitespace or invisible characters)"),
         ("/v1/embeddings", {"input": "x", "dimensions": "32"}, 422, "int_type", "dimensions"),
         ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, 422, "literal_error",
          "encoding_format"),

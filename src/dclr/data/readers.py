@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import re
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,8 +69,16 @@ def unencodable(text: str) -> str | None:
 
 
 def is_blank(text: str) -> bool:
-    """True for rows that are not encoded (empty or whitespace only)."""
-    return not text.strip()
+    """True for rows that are not encoded: empty, or only whitespace and invisible characters
+    (Unicode control and format characters such as U+200B ZERO WIDTH SPACE or U+FEFF, which the
+    tokenizers drop: such a text would encode as the empty text; issue 47 point 6)."""
+    stripped = text.strip()
+    if not stripped or stripped.isprintable():  # printable after strip: a visible first char
+        return not stripped
+    return all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in stripped)
+
+
+_INVISIBLE = frozenset({"Cc", "Cf"})
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,15 @@ def embeddings_body(
     }
 
 
+def shorten(vectors: np.ndarray, dims: int) -> np.ndarray:
+    """Unit vectors (n, d) -> their first `dims` components, made unit length again: OpenAI's
+    `dimensions` and sentence-transformers' `truncate_dim` then `normalize_embeddings`. Meant for
+    models trained to keep their meaning up front (Matryoshka); others lose quality."""
+    head = np.ascontiguousarray(vectors[:, :dims], dtype=np.float32)
+    norms = np.linalg.norm(head, axis=1, keepdims=True)
+    return head / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
 Embed = Callable[[list[str], Request], Awaitable[tuple[np.ndarray, np.ndarray]]]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dclr.data.readers import unencodable
+from dclr.data.readers import is_blank, unencodable
 from dclr.serving.settings import Limits
 
 
@@ -36,8 +36,12 @@ def check_texts(
                 name(i),
                 "text_too_long",
             )
-        if not text.strip():
-            raise LimitError(f"{name(i)} is empty", name(i), "empty_text")
+        if is_blank(text):
+            raise LimitError(
+                f"{name(i)} is empty (nothing but whitespace or invisible characters)",
+                name(i),
+                "empty_text",
+            )
         bad = unencodable(text)
         if bad is not None:
             raise LimitError(

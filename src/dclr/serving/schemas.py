@@ -25,7 +25,11 @@ class EmbeddingsRequest(BaseModel):
     dimensions: int | None = Field(
         default=None,
         strict=True,  # "384" (a string) or 384.0 is refused, not coerced
-        description="Must equal the model's dimension if given (no truncation).",
+        description=(
+            "Shorter vectors: the first `dimensions` components, made unit length again "
+            "(OpenAI's `dimensions`, sentence-transformers' `truncate_dim`); 1 to the model's "
+            "dimension. Quality holds for models trained for it (Matryoshka)."
+        ),
     )
 
 

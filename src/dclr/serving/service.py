@@ -45,6 +45,7 @@ from dclr.serving.embed import (
     embeddings_body,
     fast_embeddings,
     json_response,
+    shorten,
 )
 from dclr.serving.encoding import WARM_UP, default_encode_workers, encoder_functions
 from dclr.serving.errors import (
@@ -201,14 +202,17 @@ def _add_embedding_routes(
         """OpenAI-compatible embeddings (unit-length vectors)."""
         texts = [request.input] if isinstance(request.input, str) else request.input
         check_texts(limits, texts, "input")
-        if request.dimensions is not None and request.dimensions != encoder.hidden_size:
+        dims = request.dimensions
+        if dims is not None and not 1 <= dims <= encoder.hidden_size:
             raise LimitError(
-                f"dimensions: this model returns {encoder.hidden_size}-dimensional vectors "
-                "and does not truncate them",
+                f"dimensions must be between 1 and {encoder.hidden_size} (this model's "
+                f"vectors are {encoder.hidden_size}-dimensional), got {dims}",
                 "dimensions",
                 "unsupported_dimensions",
             )
         vectors, tokens = await embed(texts, raw)
+        if dims is not None and dims < encoder.hidden_size:
+            vectors = shorten(vectors, dims)
         body = embeddings_body(vectors, tokens, request.encoding_format, model_name)
         return json_response(body)
 
