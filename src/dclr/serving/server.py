@@ -99,6 +99,7 @@ def run(app: Any, connections: Connections) -> None:
         log_level="warning",
         limit_concurrency=hard_cap(cap) + 1,  # never reached: the protocol keeps to hard_cap
         timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=connections.drain_timeout,  # a bounded drain on SIGTERM
         access_log=False,
     )
     print(f"{LISTEN_LINE} http://{shown}:{bound_port}/", flush=True)
