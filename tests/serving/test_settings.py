@@ -23,6 +23,8 @@ BEFORE = {
     "header_timeout": 10.0, "http": "auto", "loop": "auto", "api_key": None,
     "allowed_hosts": None, "allow_no_auth": False, "docs": False, "served_model_name": None,
 }  # fmt: skip
+# Options added since, with their defaults.
+ADDED = {"drain_timeout": 10.0}  # issue 47 point 6
 
 
 def serve_options() -> dict[str, typer.core.click.Option]:
@@ -51,7 +53,7 @@ def test_every_option_is_a_setting_with_its_name_default_and_help():
 
 def test_the_options_and_defaults_are_those_before_issue_45():
     options = serve_options()
-    assert {name: o.default for name, o in options.items()} == BEFORE
+    assert {name: o.default for name, o in options.items()} == {**BEFORE, **ADDED}
     assert options["allowed_hosts"].opts == ["--allowed-host"] and options["allowed_hosts"].multiple
     assert options["api_key"].envvar == "DCLR_API_KEY"
 
