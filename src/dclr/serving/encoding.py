@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from dclr.indexing.memory import trim_heap
-from dclr.models.encoder import SentenceEncoder, model_limit
+from dclr.models.encoder import SentenceEncoder
 from dclr.serving.batcher import EncodeIds, Tokenize
 
 # Encoded (twice, unmeasured) before the first request: a short and a longer text.
@@ -50,11 +50,12 @@ def encoder_functions(encoder: SentenceEncoder, workers: int = 1) -> tuple[Token
     (padding-free) when the encoder packs, so a served vector is the bulk-encoded vector of the
     same text, whatever its batch-mates. With `workers` passes at once, each runs on its share
     of the process's intra-op threads."""
-    limit = encoder.max_length or model_limit(encoder.tokenizer)
     pooler = encoder.eval_pooler or encoder.pooler
 
     def tokenize(texts: list[str]) -> list[list[int]]:
-        return encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
+        # cut by characters first (dclr.data.text.clip_for_tokens): bounded tokenizer work and
+        # memory per text whatever --max-chars allows, the same ids as bulk encoding
+        return encoder.token_ids(texts)
 
     threads = max(1, torch.get_num_threads() // workers)  # the process's setting, shared
 
