@@ -10,6 +10,7 @@ import base64
 import json
 import re
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -458,3 +459,18 @@ def test_memory_does_not_grow_under_repeated_load(server):
         rounds.append(process_memory(server.pid))
     growth = rounds[2]["rss"] - rounds[0]["rss"]
     assert growth < LEAK_TOLERANCE_MIB, rounds
+
+
+def test_each_answered_request_is_logged_with_its_time_and_status(client, server):
+    """Issue 47 point 9: the server logged no requests. One line per answered request on
+    stdout (`--no-access-log` turns it off)."""
+    client.post("/v1/embeddings", json={"input": "logged"})
+    client.get("/no-such-route")
+    for _ in range(50):
+        lines = "".join(server.output)
+        if "GET /no-such-route" in lines:
+            break
+        time.sleep(0.05)
+    assert re.search(r'\d{4}-\d\d-\d\d [\d:,]+ INFO: +127\.0\.0\.1:\d+ - "POST /v1/embeddings '
+                     r'HTTP/1\.1" 200', lines)  # fmt: skip
+    assert '"GET /no-such-route HTTP/1.1" 404' in lines

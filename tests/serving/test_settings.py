@@ -24,7 +24,7 @@ BEFORE = {
     "allowed_hosts": None, "allow_no_auth": False, "docs": False, "served_model_name": None,
 }  # fmt: skip
 # Options added since, with their defaults.
-ADDED = {"drain_timeout": 10.0}  # issue 47 point 6
+ADDED = {"drain_timeout": 10.0, "access_log": True}  # issue 47 points 6 and 9
 
 
 def serve_options() -> dict[str, typer.core.click.Option]:

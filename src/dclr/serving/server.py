@@ -12,6 +12,7 @@ behind a reverse proxy all the same (docs/serving.md).
 
 from __future__ import annotations
 
+import copy
 import resource
 import socket
 import sys
@@ -78,6 +79,21 @@ def socket_cap(wanted: int) -> int:
     return max(1, min(wanted, soft - RESERVED_FDS))
 
 
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging set-up with its own messages at WARNING (no start-up chatter: the
+    listening line above says where the server is) and its access log (one line per answered
+    request, when `--access-log`) at INFO, on stdout, each line with its time."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["uvicorn"]["level"] = "WARNING"
+    config["loggers"]["uvicorn.error"]["level"] = "WARNING"
+    config["loggers"]["uvicorn.access"]["level"] = "INFO"
+    access = config["formatters"]["access"]
+    access["fmt"] = "%(asctime)s " + access["fmt"]  # when, too
+    return config
+
+
 def run(app: Any, connections: Connections) -> None:
     """Serve `app` until interrupted on `connections.host`:`port`, with its parser (see
     `protocols.protocol_with`) and event loop ("uvloop", "asyncio" or "auto": uvloop when
@@ -96,11 +112,12 @@ def run(app: Any, connections: Connections) -> None:
         app,
         http=protocol,
         loop=loop,
-        log_level="warning",
+        log_config=log_config(),
+        log_level=None,  # the levels are log_config's
         limit_concurrency=hard_cap(cap) + 1,  # never reached: the protocol keeps to hard_cap
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=connections.drain_timeout,  # a bounded drain on SIGTERM
-        access_log=False,
+        access_log=connections.access_log,
     )
     print(f"{LISTEN_LINE} http://{shown}:{bound_port}/", flush=True)
     sys.stdout.flush()

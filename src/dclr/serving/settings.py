@@ -135,6 +135,11 @@ class Connections:
         "Seconds a stop (SIGTERM, Ctrl-C) waits for requests being answered; then they are "
         "cancelled (their sockets closed) and the server exits.",
     )
+    access_log: bool = setting(
+        True,
+        "Log one line per answered request to stdout (client address, method, path, status), "
+        "as uvicorn does.",
+    )
 
 
 @dataclass(frozen=True)
