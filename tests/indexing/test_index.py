@@ -231,7 +231,7 @@ def test_the_users_own_id_column_is_kept_in_the_results(model_dir, tmp_path, fmt
     assert hits[0]["text"] == texts[1] and hits[0]["doc_id"] == "42" and hits[0]["row"] == 1
     assert {h["doc_id"] for h in hits} == {"doc-7", "42", "x/3"}
     table = runner.invoke(app, ["search", texts[0], "--index", str(out), "-k", "1"])
-    assert "doc-7" in table.output
+    assert "doc-7" in table.output and "doc_id" in table.output  # named as in the JSON
 
 
 def test_an_id_column_on_a_text_file_is_refused_before_encoding(model_dir, corpus_file, tmp_path):

@@ -3,6 +3,7 @@
 search, and save a screenshot to the test artefacts (conftest's `artifacts`: $DCLR_TEST_ARTIFACTS,
 else .pytest_cache/d/dclr-artifacts/)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -63,9 +64,11 @@ def chromium():
 @pytest.fixture(scope="module")
 def server(minilm_path, tmp_path_factory):
     folder = tmp_path_factory.mktemp("web")
-    corpus = folder / "corpus.txt"
-    corpus.write_text("\n".join(CORPUS) + "\n")
-    build_index(MODEL, open_source(corpus), folder / "index", IndexParams("flat"))
+    corpus = folder / "corpus.csv"  # with the user's own ids (--id-column), shown on the page
+    rows = [f"doc-{i},{json.dumps(text)}" for i, text in enumerate(CORPUS)]
+    corpus.write_text("id,text\n" + "\n".join(rows) + "\n")
+    source = open_source(corpus, column="text")
+    build_index(MODEL, source, folder / "index", IndexParams("flat"), id_column="id")
     with serve_process([MODEL, "--index", str(folder / "index")]) as proc:
         yield proc
 
@@ -123,6 +126,8 @@ def test_page_compares_searches_and_is_captured(chromium, server, artifacts):
     _click_and_wait(page, "#search-button", "searches")
     first = page.inner_text("#results li >> nth=0")
     assert CORPUS[0] in first
+    # issue 47 point 9: the page hid the --id-column ids
+    assert page.inner_text("#results li >> nth=0 >> .hit-id") == "doc-0"
     assert page.locator("#results li").count() == 5
 
     shot = artifacts / "webpage.png"

@@ -225,7 +225,12 @@ def search(
     k: Annotated[int, typer.Option("-k", help="Number of results.")] = 10,
     pooler: Pooler = None,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of a table.")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print JSON instead of a table, as POST /search answers: each hit's id (the "
+            "index's vector id), row (0-based), score, text and doc_id (--id-column's, or null).",
+        ),
     ] = False,
     precision: Annotated[
         str | None,
@@ -277,7 +282,8 @@ def search(
     where = "line" if by_line else "row (0-based)"
     with_ids = bool(meta.get("id_column"))
     columns = [("#", "right"), ("score", "right"), (where, "right")]
-    columns += [("id", "left")] * with_ids + [("text", "left")]
+    # the user's own id, named as in the JSON and /search (its "id" is the index's vector id)
+    columns += [("doc_id", "left")] * with_ids + [("text", "left")]
     for column, justify in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r, hit in enumerate(hits, start=1):

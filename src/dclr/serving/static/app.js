@@ -147,7 +147,15 @@ async function search(event) {
       const score = document.createElement("span");
       score.className = "hit-score";
       score.textContent = hit.score.toFixed(3);
-      item.append(score, hit.text);
+      item.append(score);
+      if (hit.doc_id !== null && hit.doc_id !== undefined) {
+        // the row's own id (`dclr index build --id-column`), shown as text
+        const id = document.createElement("span");
+        id.className = "hit-id";
+        id.textContent = hit.doc_id;
+        item.append(id);
+      }
+      item.append(hit.text);
       list.appendChild(item);
     }
     $("search-status").textContent = `${data.results.length} results`;
