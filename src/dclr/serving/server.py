@@ -13,6 +13,7 @@ behind a reverse proxy all the same (docs/serving.md).
 from __future__ import annotations
 
 import copy
+import math
 import resource
 import socket
 import sys
@@ -119,7 +120,8 @@ def run(app: Any, connections: Connections) -> None:
         # 1,300 trickled bodies it answered good requests a plain-text 503 (issue 47 point 2)
         limit_concurrency=None,
         timeout_keep_alive=KEEP_ALIVE_S,
-        timeout_graceful_shutdown=connections.drain_timeout,  # a bounded drain on SIGTERM
+        # a bounded drain on SIGTERM (uvicorn takes whole seconds)
+        timeout_graceful_shutdown=math.ceil(connections.drain_timeout),
         access_log=connections.access_log,
     )
     print(f"{LISTEN_LINE} http://{shown}:{bound_port}/", flush=True)
