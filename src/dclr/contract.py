@@ -9,7 +9,7 @@ neither imports the other's registry: the method is resolved once, at the top (`
   what it knows (the step, the batch's corpus indices and examples); the method's `collate` turns
   its examples into `features` (and `labels`).
 * `PreparedRun`: one run, prepared once at the top (`dclr.training.prepare.prepare_run`, called by
-  `dclr.driver`): its config and method, the model, the examples, the batch plan, the total
+  `dclr.driver`): its config and method (and the methods of its other sections), the model, the examples, the batch plan, the total
   steps, the device and the run folder. The driver hands it to the method's hooks and to the loop
   (`Trainer(run)`), so neither redoes the preparation.
 * `TrainResult`: what a finished (or deliberately stopped) run produced.
@@ -74,6 +74,9 @@ class PreparedRun:
     rank, world: this process and the number of processes (torchrun).
     data_report: the summary of the training sentences (`dclr.data.report`; rank 0 of a sentence
         corpus), or None.
+    methods: the method of every section the config holds, by name: `method` itself and those
+        whose objectives it builds on (NLI's `nli.contrastive`), resolved by the caller
+        (`dclr.driver`) as `method` is, so no method looks another up.
     """
 
     config: TrainConfig
@@ -88,6 +91,7 @@ class PreparedRun:
     rank: int = 0
     world: int = 1
     data_report: dict[str, Any] | None = None
+    methods: Mapping[str, MethodPlugin] = field(default_factory=dict)
 
     @property
     def steps_per_epoch(self) -> int:

@@ -1,10 +1,11 @@
 """`dclr train`: evaluate the starting model, train, evaluate the trained model, write results.json.
 
-The layer above the training loop. It looks the config's method up once (`resolve`, the only call
-of `dclr.methods.registry.get_method` here), prepares each run once
+The layer above the training loop. It looks the config's methods up by name (`section_methods`,
+the only call of `dclr.methods.registry.get_method` here: the config's method and that of every
+section it holds, such as NLI's contrastive part), prepares each run once
 (`dclr.training.prepare.prepare_run`: the model, the examples, the batch plan, the total steps,
-the device and the run folder) and hands that `PreparedRun` to the method's hooks and to the loop
-(`Trainer(run)`). The core returns data (the summary written to results.json); the command line
+the device and the run folder) and hands that `PreparedRun`, with those methods, to the method's
+hooks and to the loop (`Trainer(run)`). The core returns data (the summary written to results.json); the command line
 renders it. A method whose schedule has several stages (`Method.stages`) runs each as its own run
 folder under the output folder.
 """
@@ -39,14 +40,30 @@ from dclr.training.prepare import prepare_run
 Runs = list[tuple[TrainConfig, MethodPlugin]]  # the runs of a config, each with its method
 
 
+def section_methods(config: TrainConfig) -> dict[str, MethodPlugin]:
+    """The method of `config` and of every section it holds (`config.sections`), by name: the
+    driver's one look-up of methods by name (`PreparedRun.methods`)."""
+    return {name: get_method(name) for name in dict.fromkeys([config.method, *config.sections])}
+
+
 def resolve(config: TrainConfig) -> tuple[MethodPlugin, Runs]:
     """`config`'s method, and its runs each with its own method: `config` itself, or the stages of
-    its schedule (`Method.stages`). The driver's one look-up of a method by name."""
-    method = get_method(config.method)
+    its schedule (`Method.stages`), each checked by its method (`Method.check`) before the first
+    trains."""
+    method = section_methods(config)[config.method]
     stages = method.stages(config)
     if len(stages) == 1:
         return method, [(config, method)]
-    return method, [run for stage in stages for run in resolve(stage)[1]]
+    runs = [run for stage in stages for run in resolve(stage)[1]]
+    for stage, stage_method in runs:
+        stage_method.check(stage)
+    return method, runs
+
+
+def prepared(config: TrainConfig, method: MethodPlugin, **injected: Any) -> PreparedRun:
+    """`prepare_run` of `config` with `method` and the methods of its sections (`model` and `data`
+    may be injected, as `prepare_run` takes them)."""
+    return prepare_run(config, method, methods=section_methods(config), **injected)
 
 
 def trainer_for(
@@ -54,13 +71,13 @@ def trainer_for(
 ) -> Trainer:
     """A `Trainer` for `config`, its method looked up and its run prepared (`model` and `data` may
     be injected, as `prepare_run` takes them, and `evaluator`, as `Trainer` does)."""
-    return Trainer(prepare_run(config, resolve(config)[0], **injected), evaluator)
+    return Trainer(prepared(config, resolve(config)[0], **injected), evaluator)
 
 
 def run_schedule(config: TrainConfig) -> list[TrainResult]:
     """Train every stage of the method's schedule (`Method.stages`), in order, without the
     before/after evaluation of `run_training`."""
-    return [Trainer(prepare_run(stage, method)).train() for stage, method in resolve(config)[1]]
+    return [Trainer(prepared(stage, method)).train() for stage, method in resolve(config)[1]]
 
 
 def environment() -> dict[str, Any]:
@@ -209,7 +226,7 @@ def _run_phases(
     """Prepare the run, score the starting model, train, score the trained model, write the
     cards; returns the summary and whether this process is the main one."""
     with phase("setup"):
-        run = prepare_run(config, method)
+        run = prepared(config, method)
         trainer = Trainer(run)
     if notify is not None and run.data_report is not None:
         notify("data", run.data_report)

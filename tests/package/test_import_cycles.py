@@ -105,7 +105,8 @@ def test_the_graph_sees_the_package():
     graph = import_graph()
     assert "dclr.training.loop" in graph and "dclr.cli" in graph
     assert "dclr.options.config" in graph["dclr.training.prepare"]
-    assert "dclr.cli.tools" in graph["dclr_lab.cli"]  # the lab's modules, and their edges to dclr
+    assert "dclr.lab_api" in graph["dclr_lab.cli"]  # the lab's modules, and their edges to dclr
+    assert "dclr.cli.tools" in graph["dclr.lab_api"]  # names it lends by module name are edges
 
 
 def test_a_cycle_is_detected():

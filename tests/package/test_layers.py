@@ -6,8 +6,10 @@ it, each folder's `cli.py` was counted as the top layer by name, so `clitools.py
 hid an import of `methods/`). Edges are counted as the cycle test counts them (deferred, `TYPE_CHECKING` and
 by-name imports included), so a deferred import does not hide a layer broken upward.
 
-The lab (`dclr_lab`, its own distribution in lab/) is the layer above everything: it imports any of
-dclr, and nothing in dclr may import it, not even by name (issue 36: the library without the lab).
+The lab (`dclr_lab`, its own distribution in lab/) is the layer above everything: it imports dclr
+through `dclr.lab_api` (tests/package/test_lab_surface.py), the library's top layer, which lends it
+names from every layer below, the command line's included; nothing in dclr may import the lab, not
+even by name (issue 36: the library without the lab).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("api", {"api"}),
         ("serving", {"serving"}),  # HTTP only
         ("cli", {"cli", "__main__", "__init__"}),  # every command-line face: the cli/ folder
+        ("lab_api", {"lab_api"}),  # what the lab may import: names from any layer, the CLI's too
     )
 )
 LAB = "lab"  # every module of dclr_lab, the reproduction lab: above the command line

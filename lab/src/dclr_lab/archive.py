@@ -20,8 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from dclr.atomic import staged_folder
-from dclr.errors import DclrError, InputError
+from dclr.lab_api import DclrError, InputError, staged_folder
 from dclr_lab.registry import LABELS_FILE, Registry, find_run_dirs, read_run
 
 # What a run's record is: config and environment, scores, which experiments use it, the logged

@@ -16,13 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from dclr.data.corpus import load_corpus
-from dclr.data.paraphrases import GoldIndex, gold_paraphrase_pairs, parse_sources
-from dclr.data.paths import resolve_data_dir
-from dclr.data.sampler import training_batches
-from dclr.evaluation.audit import DEFAULT_PHIS, Scorer, audit
-from dclr.methods.dclr_calibrate import calibrate_phi
-from dclr.models.encoder import SentenceEncoder
+from dclr.lab_api import (
+    DEFAULT_PHIS,
+    GoldIndex,
+    Scorer,
+    SentenceEncoder,
+    audit,
+    calibrate_phi,
+    gold_paraphrase_pairs,
+    load_corpus,
+    parse_sources,
+    resolve_data_dir,
+    training_batches,
+)
 
 # Calibration rules reported for every scorer: rule label -> (mode, target).
 CALIBRATIONS: dict[str, tuple[str, float]] = {

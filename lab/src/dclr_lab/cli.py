@@ -15,8 +15,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dclr.cli.tools import console, fail, out, quiet_hf, reflow_help, scores_table
-from dclr.errors import ConfigError, DclrError
+from dclr.lab_api import (
+    ConfigError,
+    DclrError,
+    console,
+    fail,
+    out,
+    quiet_hf,
+    reflow_help,
+    scores_table,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -61,7 +69,7 @@ def register(parent: typer.Typer) -> None:
 def app_with_lab() -> typer.Typer:
     """dclr's app with the lab's commands: those the installed entry point registered, else
     registered here (a checkout on PYTHONPATH has no entry point)."""
-    from dclr.cli.main import app
+    from dclr.lab_api import app
 
     if not any(group.typer_instance is runs_app for group in app.registered_groups):
         register(app)
@@ -144,7 +152,7 @@ def runs_show(
     root: Root = DEFAULT_ROOT,
 ) -> None:
     """A run's config, environment, scores and the experiments that use it."""
-    from dclr.data.sts import STS_TASKS
+    from dclr.lab_api import STS_TASKS
     from dclr_lab.registry import Registry
 
     with Registry(root) as registry:
@@ -315,7 +323,7 @@ def experiment_run(
     ] = None,
 ) -> None:
     """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
-    from dclr.recipe import parse_overrides
+    from dclr.lab_api import parse_overrides
     from dclr_lab.runner import launcher_train, parse_only, plan, run_experiment
 
     try:
@@ -410,7 +418,7 @@ def experiment_search(
     dry_run: Annotated[bool, typer.Option(help="Only print the trials.")] = False,
 ) -> None:
     """Grid or random search over any recipe field; each trial is a registered run."""
-    from dclr.recipe import parse_overrides
+    from dclr.lab_api import parse_overrides
     from dclr_lab.search import SearchSpace, run_search, trial_configs
 
     try:
@@ -460,7 +468,7 @@ def experiment_audit(
 ) -> None:
     """False-negative audit: how often in-batch negatives are paraphrases, and precision/recall
     of the negatives a threshold phi drops, per scorer (table + PR-curve PNG)."""
-    from dclr.evaluation.audit import Scorer
+    from dclr.lab_api import Scorer
     from dclr_lab.audit import run_audit, write_report
 
     try:

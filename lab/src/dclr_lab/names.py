@@ -37,8 +37,7 @@ def task_label(task: str) -> str:
 def method_label(name: str) -> str:
     """A method's short name in reports (`Method.label`, declared by the method); a name no
     method is registered under is shown as it is."""
-    from dclr.errors import ConfigError
-    from dclr.methods.registry import get_method
+    from dclr.lab_api import ConfigError, get_method
 
     try:
         return get_method(name).label or name

@@ -30,11 +30,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dclr.data.corpus import load_corpus
-from dclr.data.sampler import build_sampler
-from dclr.losses.dclr import dclr_paper_loss, noise_negatives, non_uniformity_loss
-from dclr.losses.simcse import cosine_matrix
-from dclr.models.encoder import SentenceEncoder
+from dclr.lab_api import (
+    SentenceEncoder,
+    build_sampler,
+    cosine_matrix,
+    dclr_paper_loss,
+    load_corpus,
+    noise_negatives,
+    non_uniformity_loss,
+)
 
 SIGMAS = (0.1, 1.0, 10.0)
 BETAS = (1e-3, 1e-2, 1e-1, 1.0)

@@ -121,7 +121,7 @@ class Pairs:
 
 def pairs_from_rows(rows: Sequence[Any]) -> Pairs:
     """(premise, explicit) and (premise, implied) for every INLI row, row by row."""
-    from dclr.data.paraphrases import normalize_text
+    from dclr.lab_api import normalize_text
 
     anchors, positives, groups = [], [], []
     ids: dict[str, int] = {}
@@ -136,7 +136,7 @@ def pairs_from_rows(rows: Sequence[Any]) -> Pairs:
 
 def training_pairs(data_dir: str | None) -> Pairs:
     """INLI train's 16,000 (premise, entailment) pairs."""
-    from dclr.data.inli import inli_split, read_inli
+    from dclr.lab_api import inli_split, read_inli
 
     return pairs_from_rows(read_inli(inli_split(data_dir, "train")))
 
@@ -227,7 +227,7 @@ def dense_batch_sampler(density: float) -> type:
     their anchor text), seeded by the trainer's seed and the epoch."""
     from sentence_transformers.base.sampler import DefaultBatchSampler
 
-    from dclr.data.paraphrases import normalize_text
+    from dclr.lab_api import normalize_text
 
     class DensePairsBatchSampler(DefaultBatchSampler):
         def __init__(self, dataset: Any, batch_size: int, drop_last: bool,
@@ -273,7 +273,7 @@ def rule_drops(guide_cos: np.ndarray, rule: str, value: float) -> np.ndarray:
     `pair_false_negative_weights`, equal to GIST's on real pairs: tests/st/test_gist_equivalence)."""
     import torch
 
-    from dclr.losses.dclr import false_negative_weights, pair_false_negative_weights
+    from dclr.lab_api import false_negative_weights, pair_false_negative_weights
 
     cos = torch.as_tensor(np.asarray(guide_cos, dtype=np.float32))
     if rule == "none":
@@ -401,7 +401,7 @@ def tuning_record_path(out: Path, family: str, margin: float) -> Path:
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
-    from dclr.atomic import write_text
+    from dclr.lab_api import write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -479,7 +479,7 @@ def make_loss(family: str, model: Any, guide_path: str | None, seed: int,
     guide = SentenceTransformer(guide_path, device=device)  # the frozen starting model
     if family == "gist":
         return losses.GISTEmbedLoss(model, guide, temperature=TEMPERATURE, **options)
-    from dclr.st import DCLRLoss
+    from dclr.lab_api import DCLRLoss
 
     return DCLRLoss(model, guide=guide, seed=seed, temperature=TEMPERATURE, **options)
 
@@ -495,7 +495,7 @@ def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int
     )
     from sentence_transformers.base.training_args import BatchSamplers
 
-    from dclr.models.encoder import resolve_model
+    from dclr.lab_api import resolve_model
 
     path = str(resolve_model(setup.model))
     model = SentenceTransformer(path, device=setup.device)
@@ -524,8 +524,7 @@ def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int
 def evaluate_model(folder: str, setup: Setup, dev_only: bool = False) -> dict[str, Any]:
     """STS test (7 tasks) and INLI retrieval test of the model in `folder` (mean pooling, dclr's
     packed encoder), or only STS-B dev (`dev_only`, for tuning)."""
-    from dclr.api import load_encoder
-    from dclr.evaluation.sts import StsEvaluator
+    from dclr.lab_api import StsEvaluator, load_encoder
 
     encoder = load_encoder(folder, pooler="mean")
 
@@ -539,8 +538,7 @@ def evaluate_model(folder: str, setup: Setup, dev_only: bool = False) -> dict[st
     out: dict[str, Any] = {"sts": {k: float(v) for k, v in sts(encode).items()
                                    if isinstance(v, (int, float))}}  # fmt: skip
     if setup.retrieval:
-        from dclr.evaluation.retrieval import METRICS
-        from dclr.evaluation.retrieval_eval import evaluate_target
+        from dclr.lab_api import METRICS, evaluate_target
 
         scores = evaluate_target(encode, task="inli", split="test", data_dir=setup.data_dir)
         out["inli"] = {m: 100 * float(scores[m]) for m in METRICS}
@@ -552,7 +550,7 @@ def evaluate_trained(model: Any, setup: Setup, dev_only: bool = False) -> dict[s
     """Save the trained model (with the backbone's own length limit) and evaluate the folder."""
     from sentence_transformers import SentenceTransformer
 
-    from dclr.models.encoder import resolve_model
+    from dclr.lab_api import resolve_model
 
     limit = SentenceTransformer(str(resolve_model(setup.model)), device="cpu").max_seq_length
     model.max_seq_length = limit  # evaluated as the starting model is
@@ -643,7 +641,7 @@ def one_tuning(setup: Setup, pairs: Pairs, family: str, margin: float) -> dict[s
 # ---- the audit's data ---------------------------------------------------------------------------
 def guide_vectors(setup: Setup, texts: Sequence[str]) -> np.ndarray:
     """The starting model's unit vectors (mean pooling, the training length limit)."""
-    from dclr.api import load_encoder
+    from dclr.lab_api import load_encoder
 
     encoder = load_encoder(setup.model, pooler="mean")
     vectors = np.asarray(encoder.encode(list(texts), batch_size=128,
@@ -654,7 +652,7 @@ def guide_vectors(setup: Setup, texts: Sequence[str]) -> np.ndarray:
 def calibrate(texts: Sequence[str], vectors: np.ndarray, seed: int = 0) -> dict[str, Any]:
     """phi from random pairs of `CALIBRATION_SENTENCES` distinct training texts (q = 0.001), as
     `dclr train`'s `phi_calibration: random_pairs`."""
-    from dclr.losses.calibration import phi_from_random_pairs
+    from dclr.lab_api import phi_from_random_pairs
 
     rng = np.random.default_rng(seed)
     ids = rng.choice(len(texts), size=min(CALIBRATION_SENTENCES, len(texts)), replace=False)
@@ -748,7 +746,7 @@ def sweep(command: str, setup: Setup, out: Path, seeds: Sequence[int], variants:
         path = out / "records" / "start.json"
         if not path.is_file():
             with heavy_lock(lock):
-                from dclr.models.encoder import resolve_model
+                from dclr.lab_api import resolve_model
 
                 t0 = time.perf_counter()
                 # the starting model's scores do not depend on the training settings

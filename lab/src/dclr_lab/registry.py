@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dclr.configfile import read_recipe
-from dclr.data.sts import STS_TASKS
-from dclr.options.flat import flat_config
+from dclr.lab_api import STS_TASKS, flat_config, read_recipe
 
 INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from dclr.errors import ConfigError
+from dclr.lab_api import ConfigError
 from dclr_lab import paper
 from dclr_lab.registry import Registry
 from dclr_lab.render import Report

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dclr.data.sampling import few_shot_indices
-from dclr.errors import ConfigError
-from dclr.options.config import TrainConfig
-from dclr.options.flat import flat_values
-from dclr.recipe import load_config
-from dclr.runlock import LockHeld
-from dclr.training.checkpoint import latest_checkpoint
+from dclr.lab_api import (
+    ConfigError,
+    LockHeld,
+    TrainConfig,
+    few_shot_indices,
+    flat_values,
+    latest_checkpoint,
+    load_config,
+)
 from dclr_lab.registry import Registry, config_hash, set_labels
 from dclr_lab.runspec import RunSpec, default_recipes_dir
 from dclr_lab.specs import experiment_specs
@@ -85,7 +87,7 @@ def run_dir_for(config: TrainConfig, root: Path) -> Path:
 
 def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -> str:
     """Write a seeded random `fraction` of the config's corpus (at least one batch) to a file."""
-    from dclr.data.corpus import load_corpus
+    from dclr.lab_api import load_corpus
 
     name = f"{_slug(config.data.corpus)}-f{fraction:g}-s{seed}.txt"
     path = root / CORPORA_DIR / name
@@ -245,7 +247,7 @@ def run_experiment(
     belongs to another shard must find it complete: start the shards after the dependencies
     (`--shard` is meant for independent runs, e.g. every CPU-scale experiment)."""
     if train is None:
-        from dclr.driver import run_training
+        from dclr.lab_api import run_training
 
         train = run_training
     root = Path(root)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from dclr.errors import ConfigError
+from dclr.lab_api import ConfigError
 
 Scale = Literal["cpu", "paper"]
 SCALES: tuple[str, ...] = get_args(Scale)

@@ -20,9 +20,14 @@ from typing import Any
 import numpy as np
 import yaml
 
-from dclr.errors import ConfigError
-from dclr.options.config import TrainConfig
-from dclr.recipe import checked, config_from_dict, flat_hints, load_config
+from dclr.lab_api import (
+    ConfigError,
+    TrainConfig,
+    checked,
+    config_from_dict,
+    flat_hints,
+    load_config,
+)
 from dclr_lab.registry import Registry, set_labels
 from dclr_lab.runner import action_for, run_dir_for
 
@@ -122,7 +127,7 @@ def _train_one(values: dict[str, Any], resume: bool, threads: int) -> str:
     """Worker: train one config (in its own process when parallel)."""
     import torch
 
-    from dclr.driver import run_training
+    from dclr.lab_api import run_training
 
     torch.set_num_threads(threads)
     config = checked(config_from_dict(values))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dclr.errors import ConfigError
+from dclr.lab_api import ConfigError
 from dclr_lab.runspec import BASE_SEED, SCALES, RunSpec
 from dclr_lab.studies import (
     augmentations,

@@ -16,7 +16,8 @@ found by its `name` in `dclr.methods.registry`:
 
 `run` is the `dclr.contract.PreparedRun` the driver prepared from the config and the first two
 hooks (`dclr.training.prepare.prepare_run`): the config, the model, the examples as the batch plan
-indexes them, the plan, the total steps and the device. The loop never asks which method it runs,
+indexes them, the plan, the total steps, the device, and the methods of the config's sections
+(`run.methods`, for a method built on another's objective: NLI's contrastive part). The loop never asks which method it runs,
 and never looks one up: the driver resolves the method once and hands it down in the run
 (`Trainer(run)`). Everything method-specific is here or in a subclass.
 """

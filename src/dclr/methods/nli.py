@@ -3,6 +3,9 @@ and its two-stage schedules (`sup_then_unsup`, `joint_then_unsup`).
 
 The recipe names the contrastive method used by the joint objective and by the unsupervised second
 stage (`nli.contrastive: consert`); that method's own section holds its options (views, tau, ...).
+It is any registered `ContrastiveMethod`, built-in or installed: the driver looks it up by name
+with the run's own (`PreparedRun.methods`; a schedule's stages, `dclr.driver.resolve`), and this
+module never looks a method up itself.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from dclr.errors import ConfigError
 from dclr.methods.base import Method
 from dclr.methods.simcse import ContrastiveMethod
 from dclr.options.contrastive import ADVERSARIAL_NEEDS_LABELS, ContrastiveSection
-from dclr.options.dclr import PHI_CALIBRATION_NEEDS
 from dclr.options.nli import SUPERVISED_STAGE, TWO_STAGE, NLISection
 
 if TYPE_CHECKING:
@@ -69,22 +71,21 @@ def has_hard_negatives(examples: Sequence[Any]) -> bool:
     return getattr(examples[0], "hard_negative", None) is not None
 
 
-def contrastive_plugin(name: str) -> ContrastiveMethod:
-    """The contrastive method `nli.contrastive` names (the joint part, the second stage)."""
-    from dclr.methods.consert import CONSERT
-    from dclr.methods.dclr import DCLR_METHOD
-    from dclr.methods.simcse import SIMCSE
-
-    plugins: dict[str, ContrastiveMethod] = {
-        "simcse": SIMCSE,
-        "consert": CONSERT,
-        "dclr": DCLR_METHOD,
-    }
-    if name not in plugins:
+def contrastive_part(run: PreparedRun, name: str) -> ContrastiveMethod:
+    """The contrastive method `nli.contrastive` names (the joint objective's part), as the driver
+    resolved it with the run (`PreparedRun.methods`): a built-in or an installed one alike."""
+    method = run.methods.get(name)
+    if method is None:
         raise ConfigError(
-            f"nli.contrastive: unknown method {name!r}; choose from {sorted(plugins)}"
+            f"nli.contrastive: method {name!r} was not handed down with the run (prepare it with "
+            "dclr.driver, which resolves the method of every section the config holds)"
         )
-    return plugins[name]
+    if not isinstance(method, ContrastiveMethod):
+        raise ConfigError(
+            f"nli.contrastive: method {name!r} is not a contrastive method "
+            "(a dclr.methods.simcse.ContrastiveMethod, whose `loss_module` NLI builds)"
+        )
+    return method
 
 
 def supervised_objective(
@@ -94,9 +95,10 @@ def supervised_objective(
     kind: str,
     hard_negatives: bool,
     temperature: float,
-    contrastive_method: str | None = None,
+    contrastive_method: ContrastiveMethod | None = None,
 ) -> nn.Module:
-    """A `SupervisedNLILoss` of `kind` (simcse | nli_head | joint), its head seeded from the run."""
+    """A `SupervisedNLILoss` of `kind` (simcse | nli_head | joint), its head seeded from the run;
+    the joint kind's contrastive part is `contrastive_method`'s loss, configured by its section."""
     from dclr.losses.supervised import AdversarialView, NLIHead, SupervisedNLILoss
     from dclr.views.pair import ViewSpec
 
@@ -108,7 +110,7 @@ def supervised_objective(
     contrastive, adversarial = None, None
     if kind == "joint":
         assert contrastive_method is not None
-        views: ContrastiveSection = config.section(contrastive_method)
+        views: ContrastiveSection = config.section(contrastive_method.name)
         if "adversarial" in (views.view1, views.view2):
             first = views.view1 == "adversarial"
             other = ViewSpec(*((views.view2, views.view2_rate) if first else (views.view1, views.view1_rate)))  # fmt: skip
@@ -117,8 +119,7 @@ def supervised_objective(
                 epsilon, other, first, seed=config.run.seed, rank=dist.rank()
             )
             views = dataclasses.replace(views, view1="dropout", view2="dropout")
-        plugin = contrastive_plugin(contrastive_method)
-        contrastive = plugin.loss_module(config, model, views, None)
+        contrastive = contrastive_method.loss_module(config, model, views, None)
     return SupervisedNLILoss(
         model,
         kind,  # type: ignore[arg-type]
@@ -144,13 +145,13 @@ class NLI(Method):
 
     def validate(self, config: TrainConfig) -> None:
         """The contrastive part's options that only NLI training can judge: an adversarial view
-        needs the joint schedule's labels; phi calibration needs method: dclr itself."""
+        needs the joint schedule's labels; what the part's section refuses as another method's
+        part (`ContrastiveSection.validate_as_part`: DCLR's phi calibration)."""
         section: NLISection = config.section("nli")
-        contrastive = config.section(section.contrastive)
+        contrastive: ContrastiveSection = config.section(section.contrastive)
         if contrastive.adversarial and section.schedule != "joint":
             raise ConfigError(ADVERSARIAL_NEEDS_LABELS)
-        if getattr(contrastive, "phi_calibration", "none") != "none":
-            raise ConfigError(PHI_CALIBRATION_NEEDS)
+        contrastive.validate_as_part(config)
 
     def load_data(self, config: TrainConfig) -> Sequence[Any]:
         return load_nli_examples(config)
@@ -171,17 +172,17 @@ class NLI(Method):
                 "dclr.driver.run_schedule (or `dclr train`)"
             )
         kind = "joint" if section.schedule == "joint" else section.supervised_loss
-        hidden = getattr(model, "module", model).hidden_size
-        loss = supervised_objective(
-            config, model, hidden, kind, has_hard_negatives(run.data), section.temperature,
-            section.contrastive,
-        )  # fmt: skip
+        part = contrastive_part(run, section.contrastive) if kind == "joint" else None
+        encoder: Any = run.model  # the model itself, never wrapped (`model` may be)
+        hidden, hard = encoder.hidden_size, has_hard_negatives(run.data)
+        loss = supervised_objective(config, model, hidden, kind, hard, section.temperature, part)
         return loss.to(run.device)
 
     def stages(self, config: TrainConfig) -> list[TrainConfig]:
         """`sup_then_unsup` / `joint_then_unsup`: stage 1 (`sup` / `joint`) on the NLI data writes
         `<output_dir>/stage-1`; stage 2 trains the `contrastive` method from its final model on
-        `data.corpus` in `<output_dir>/stage-2`. Other schedules are one stage."""
+        `data.corpus` in `<output_dir>/stage-2` (the driver checks it with that method, looked up
+        by name as every method is). Other schedules are one stage."""
         from dclr.options.config import build_config
 
         section: NLISection = config.section("nli")
@@ -209,7 +210,6 @@ class NLI(Method):
         # stage 2 reads the contrastive method's section only (this config holds it already)
         own = {name: cls for name, cls in config.section_types().items() if name != "nli"}
         second = build_config(values, lambda _m, _n: own, "stage 2").validate()
-        contrastive_plugin(section.contrastive).check(second)
         return [first, second]
 
 

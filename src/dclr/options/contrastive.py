@@ -7,7 +7,8 @@ to; the recipe sections extend them with the two positive views (`ContrastiveSec
 `simcse:` section and the base of ConSERT's and DCLR's; `ConSERTSection` is `consert:`), so a
 default cannot differ between `dclr train`, the loss and the ST face. `dclr train --help` lists
 the fields without importing torch. Checks that need another method's options (an adversarial
-view needs NLI labels) are the methods' own (`ContrastiveMethod.validate`, `NLI.validate`).
+view needs NLI labels) are the methods' own (`ContrastiveMethod.validate`, `NLI.validate`); what a
+section refuses as another method's part is its `validate_as_part`.
 """
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ class ContrastiveSection(SimCSEOptions):
     def adversarial(self) -> bool:
         """Whether a view is adversarial (computed from a supervised loss: NLI joint only)."""
         return "adversarial" in (self.view1, self.view2)
+
+    @property
+    def needs_complementary(self) -> bool:
+        """Whether the objective scores pairs with a frozen complementary model (DCLR's
+        weightings); none of SimCSE's or ConSERT's does."""
+        return False
+
+    def validate_as_part(self, config: TrainConfig) -> None:
+        """Checks of these options when they configure part of another method's objective (NLI's
+        `nli.contrastive`), after `validate`: what only this method's own run can do is refused
+        here (DCLR's phi calibration)."""
 
 
 ADVERSARIAL_NEEDS_LABELS = (

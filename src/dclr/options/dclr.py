@@ -176,3 +176,9 @@ class DCLRSection(DCLROptions, ContrastiveSection):
                 f"phi_calibration sets phi, which false_negative_rule: "
                 f"{self.false_negative_rule} does not use: set phi_calibration: none"
             )
+
+    def validate_as_part(self, config: TrainConfig) -> None:
+        """phi calibration runs on `method: dclr`'s own corpus, before its own first step: as
+        another method's part (NLI's contrastive objective) it is refused."""
+        if self.phi_calibration != "none":
+            raise ConfigError(PHI_CALIBRATION_NEEDS)

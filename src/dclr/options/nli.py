@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from dclr.errors import ConfigError
+from dclr.options.contrastive import ContrastiveSection
 
 if TYPE_CHECKING:
     from dclr.options.config import TrainConfig
 
 Schedule = Literal["sup", "joint", "sup_then_unsup", "joint_then_unsup"]
 SupervisedLoss = Literal["simcse", "nli_head"]
-Contrastive = Literal["simcse", "consert", "dclr"]
 # The supervised stage of each schedule (the two-stage ones add an unsupervised stage).
 SUPERVISED_STAGE = {
     "sup": "sup",
@@ -49,7 +49,9 @@ class NLISection(NLIOptions):
     nli_data: str | None = None  # SentEval NLI folder (s1/s2/labels.<split>) or SimCSE CSV
     nli_split: str = "train"  # split of a SentEval folder (SNLI here: dev, test)
     adversarial_epsilon: float = 0.0  # L2 size of the adversarial view (joint only)
-    contrastive: Contrastive = "simcse"  # the joint part / second stage: its section configures it
+    # the joint part / second stage: a contrastive method (simcse | consert | dclr, or one
+    # installed or registered); its own section configures it
+    contrastive: str = "simcse"
     # Stage 2 of sup_then_unsup / joint_then_unsup (None: stage 1's value). ConSERT's released
     # stage 2 trains 25 epochs at lr 5e-7 after a stage 1 at 2e-5 for 1 epoch.
     second_stage_learning_rate: float | None = None
@@ -78,11 +80,14 @@ class NLISection(NLIOptions):
         if not self.adversarial_epsilon >= 0:
             raise ConfigError(f"adversarial_epsilon must be >= 0, got {self.adversarial_epsilon}")
         views = config.section(self.contrastive)
-        if "adversarial" in (views.view1, views.view2) and not self.adversarial_epsilon > 0:
+        if not isinstance(views, ContrastiveSection):
+            raise ConfigError(
+                f"nli.contrastive: {self.contrastive!r} is not a contrastive method (its section "
+                f"{type(views).__name__} is no ContrastiveSection: tau and two positive views)"
+            )
+        if views.adversarial and not self.adversarial_epsilon > 0:
             raise ConfigError("an adversarial view needs adversarial_epsilon > 0")
-        if self.schedule in ("joint", "joint_then_unsup") and getattr(
-            views, "needs_complementary", False
-        ):
+        if self.schedule in ("joint", "joint_then_unsup") and views.needs_complementary:
             raise ConfigError(
                 "joint training with DCLR supports weighting 'self' or 'none' (the complementary "
                 "model scores a fixed unlabelled corpus)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,11 @@ def prepare_run(
     method: MethodPlugin,
     model: torch.nn.Module | None = None,
     data: Sequence[Any] | None = None,
+    methods: Mapping[str, MethodPlugin] | None = None,
 ) -> PreparedRun:
     """`config` prepared to train with `method` (its plugin, resolved by the caller); `model` and
-    `data` may be injected (tests, experiments) in place of the method's."""
+    `data` may be injected (tests, experiments) in place of the method's. `methods`: the method
+    of each of the config's sections, by name (`PreparedRun.methods`; `method` alone if None)."""
     if method.name != config.method:
         raise ConfigError(f"got method {method.name!r} for a config of method {config.method!r}")
     config = config.validate()
@@ -75,7 +77,7 @@ def prepare_run(
     run_dir = Path(config.run.output_dir)
     return PreparedRun(
         config, method, model, examples, plan, batch_size, total_steps, device, run_dir,
-        rank, world, report,
+        rank, world, report, {**(methods or {}), method.name: method},
     )  # fmt: skip
 
 

@@ -7,8 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, get_args
 
-from dclr.recipe import flat_hints
-from dclr.views.strategies import RATED
+from dclr.lab_api import RATED, flat_hints
 from dclr_lab.names import method_label
 from dclr_lab.plots import _bars
 from dclr_lab.render import Report

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from dclr.views.strategies import RATED
+from dclr.lab_api import RATED
 from dclr_lab.names import task_label
 from dclr_lab.plots import _paired_bars, _pyplot, _save
 from dclr_lab.render import Report

@@ -13,8 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from dclr.data.sts import STS_TASKS
-from dclr.training.tracking import read_metrics
+from dclr.lab_api import STS_TASKS, read_metrics
 from dclr_lab import paper
 from dclr_lab.names import method_label, task_label
 from dclr_lab.plots import COLORS, _bars, _pyplot, _save

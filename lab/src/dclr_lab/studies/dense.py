@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dclr.training.tracking import read_metrics
+from dclr.lab_api import read_metrics
 from dclr_lab.names import DENSE_COLORS, DENSE_LABELS, DENSE_SETTING_NAMES, PRACTICAL_DELTA
 from dclr_lab.plots import _pyplot, _save
 from dclr_lab.render import Report
