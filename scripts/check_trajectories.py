@@ -25,15 +25,15 @@ to be renamed `<case>@<hardware_key>.json` (printed by `hardware_key`).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from dclr.models.cpu_kind import hardware_key
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "tests" / "training" / "trajectories"
@@ -82,20 +82,6 @@ def command(case: Case, run_dir: Path, short: bool) -> list[str]:
     if steps is not None:
         args += ["--max-steps", str(steps)]
     return [sys.executable, "-m", "dclr", *args, "-o", str(run_dir)]
-
-
-def hardware_key() -> str:
-    """CPU vendor and the kernel set torch dispatches to (e.g. AuthenticAMD-AVX512): float results
-    of the same code can differ between these, so each has its own recordings."""
-    import torch
-
-    vendor = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                vendor = line.split(":", 1)[1].strip()
-                break
-    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
 
 
 def recording_path(case: Case, short: bool) -> Path:

@@ -92,8 +92,10 @@ def test_int8_keeps_its_own_kernels(tiny_model_dir):
 
 
 def test_the_kernel_choice(monkeypatch):
+    from dclr.models.cpu_kind import cpu_policy
+
     monkeypatch.delenv(onednn.KERNEL_ENV, raising=False)
-    assert choose_kernel() == "onednn"  # auto, on a build that has it
+    assert choose_kernel() == cpu_policy().linear_kernel  # auto: this CPU kind's, on this build
     monkeypatch.setenv(onednn.KERNEL_ENV, "aten")
     assert choose_kernel() == "aten"
     assert choose_kernel("onednn") == "onednn"  # the argument wins over the environment

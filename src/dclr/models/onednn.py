@@ -105,14 +105,17 @@ def pack_linears(module: nn.Module) -> int:
 
 
 def choose_kernel(requested: str | None = None) -> str:
-    """'onednn' or 'aten': `requested`, else $DCLR_LINEAR_KERNEL, else 'auto' (oneDNN when this
-    build has it)."""
+    """'onednn' or 'aten': `requested`, else $DCLR_LINEAR_KERNEL, else 'auto': the kernel measured
+    fastest on this CPU kind (`dclr.models.cpu_kind.cpu_policy`), oneDNN only when this build has
+    it."""
     kernel = requested or os.environ.get(KERNEL_ENV) or "auto"
     if kernel not in KERNELS:
         source = "linear_kernel" if requested else KERNEL_ENV
         raise ConfigError(f"{source}={kernel!r}: choose one of {', '.join(KERNELS)}")
     if kernel == "auto":
-        return "onednn" if available() else "aten"
+        from dclr.models.cpu_kind import cpu_policy
+
+        return "onednn" if cpu_policy().linear_kernel == "onednn" and available() else "aten"
     if kernel == "onednn" and not available():
         raise ConfigError(
             "linear kernel 'onednn' asked for, but this PyTorch build has no oneDNN linear "

@@ -1,0 +1,90 @@
+"""The CPU kind this process runs on, and the inference policy measured for that kind.
+
+`hardware_key()` names the kind: the CPU vendor and the kernel set torch dispatches to (e.g.
+AuthenticAMD-AVX512, AuthenticAMD-AVX2). Float results and the fastest kernels differ between
+kinds: the trajectory recordings are kept per key (scripts/check_trajectories.py), and so is the
+choice of fp32 linear kernel.
+
+`cpu_policy()` is the policy for this machine's kind: which fp32 linear kernel an inference
+encoder runs on (oneDNN with packed weights, `dclr.models.onednn`, or PyTorch's BLAS, "aten").
+`python benchmarks/linear_kernels.py --data-dir ../shared/data --record` measures both kernels on
+the machine it runs on (the MiniLM encoder: one text at 1 and 2 threads, a bulk pass) and writes
+`cpu_policies/<hardware_key>.json` beside this module; a kind without such a recording gets
+`DEFAULT`, and `source` says so. The file is data (a kernel name and the figures that chose it),
+read as JSON, never executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+POLICIES = Path(__file__).with_name("cpu_policies")
+KERNEL_NAMES = ("onednn", "aten")
+
+
+@dataclass(frozen=True)
+class CpuPolicy:
+    """linear_kernel: "onednn" or "aten"; source: where the choice comes from."""
+
+    linear_kernel: str
+    source: str
+
+
+# No measurement for this kind: oneDNN, which won at every size measured on AVX512 (see
+# dclr.models.onednn), where the build has it.
+DEFAULT = CpuPolicy("onednn", "default: no measurement recorded for this CPU kind")
+
+
+def hardware_key() -> str:
+    """CPU vendor and the kernel set torch dispatches to (e.g. AuthenticAMD-AVX512)."""
+    import torch
+
+    vendor = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+                break
+    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def cpu_model() -> str:
+    """The CPU's family and model numbers (e.g. "family 26 model 2", AMD's Zen 5): machines of one
+    hardware key can differ in speed; recordings name the one they were measured on."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() in ("cpu family", "model") and name.strip() not in found:
+                found[name.strip()] = value.strip()
+            if not line.strip() and found:
+                break
+    return f"family {found.get('cpu family', '?')} model {found.get('model', '?')}"
+
+
+def policy_path(key: str) -> Path:
+    return POLICIES / f"{key}.json"
+
+
+def read_policy(path: Path) -> CpuPolicy:
+    """A recorded policy; a malformed file is an error naming it (it ships with the package)."""
+    record = json.loads(path.read_text(encoding="utf-8"))
+    kernel = record.get("linear_kernel") if isinstance(record, dict) else None
+    if kernel not in KERNEL_NAMES:
+        raise ValueError(
+            f"{path}: linear_kernel must be one of {', '.join(KERNEL_NAMES)}, got {kernel!r}; "
+            "record it again with benchmarks/linear_kernels.py --record"
+        )
+    return CpuPolicy(kernel, f"measured: {path.name} ({record.get('measured', 'no date')})")
+
+
+@functools.cache
+def cpu_policy() -> CpuPolicy:
+    """The policy for this machine's CPU kind (the recording, else DEFAULT)."""
+    path = policy_path(hardware_key())
+    return read_policy(path) if path.is_file() else DEFAULT

@@ -1,0 +1,51 @@
+"""The linear kernel chosen per CPU kind (issue 46 item 1): `auto` follows the recording for this
+machine's hardware key, a kind without one gets the default, and a bad recording is named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dclr.models import cpu_kind, onednn
+
+
+@pytest.fixture
+def policies(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_kind, "POLICIES", tmp_path)
+    monkeypatch.setattr(cpu_kind, "hardware_key", lambda: "TestVendor-AVX2")
+    monkeypatch.delenv(onednn.KERNEL_ENV, raising=False)
+    cpu_kind.cpu_policy.cache_clear()
+    yield tmp_path
+    cpu_kind.cpu_policy.cache_clear()
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
+def test_auto_follows_this_kinds_recording(policies):
+    assert cpu_kind.cpu_policy() == cpu_kind.DEFAULT
+    assert onednn.choose_kernel() == "onednn"  # no recording: the default
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps({"linear_kernel": "aten"}))
+    cpu_kind.cpu_policy.cache_clear()
+    policy = cpu_kind.cpu_policy()
+    assert policy.linear_kernel == "aten" and policy.source.startswith("measured: TestVendor")
+    assert onednn.choose_kernel() == "aten"
+    assert onednn.choose_kernel("onednn") == "onednn"  # asked for by name: still honoured
+
+
+def test_a_malformed_recording_is_named(policies):
+    bad = policies / "TestVendor-AVX2.json"
+    bad.write_text(json.dumps({"linear_kernel": "fastest"}))
+    with pytest.raises(ValueError, match=r"TestVendor-AVX2\.json.*'fastest'.*--record"):
+        cpu_kind.cpu_policy()
+
+
+def test_the_recordings_in_the_package_are_valid():
+    files = sorted(cpu_kind.POLICIES.glob("*.json"))
+    assert files, "at least the kind this project was measured on is recorded"
+    for path in files:
+        assert cpu_kind.read_policy(path).linear_kernel in cpu_kind.KERNEL_NAMES
+
+
+def test_the_hardware_key_names_vendor_and_kernel_set():
+    vendor, _, capability = cpu_kind.hardware_key().rpartition("-")
+    assert vendor and capability in {"DEFAULT", "AVX2", "AVX512", "ZVECTOR", "NO AVX", "VSX"}
