@@ -37,6 +37,7 @@ from dclr.contract import (
 from dclr.data.text import clip_all
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.heap import release_freed_memory
+from dclr.models.export import link_export
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
@@ -459,8 +460,10 @@ class Trainer:
         release_freed_memory()
         if self.rank == 0:
             self.method.export(self.model, final_dir, {"step": self.run.total_steps})
-            if state.best is None:  # never evaluated: the final model is the one to use
-                self.method.export(self.model, best_dir, {"step": self.run.total_steps})
+            if state.best is None or state.best_step == self.run.total_steps:
+                # the final model is the best one (never evaluated, or best at the last step):
+                # best/ shares final/'s files instead of a second copy of the weights
+                link_export(final_dir, best_dir)
         self._barrier()
         return result
 
