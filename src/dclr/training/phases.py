@@ -46,12 +46,22 @@ def phase(name: str) -> Iterator[None]:
             times.add(name, time.perf_counter() - start)
 
 
-def breakdown(times: PhaseTimes, train_steps: float, total: float) -> dict[str, float]:
-    """The run's phases in order. "train" (the whole `Trainer.train`) is split into the
-    complementary cache, φ calibration, the steps (`train_steps`), dev evaluations and the rest (checkpoints,
-    exports, the objective's other set-up). "shared_start_pass" is the one forward over the corpus
-    that gave both the before-eval vectors and the complementary cache (`shared_start`)."""
+def record(name: str, seconds: float) -> None:
+    """Add `seconds` measured elsewhere to phase `name` of the active `PhaseTimes` (if any)."""
+    times = _ACTIVE.get()
+    if times is not None:
+        times.add(name, seconds)
+
+
+def breakdown(times: PhaseTimes, total: float) -> dict[str, float]:
+    """The run's phases in order, all of this process (a resumed run: since the resume).
+    "train" (the whole `Trainer.train`) is split into the complementary cache, φ calibration,
+    the steps ("train_steps", which the loop records: this process's steps, not the run's
+    total that a checkpoint carries), dev evaluations and the rest (checkpoints, exports, the
+    objective's other set-up). "shared_start_pass" is the one forward over the corpus that gave
+    both the before-eval vectors and the complementary cache (`shared_start`)."""
     s = times.seconds
+    train_steps = s.get("train_steps", 0.0)
     calibration = s.get("phi_calibration", 0.0)  # inside "train", before step 1
     inner = s.get("complementary_cache", 0.0) + calibration + s.get("dev_eval", 0.0) + train_steps
     shared = s.get("shared_start", 0.0)  # inside before_eval: one pass for it and the cache
