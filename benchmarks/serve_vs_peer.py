@@ -14,7 +14,8 @@ Per scenario: texts/s, p50/p95 latency, errors (non-200), server CPU seconds per
 (the server's process tree, from /proc), and texts/s as a share of `dclr encode`'s bulk rate on
 the same sentences (measured in this run, in its own process, packed as `dclr encode` runs).
 Peak server memory is VmHWM summed over the server's process tree. The load average is recorded
-at the start and the end. Writes benchmarks/results/serve_vs_peer.{json,md}.
+at the start and the end. Writes benchmarks/results/serve_vs_peer@<hardware_key>.{json,md}, one
+table per CPU kind (`-int8` appended for --precision int8).
 
 The peer runs from its own virtual environment (see benchmarks/README.md, "serve_vs_peer"):
 
@@ -340,7 +341,8 @@ def markdown(report: dict) -> str:
     dclr, peer = report["servers"]["dclr"], report["servers"].get("infinity")
     lines = [
         f"`dclr serve` ({report['precision']}) vs infinity-emb {report.get('infinity_version')}, "
-        f"{report['model']}, {report['machine']['cpus']} CPUs ({report['machine']['cpu']}), "
+        f"{report['model']}, {report['machine']['cpus']} CPUs ({report['machine']['cpu']}, "
+        f"{report['machine'].get('hardware_key', '?')}, {report['machine'].get('cpu_model', '?')}), "
         f"load average {report['load_start']} at start, {report['load_end']} at end; "
         f"`dclr encode` bulk rate {report['bulk_texts_per_s']:.1f} texts/s; medians of "
         f"{report['rounds']} rounds per server, run in the order {report['order']} (errors: "
@@ -394,13 +396,22 @@ def main() -> None:
     parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
     parser.add_argument("--rounds", type=int, default=2, help="runs per server, alternated")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serve_vs_peer.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: benchmarks/results/serve_vs_peer@<hardware_key>[-int8].json",
+    )
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     from dclr.data.sts import all_sentences
+    from dclr.models.cpu_kind import cpu_model, hardware_key
+
+    suffix = "" if args.precision == "fp32" else f"-{args.precision}"
+    args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{hardware_key()}{suffix}.json"
 
     pool = random.Random(SEED).sample(all_sentences(args.data_dir), SENTENCES)
     if args.drive:
@@ -425,6 +436,7 @@ def main() -> None:
     with open("/proc/cpuinfo") as info:
         names = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
     report["machine"]["cpu"] = names[0] if names else report["machine"]["cpu"]
+    report["machine"].update(hardware_key=hardware_key(), cpu_model=cpu_model())
     rate = bulk_rate(sentences, args.precision)
     report["bulk_texts_per_s"] = round(rate, 1)
     print(f"dclr encode: {rate:.1f} texts/s", flush=True)
