@@ -72,3 +72,20 @@ def test_the_printed_command_trains_dclr_with_the_recommended_phi():
 def test_the_printed_command_for_plain_simcse_loads():
     config = loaded(train_command(audit_result("simcse", None)))
     assert config.method == "simcse" and config.data.corpus == "my corpus.csv"
+
+
+def test_the_run_summary_shows_the_phi_it_trained_with():
+    """Issue 47 point 7: a run started from the audit's command says which φ it used (a φ as
+    set; a calibrated one is reported as derived)."""
+    from types import SimpleNamespace
+
+    from dclr.cli.main import console, render_summary
+    from dclr.methods.dclr import DCLR_METHOD
+
+    command = train_command(audit_result("dclr", 0.95))
+    described = DCLR_METHOD.describe(SimpleNamespace(config=loaded(command)))
+    assert described == {"false_negative_threshold": 0.95}
+    assert DCLR_METHOD.describe(SimpleNamespace(config=load_config(CALIBRATING))) == {}
+    with console.capture() as shown:
+        render_summary({"method": "dclr", **described})
+    assert "false_negative_threshold (φ) used: 0.95 (as set)" in shown.get()

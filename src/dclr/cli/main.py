@@ -389,6 +389,9 @@ def render_summary(summary: dict) -> None:
         )  # fmt: skip
     from dclr.progress import short_number
 
+    if summary.get("false_negative_threshold") is not None:  # DCLR's φ as set (issue 47 point 7)
+        phi = short_number(summary["false_negative_threshold"])
+        console.print(f"false_negative_threshold (φ) used: {phi} (as set)")
     for name, value in (summary.get("derived") or {}).items():  # e.g. the calibrated phi
         shown = short_number(value) if isinstance(value, float) else value
         console.print(f"{name} used: {shown} (derived by this run, in results.json and the card)")

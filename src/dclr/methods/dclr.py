@@ -124,6 +124,13 @@ class DCLR(ContrastiveMethod):
                 shared = shared_start_scores(run, self.inference_pooler(config))
         return shared if shared is not None else super().evaluate_start(config)
 
+    def describe(self, run: PreparedRun) -> dict[str, Any]:
+        """φ for results.json and the summary: as set (a calibrated φ is reported as derived)."""
+        section = run.config.section("dclr")
+        if section.phi_calibration != "none":
+            return {}
+        return {"false_negative_threshold": section.false_negative_threshold}
+
     def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
         section = run.config.section(self.name)
         # Rank 0 builds the complementary cache first; the other ranks then load it.
