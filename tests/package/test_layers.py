@@ -20,7 +20,19 @@ from test_import_cycles import import_graph
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
     (name, frozenset(members))
     for name, members in (
-        ("base", {"errors", "atomic", "progress", "runlock", "_meta", "configfile", "distributed"}),
+        (
+            "base",
+            {
+                "errors",
+                "atomic",
+                "progress",
+                "runlock",
+                "_meta",
+                "configfile",
+                "distributed",
+                "heap",
+            },
+        ),
         ("data", {"data"}),  # readers of every file format; no model
         ("estimate", {"estimate"}),  # memory and time estimates of a forward
         ("models", {"models"}),

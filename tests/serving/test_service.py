@@ -283,7 +283,7 @@ def test_body_limit_with_and_without_content_length(client, server):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_heap_trimming_is_wired_on_linux():
-    from dclr.indexing.memory import trim_heap
+    from dclr.heap import trim_heap
 
     assert trim_heap(min_interval_s=0) is True
     assert trim_heap(min_interval_s=3600) is False  # throttled: it just ran

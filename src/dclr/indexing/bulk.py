@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 from dclr import atomic
 from dclr.data.readers import TextSource, is_blank
 from dclr.errors import ConfigError, DclrError, InputError
+from dclr.heap import trim_heap
 from dclr.indexing.fingerprint import model_fingerprint
-from dclr.indexing.memory import trim_heap
 from dclr.indexing.shards import (
     ShardFormat,
     StorageDtype,
@@ -232,7 +232,7 @@ def _finish(
     write_shard(
         out_dir, shard, np.asarray(rows), vectors, manifest["shard_format"], manifest["dtype"]
     )
-    trim_heap()  # varied batch shapes fragment the heap (see dclr.indexing.memory)
+    trim_heap()  # varied batch shapes fragment the heap (see dclr.heap)
     return len(texts)
 
 

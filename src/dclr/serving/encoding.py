@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dclr.indexing.memory import trim_heap
+from dclr.heap import trim_heap
 from dclr.models.encoder import SentenceEncoder
 from dclr.serving.batcher import EncodeIds, Tokenize
 
@@ -64,7 +64,7 @@ def encoder_functions(encoder: SentenceEncoder, workers: int = 1) -> tuple[Token
         if torch.get_num_threads() != want:  # ~1.5 us; only when a pass crosses the line
             torch.set_num_threads(want)
         vectors = encoder.encode_ids_poolers(ids, (pooler,), batch_size=len(ids), normalize=True)
-        trim_heap()  # see dclr.indexing.memory: keeps resident memory flat across shapes
+        trim_heap()  # see dclr.heap: keeps resident memory flat across shapes
         return (vectors[pooler],)
 
     return tokenize, encode
