@@ -58,6 +58,7 @@ VARIANTS = (
     "dclr_fp32_packed",
     "dclr_int8_packed",
     "dclr_int8_padded",
+    "dclr_int8_static_packed",  # a prototype (benchmarks/static_int8.py), not yet --precision int8
     "st_fp32",
     "st_onnx_int8",
     "st_openvino_int8",
@@ -94,6 +95,12 @@ def model_copy(work: Path) -> Path:
 
 def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
     """The variant's encode function; raises ImportError / RuntimeError when it cannot be built."""
+    if variant == "dclr_int8_static_packed":
+        from static_int8 import quantize_static
+
+        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
+        quantize_static(encoder, calibration_texts(args))  # the OpenVINO peer's calibration texts
+        return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
     if variant.startswith("dclr_"):
         precision = "int8" if "int8" in variant else "fp32"
         encoder = load_inference_encoder(
@@ -177,6 +184,12 @@ def calibration_folder(texts: list[str], folder: Path) -> dict[str, str]:
     }
 
 
+def calibration_texts(args: argparse.Namespace) -> list[str]:
+    """The first `--calibration-n` distinct STS-B train sentences (train: never scored)."""
+    pairs = read_stsb(resolve_data_dir(args.data_dir), "train")
+    return list(dict.fromkeys(pairs.sentences1))[: args.calibration_n]
+
+
 def _st_openvino_int8(work: Path, args: argparse.Namespace) -> EncodeFn:
     problem = openvino_backend_problem()
     if problem:
@@ -188,8 +201,7 @@ def _st_openvino_int8(work: Path, args: argparse.Namespace) -> EncodeFn:
     model = SentenceTransformer(str(path), device="cpu", backend="openvino")
     # Offline calibration: STS-B train sentences as a local dataset (the exporter's default,
     # glue/sst2, comes from the Hub).
-    pairs = read_stsb(resolve_data_dir(args.data_dir), "train")
-    texts = list(dict.fromkeys(pairs.sentences1))[: args.calibration_n]
+    texts = calibration_texts(args)
     export_static_quantized_openvino_model(
         model,
         OVQuantizationConfig(num_samples=len(texts)),
