@@ -44,6 +44,22 @@ def run(coroutine_fn):
     return asyncio.run(coroutine_fn())
 
 
+def run_started(encode, settings, body):
+    """`body(batcher)` on a started batcher of `char_tokens` and `encode`, closed afterwards;
+    returns the batcher's stats."""
+
+    async def scenario():
+        batcher = EmbeddingBatcher(char_tokens, encode, settings)
+        await batcher.start()
+        try:
+            await body(batcher)
+            return batcher.stats
+        finally:
+            await batcher.close()
+
+    return asyncio.run(scenario())
+
+
 REQUESTS = [["a" * 30, "b" * 30], ["c" * 30], ["d" * 30, "e" * 5]]  # 125 tokens
 
 
@@ -264,23 +280,15 @@ def test_a_request_that_alone_cannot_finish_in_time_is_refused_at_once_with_413(
     with a timeout long enough (the client's word) the same request is admitted."""
     encode = Recorder(seconds_per_token=1e-3)  # 1,000 tokens/s
 
-    async def scenario():
-        batcher = EmbeddingBatcher(
-            char_tokens, encode, Batching(max_batch_tokens=100, max_queue_wait=0.5)
-        )
-        await batcher.start()
-        try:
-            await batcher.submit(["w" * 50])  # measures ~1,000 tokens/s
-            passes = len(encode.passes)
-            with pytest.raises(CannotFinishInTime, match="cannot succeed.*fewer or shorter"):
-                await batcher.submit(["a" * 100] * 10)  # ~1 s of work against 0.5 s
-            assert len(encode.passes) == passes  # refused before any work
-            await batcher.submit(["a" * 100] * 10, deadline_s=5.0)  # the client waits: fine
-            return batcher.stats
-        finally:
-            await batcher.close()
+    async def scenario(batcher):
+        await batcher.submit(["w" * 50])  # measures ~1,000 tokens/s
+        passes = len(encode.passes)
+        with pytest.raises(CannotFinishInTime, match="cannot succeed.*fewer or shorter"):
+            await batcher.submit(["a" * 100] * 10)  # ~1 s of work against 0.5 s
+        assert len(encode.passes) == passes  # refused before any work
+        await batcher.submit(["a" * 100] * 10, deadline_s=5.0)  # the client waits: fine
 
-    stats = run(scenario)
+    stats = run_started(encode, Batching(max_batch_tokens=100, max_queue_wait=0.5), scenario)
     assert stats.refused == 1
 
 
@@ -291,28 +299,20 @@ def test_on_a_busy_server_a_request_that_could_never_fit_gets_413_not_a_retry():
     and one whose client waits long enough (its timeout) is not told "never"."""
     encode = Recorder(seconds_per_token=1e-3)  # 1,000 tokens/s
 
-    async def scenario():
-        batcher = EmbeddingBatcher(
-            char_tokens, encode, Batching(max_batch_tokens=100, max_queue_wait=0.5)
-        )
-        await batcher.start()
-        try:
-            await batcher.submit(["w" * 50] * 3)  # measures ~1,000 tokens/s
-            # ~0.4 s of work, due within 0.6 s: nothing of 0.3 s fits before or after it
-            busy = asyncio.ensure_future(batcher.submit(["b" * 100] * 4, deadline_s=0.6))
-            await asyncio.sleep(0.05)
-            with pytest.raises(CannotFinishInTime, match="best throughput.*cannot succeed"):
-                await batcher.submit(["a" * 100] * 10)  # ~1 s alone, bound 0.5 s: never
-            with pytest.raises(Overloaded, match="retry in"):  # fits alone (~0.3 s), not now
-                await batcher.submit(["c" * 100] * 3)
-            with pytest.raises(Overloaded, match="retry in"):  # its client waits 5 s: later
-                await batcher.submit(["a" * 100] * 10, deadline_s=5.0)
-            await busy
-            return batcher.stats
-        finally:
-            await batcher.close()
+    async def scenario(batcher):
+        await batcher.submit(["w" * 50] * 3)  # measures ~1,000 tokens/s
+        # ~0.4 s of work, due within 0.6 s: nothing of 0.3 s fits before or after it
+        busy = asyncio.ensure_future(batcher.submit(["b" * 100] * 4, deadline_s=0.6))
+        await asyncio.sleep(0.05)
+        with pytest.raises(CannotFinishInTime, match="best throughput.*cannot succeed"):
+            await batcher.submit(["a" * 100] * 10)  # ~1 s alone, bound 0.5 s: never
+        with pytest.raises(Overloaded, match="retry in"):  # fits alone (~0.3 s), not now
+            await batcher.submit(["c" * 100] * 3)
+        with pytest.raises(Overloaded, match="retry in"):  # its client waits 5 s: later
+            await batcher.submit(["a" * 100] * 10, deadline_s=5.0)
+        await busy
 
-    stats = run(scenario)
+    stats = run_started(encode, Batching(max_batch_tokens=100, max_queue_wait=0.5), scenario)
     assert stats.refused == 3
 
 

@@ -40,31 +40,31 @@ class CpuPolicy:
 DEFAULT = CpuPolicy("onednn", "default: no measurement recorded for this CPU kind")
 
 
+def _first_cpu() -> dict[str, str]:
+    """The fields of /proc/cpuinfo's first processor (empty where there is none)."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break
+            name, _, value = line.partition(":")
+            fields[name.strip()] = value.strip()
+    return fields
+
+
 def hardware_key() -> str:
     """CPU vendor and the kernel set torch dispatches to (e.g. AuthenticAMD-AVX512)."""
     import torch
 
-    vendor = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                vendor = line.split(":", 1)[1].strip()
-                break
+    vendor = _first_cpu().get("vendor_id") or platform.processor() or platform.machine()
     return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
 
 
 def cpu_model() -> str:
     """The CPU's family and model numbers (e.g. "family 26 model 2", AMD's Zen 5): machines of one
     hardware key can differ in speed; recordings name the one they were measured on."""
-    found = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() in ("cpu family", "model") and name.strip() not in found:
-                found[name.strip()] = value.strip()
-            if not line.strip() and found:
-                break
-    return f"family {found.get('cpu family', '?')} model {found.get('model', '?')}"
+    fields = _first_cpu()
+    return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
 def policy_path(key: str) -> Path:

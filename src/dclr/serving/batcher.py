@@ -374,9 +374,10 @@ class EmbeddingBatcher:
         if id(request) in late:
             never = self._never_in_time(request, late[id(request)])
             if never is not None:
+                seconds, at = never
                 self.stats.refused += 1
                 raise CannotFinishInTime(
-                    f"this request alone would take ~{never:.1f} s {self._alone_wording()}, "
+                    f"this request alone would take ~{seconds:.1f} s {at}, "
                     f"over its limit of {request.patience:g} s ({request.patience_of}); retrying "
                     "it as it is cannot succeed: send fewer or shorter texts per request, or a "
                     "longer timeout (x-stainless-timeout header)"
@@ -393,22 +394,20 @@ class EmbeddingBatcher:
                 self.estimated_wait_s(),
             )
 
-    def _never_in_time(self, request: _Request, estimate: float) -> float | None:
-        """Seconds `request` would take alone when no retry can bring it in under its patience,
-        else None. On an idle server: the estimate at the current throughput. On a busy one: alone,
-        at the best throughput ever measured (issue 47: a request that could never fit was told
-        to retry in 1 s; the current rate cannot promise "never" under a passing outside load)."""
+    def _never_in_time(self, request: _Request, estimate: float) -> tuple[float, str] | None:
+        """(seconds `request` would take alone, at which throughput) when no retry can bring it
+        in under its patience, else None. On an idle server: the estimate at the current
+        throughput. On a busy one: alone, at the best throughput ever measured (issue 47: a
+        request that could never fit was told to retry in 1 s; the current rate cannot promise
+        "never" under a passing outside load)."""
         if not self._queue and not self._running:
-            return estimate
+            return estimate, "at the current throughput"
         if self._best_fit is None:
             return None
         alone = self._drain_s(request.remaining_tokens, self._best_fit)
-        return alone if alone > request.patience else None
-
-    def _alone_wording(self) -> str:
-        if not self._queue and not self._running:
-            return "at the current throughput"
-        return "even at the best throughput this server has measured"
+        if alone <= request.patience:
+            return None
+        return alone, "even at the best throughput this server has measured"
 
     async def submit(self, texts: list[str], deadline_s: float | None = None) -> list[np.ndarray]:
         """Encode `texts` with whatever else is queued; returns this request's rows of every
