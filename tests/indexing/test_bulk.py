@@ -142,6 +142,13 @@ def test_bulk_equals_encode_and_skips_blank_rows(model_dir, encoder, text_file, 
     np.testing.assert_allclose(vectors, encoder.encode(SENTENCES), atol=1e-5)
 
 
+def test_bulk_packs_its_batches_on_the_cpu_as_encode_does(model_dir):
+    # a padded batch costs its longest text in every row: one cut 50 MB corpus line among short
+    # ones took encode-bulk from 723 to 1,073 MiB (benchmarks/long_line_memory.py); packed: 706
+    encoder = bulk.load_encoder(str(model_dir), "mean", bulk.torch.device("cpu"))
+    assert encoder.packing
+
+
 def test_float16_parquet_normalized(model_dir, encoder, text_file, tmp_path):
     settings = BulkSettings(shard_size=10, shard_format="parquet", dtype="float16", normalize=True)
     bulk_encode(str(model_dir), open_source(text_file), tmp_path / "o", settings, pooler="mean")

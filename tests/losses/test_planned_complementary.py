@@ -66,16 +66,21 @@ def test_a_vector_does_not_depend_on_the_rest_of_its_by_length_batch(
     assert np.array_equal(whole[11:12], one)
 
 
+@pytest.mark.parametrize("reloadable", [False, True])
 def test_planned_rows_equal_the_whole_corpus_cache_bit_for_bit(
-    tiny_model_dir: Path, corpus_file: Path, tmp_path: Path
+    tiny_model_dir: Path, corpus_file: Path, tmp_path: Path, reloadable: bool
 ):
     corpus = TextFileCorpus(corpus_file)
     cached = CachedComplementary.build_or_load(
         tmp_path / "c.npy", encoder(tiny_model_dir), corpus, "tiny", 32, show_progress=False
     )
-    planned = PlannedComplementary(encoder(tiny_model_dir), corpus, 32)
+    reload = (lambda: encoder(tiny_model_dir)) if reloadable else None
+    planned = PlannedComplementary(encoder(tiny_model_dir), corpus, 32, reload=reload)
     planned.prefill([4, 250, 17, 4, 99], show_progress=False)
     assert planned.filled == 4
+    # a reloadable encoder is not held once the plan's rows are in; a row the plan missed
+    # (123 below) reloads it and still gets the whole-corpus cache's bits
+    assert (planned.encoder is None) == reloadable
     ids = torch.tensor([17, 4, 123, 250])  # 123: not in the plan, encoded when first asked for
     texts = [corpus[int(i)] for i in ids]
     assert torch.equal(planned.anchor_vectors(ids, texts), cached.anchor_vectors(ids, texts))

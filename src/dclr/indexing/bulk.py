@@ -278,8 +278,11 @@ def pick_device(device: Device, rank: int) -> torch.device:
 def load_encoder(
     model: str, pooler: str | None, device: torch.device, precision: str = "fp32"
 ) -> SentenceEncoder:
-    """The inference encoder on `device` at `precision` (see `dclr.models.precision`)."""
-    return load_inference_encoder(model, pooler, precision, device=device)
+    """The inference encoder on `device` at `precision` (see `dclr.models.precision`), packed on
+    the CPU as `dclr encode` is: a padded batch costs its longest text's length in every row (one
+    256-token text among 127 short ones: +350 MiB of activations for MiniLM, where the packed
+    batch costs only its tokens; benchmarks/long_line_memory.py)."""
+    return load_inference_encoder(model, pooler, precision, packing=True, device=device)
 
 
 def _spawned_worker(

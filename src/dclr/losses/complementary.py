@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -231,6 +231,10 @@ class PlannedComplementary:
     `prefill(rows)` encodes the named rows up front (the loop passes every row of its batch plan);
     a row not filled yet is encoded when a step first asks for it. Either way each vector equals
     the whole-corpus cache's row bit for bit, so the trajectory does not depend on the route.
+
+    Given `reload` (how to build the encoder again), `prefill` lets the encoder go once the
+    plan's rows are in: its weights and buffers (~90 MB for MiniLM, ~440 MB for BERT-base) are
+    not held through training for rows the plan already named; a row it missed reloads it.
     """
 
     def __init__(
@@ -239,8 +243,10 @@ class PlannedComplementary:
         corpus: Sequence[str],
         max_length: int,
         device: torch.device | str = "cpu",
+        reload: Callable[[], SentenceEncoder] | None = None,
     ) -> None:
-        self.encoder = freeze(encoder)
+        self.encoder: SentenceEncoder | None = freeze(encoder)
+        self._reload = reload
         self.corpus = corpus
         self.max_length = max_length
         self.device = torch.device(device)
@@ -253,13 +259,19 @@ class PlannedComplementary:
         return int(self._vectors.shape[0])
 
     def prefill(self, rows: Sequence[int] | np.ndarray, show_progress: bool = True) -> None:
-        """Encode every row of `rows` not encoded yet (one pass, batches of one length)."""
+        """Encode every row of `rows` not encoded yet (one pass, batches of one length), then let
+        the encoder go if it can be reloaded."""
         self._fill(np.asarray(rows, dtype=np.int64), show_progress)
+        if self._reload is not None:
+            self.encoder = None
 
     def _fill(self, rows: np.ndarray, show_progress: bool) -> None:
         missing = np.unique(rows[self._slot[rows] < 0])
         if missing.size == 0:
             return
+        if self.encoder is None:
+            assert self._reload is not None  # only a reloadable encoder is let go
+            self.encoder = freeze(self._reload().to(self.device))
         label = "encode the rows the run samples (complementary model)"
         texts = [self.corpus[int(i)] for i in missing]
         vectors = encode_rows(self.encoder, texts, self.max_length, show_progress, label)

@@ -38,13 +38,16 @@ def build_complementary(run: PreparedRun, section: DCLRSection, show_progress: b
         return None
     config, corpus, device = run.config, run.data, run.device
     spec = section.complementary_model or config.model.name
-    encoder = SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
-    encoder = encoder.to(device)
+
+    def load() -> SentenceEncoder:
+        return SentenceEncoder.from_pretrained(spec, pooler=section.complementary_pooler)
+
+    encoder = load().to(device)
     limit = config.model.max_length
     if section.complementary_mode == "cached":
         cache = Path(section.complementary_cache) if section.complementary_cache else None
         if sample_rows_only(run, section, cache, encoder.pooler, spec):
-            return PlannedComplementary(encoder, corpus, limit, device=device)
+            return PlannedComplementary(encoder, corpus, limit, device=device, reload=load)
         with phase("complementary_cache"):
             return CachedComplementary.build_or_load(
                 cache, encoder, corpus, spec, limit, device=device, show_progress=show_progress
