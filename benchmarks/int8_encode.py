@@ -3,8 +3,9 @@ int8 backends, same model and sentences, one process, variants alternated.
 
 Variants (each one that can be built here; the others are listed with the reason):
   - dclr_fp32_packed:  SentenceEncoder.encode, packed (the fp32 reference of issue 17);
-  - dclr_int8_packed:  `--precision int8` (SmoothQuant-scaled dynamic int8 linears), packed;
+  - dclr_int8_packed:  `--precision int8` (static int8 on oneDNN, calibrated ranges), packed;
   - dclr_int8_padded:  the same, length-sorted padded batches;
+  - dclr_int8_dynamic_packed: the int8 engine before it (SmoothQuant-scaled dynamic int8), packed;
   - st_fp32:           SentenceTransformer(path).encode (torch);
   - st_onnx_int8:      SentenceTransformer(backend="onnx") + export_dynamic_quantized_onnx_model
                        ("avx2", or --onnx-config); needs optimum[onnxruntime];
@@ -20,7 +21,7 @@ Timing: a seeded sample of --n-sentences distinct STS test sentences, --repeats 
 rotated each round, median reported. Quality: the 7-task STS test table of every variant
 (`--sts test`, all 26,798 sentences; `--sts dev` for a quick look; `--sts none` to skip). Peak RSS:
 VmHWM of a fresh process that builds the variant and encodes the sample once (`--no-memory` skips).
-Writes benchmarks/results/int8_encode.json and int8_encode.md.
+Writes benchmarks/results/int8_encode@<hardware_key>.{json,md} (one table per CPU kind).
 
     python benchmarks/int8_encode.py --data-dir ../shared/data [--n-sentences 4000 --repeats 3]
     python benchmarks/int8_encode.py --data-dir ../shared/data --quick   # 500 sentences, STS dev
@@ -47,8 +48,9 @@ import torch
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
 from dclr.evaluation.sts import StsEvaluator
+from dclr.models.cpu_kind import hardware_key
 from dclr.models.encoder import resolve_model
-from dclr.models.precision import load_inference_encoder
+from dclr.models.precision import load_inference_encoder, quantize_int8
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -58,7 +60,7 @@ VARIANTS = (
     "dclr_fp32_packed",
     "dclr_int8_packed",
     "dclr_int8_padded",
-    "dclr_int8_static_packed",  # a prototype (benchmarks/static_int8.py), not yet --precision int8
+    "dclr_int8_dynamic_packed",
     "st_fp32",
     "st_onnx_int8",
     "st_openvino_int8",
@@ -95,11 +97,9 @@ def model_copy(work: Path) -> Path:
 
 def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
     """The variant's encode function; raises ImportError / RuntimeError when it cannot be built."""
-    if variant == "dclr_int8_static_packed":
-        from static_int8 import quantize_static
-
+    if variant == "dclr_int8_dynamic_packed":
         encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
-        quantize_static(encoder, calibration_texts(args))  # the OpenVINO peer's calibration texts
+        quantize_int8(encoder, engine="dynamic")
         return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
     if variant.startswith("dclr_"):
         precision = "int8" if "int8" in variant else "fp32"
@@ -253,7 +253,7 @@ def _ort_int8(work: Path) -> EncodeFn:
                 output_names=["last_hidden_state"],
                 dynamic_axes={**axes, "last_hidden_state": {0: "batch", 1: "tokens"}},
                 opset_version=17,
-                dynamo=False,
+                dynamo=True,  # the TorchScript exporter fails on transformers 5's masks
             )
         # optimum's AutoQuantizationConfig.avx2(is_static=False), which ST's exporter uses.
         quantize_dynamic(
@@ -306,7 +306,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--onnx-config", default="avx2", help="arm64 | avx2 | avx512 | avx512_vnni")
     parser.add_argument("--calibration-n", type=int, help=f"default {FULL['calibration_n']}")
     parser.add_argument("--work", default=None, help="folder for exported models (default: tmp)")
-    parser.add_argument("--out", default=str(RESULTS / "int8_encode"), help="path without suffix")
+    parser.add_argument(
+        "--out",
+        default=str(RESULTS / f"int8_encode@{hardware_key()}"),
+        help="path without suffix (default: one per CPU kind)",
+    )
     parser.add_argument("--quick", action="store_true", help=f"a short look: {QUICK} (what is set)")
     parser.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

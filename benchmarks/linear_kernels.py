@@ -117,12 +117,53 @@ def encoder(sentences: list[str]) -> dict:
     return out
 
 
+def thread_scaling(sentences: list[str], kernel: str) -> list[dict]:
+    """Passes of 1-64 texts (packed, `kernel`): median seconds on 1 and 2 threads, by tokens."""
+    from dclr.models.precision import load_inference_encoder
+
+    e = load_inference_encoder(MODEL, None, "fp32", packing=True, linear_kernel=kernel)
+    rows = []
+    for texts in (1, 2, 4, 8, 16, 32, 64):
+        last = min(len(sentences), 40 * texts) - texts
+        passes = [sentences[i : i + texts] for i in range(0, last + 1, texts)]  # up to 40, full
+        tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in passes)
+        times = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            times[threads] = statistics.median(seconds(e.encode, p, budget_s=0.0) for p in passes)
+        rows.append({"texts": texts, "tokens": int(tokens), "ms_1t": round(1000 * times[1], 2),
+                     "ms_2t": round(1000 * times[2], 2),
+                     "speedup_2t": round(times[1] / times[2], 2)})  # fmt: skip
+    torch.set_num_threads(2)
+    return rows
+
+
+# A second thread must cut a pass's time by a quarter to be worth waking: in a server it competes
+# with the event loop for the same cores (dclr.serving.encoding.pass_threads). Our choice.
+SECOND_THREAD_SPEEDUP = 1.33
+
+
+def one_thread_below(scaling: list[dict]) -> int:
+    """The smallest pass (tokens) from which two threads are at least `SECOND_THREAD_SPEEDUP`
+    times as fast as one, and stay so for every larger pass measured (the largest + 1 if none)."""
+    below = scaling[-1]["tokens"] + 1
+    for row in reversed(scaling):
+        if row["speedup_2t"] < SECOND_THREAD_SPEEDUP:
+            break
+        below = row["tokens"]
+    return below
+
+
 def policy_record(report: dict) -> dict:
     """This kind's kernel choice from the encoder measurements: oneDNN when the geometric mean of
-    its speedups (one text on 1 and 2 threads, the bulk pass) is at least 1, else aten."""
+    its speedups (one text on 1 and 2 threads, the bulk pass) is at least 1, else aten; and the
+    pass size from which a pass runs on two threads (`one_thread_below`)."""
     speedups = report["encoder"]["speedup"]
     mean = statistics.geometric_mean(speedups.values())
     return {"linear_kernel": "onednn" if mean >= 1.0 else "aten",
+            "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
+            "second_thread_speedup_needed": SECOND_THREAD_SPEEDUP,
+            "thread_scaling": report["thread_scaling"],
             "onednn_speedup_geomean": round(mean, 3), "speedups": speedups,
             "hardware_key": report["hardware_key"], "cpu": report["cpu"],
             "cpu_model": report["cpu_model"],
@@ -149,6 +190,16 @@ def markdown(report: dict) -> str:
             lines.append(f"| {label} | {enc['aten'][key]} | {enc['onednn'][key]} | {speed}× |")
         lines += ["", f"Largest |difference| between the two kernels' unit vectors: "
                       f"{enc['max_abs_diff']:.1e}."]  # fmt: skip
+    scaling = report.get("thread_scaling")
+    if scaling:
+        lines += ["", f"Pass size and threads (packed, the chosen kernel; a pass runs on two "
+                      f"threads from {one_thread_below(scaling)} tokens: two must be "
+                      f"≥ {SECOND_THREAD_SPEEDUP}× one there and above):", "",
+                  "| texts | tokens | 1 thread (ms) | 2 threads (ms) | 1 ÷ 2 |",
+                  "|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for r in scaling:
+            lines.append(f"| {r['texts']} | {r['tokens']} | {r['ms_1t']} | {r['ms_2t']} | "
+                         f"{r['speedup_2t']}× |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -182,6 +233,12 @@ def main() -> None:
 
         pool = random.Random(0).sample(all_sentences(args.data_dir), 2000)
         report["encoder"] = encoder(pool)
+        chosen = (
+            "onednn"
+            if statistics.geometric_mean(report["encoder"]["speedup"].values()) >= 1
+            else "aten"
+        )
+        report["thread_scaling"] = thread_scaling(pool, chosen)
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
     report["command"] = "python benchmarks/linear_kernels.py --data-dir ../shared/data" + (
         " --record" * args.record
@@ -190,7 +247,8 @@ def main() -> None:
         record = policy_record(report)
         policy_path(key).parent.mkdir(parents=True, exist_ok=True)
         policy_path(key).write_text(json.dumps(record, indent=2) + "\n")
-        print(f"recorded {policy_path(key)}: {record['linear_kernel']}")
+        print(f"recorded {policy_path(key)}: {record['linear_kernel']}, one thread below "
+              f"{record['one_thread_below_tokens']} tokens")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(report))

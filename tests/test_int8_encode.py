@@ -72,33 +72,3 @@ def test_quick_mode_shortens_the_run_but_a_given_value_wins():
     assert args.repeats == 3
     full = int8_encode.parse_args([])
     assert (full.n_sentences, full.repeats, full.sts, full.calibration_n) == (4000, 3, "test", 300)
-
-
-@pytest.mark.skipif(
-    not hasattr(__import__("torch").ops.onednn, "qlinear_pointwise"),
-    reason="this torch build has no oneDNN static int8 linear",
-)
-def test_the_static_int8_prototype_keeps_the_vectors(tiny_model_dir):
-    """benchmarks/static_int8.py (issue 46's prototype): every linear swapped, vectors close to
-    fp32's, and a text outside the calibration range still encodes (clamped, not broken)."""
-    import numpy as np
-    from helpers import SAMPLE_SENTENCES as SENTENCES
-    from static_int8 import StaticQLinear, quantize_static
-    from torch import nn
-
-    from dclr.models.precision import load_inference_encoder
-
-    fp32 = load_inference_encoder(
-        tiny_model_dir, "mean", "fp32", packing=True, linear_kernel="aten"
-    )
-    expected = fp32.encode(SENTENCES, normalize=True)
-    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", packing=True,
-                                     linear_kernel="aten")  # fmt: skip
-    quantize_static(encoder, SENTENCES[:4])
-    modules = list(encoder.backbone.modules())
-    assert not any(isinstance(m, nn.Linear) for m in modules)
-    assert any(isinstance(m, StaticQLinear) for m in modules)
-    got = encoder.encode([*SENTENCES, "zzzz qqqq " * 40], normalize=True)
-    cosines = (got[: len(SENTENCES)] * expected).sum(1)
-    assert cosines.min() > 0.95, cosines
-    assert np.isfinite(got).all()

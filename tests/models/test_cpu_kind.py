@@ -39,6 +39,23 @@ def test_a_malformed_recording_is_named(policies):
         cpu_kind.cpu_policy()
 
 
+def test_the_serving_thread_threshold_follows_this_kinds_recording(policies):
+    from dclr.serving.encoding import pass_threads
+
+    assert cpu_kind.cpu_policy().one_thread_below_tokens == 128  # no recording: the default
+    assert (pass_threads(100, 2), pass_threads(128, 2)) == (1, 2)
+    recording = {"linear_kernel": "onednn", "one_thread_below_tokens": 40}
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps(recording))
+    cpu_kind.cpu_policy.cache_clear()
+    assert (pass_threads(39, 2), pass_threads(40, 2), pass_threads(100, 2)) == (1, 2, 2)
+    (policies / "TestVendor-AVX2.json").write_text(
+        json.dumps({**recording, "one_thread_below_tokens": "many"})
+    )
+    cpu_kind.cpu_policy.cache_clear()
+    with pytest.raises(ValueError, match=r"TestVendor-AVX2\.json.*one_thread_below_tokens.*'many'"):
+        cpu_kind.cpu_policy()
+
+
 def test_the_recordings_in_the_package_are_valid():
     files = sorted(cpu_kind.POLICIES.glob("*.json"))
     assert files, "at least the kind this project was measured on is recorded"

@@ -197,11 +197,12 @@ def test_served_vectors_equal_bulk_vectors_whatever_the_batch_mates(tiny_model_d
 
 def test_small_passes_run_on_one_thread_and_larger_ones_on_all(tiny_model_dir, monkeypatch):
     """Issue 35: a query's pass (a few texts) runs the model on one intra-op thread, so the
-    second core stays with the event loop; a pass of ONE_THREAD_BELOW_TOKENS tokens or more
+    second core stays with the event loop; a pass of the CPU kind's threshold (`one_thread_below_tokens`) or more
     gets every thread the process was given. The vectors do not depend on it."""
     import torch
 
-    from dclr.serving.encoding import ONE_THREAD_BELOW_TOKENS, encoder_functions
+    from dclr.serving import encoding
+    from dclr.serving.encoding import encoder_functions
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooler="mean")
     seen: list[tuple[int, int]] = []
@@ -212,19 +213,20 @@ def test_small_passes_run_on_one_thread_and_larger_ones_on_all(tiny_model_dir, m
         return real(ids, *args, **kwargs)
 
     monkeypatch.setattr(encoder, "encode_ids_poolers", spy)
+    monkeypatch.setattr(encoding, "one_thread_below_tokens", lambda: 128)  # whatever this CPU's
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         tokenize, encode = encoder_functions(encoder)
         one = tokenize(["the cat sat on a mat"])
-        many = one * (ONE_THREAD_BELOW_TOKENS // len(one[0]) + 1)
+        many = one * (128 // len(one[0]) + 1)
         small = encode(one)[0]
         encode(many)
         again = encode(one)[0]
     finally:
         torch.set_num_threads(before)
     assert [threads for _, threads in seen] == [1, 2, 1]
-    assert seen[0][0] < ONE_THREAD_BELOW_TOKENS <= seen[1][0]
+    assert seen[0][0] < 128 <= seen[1][0]
     np.testing.assert_array_equal(small, again)
 
 

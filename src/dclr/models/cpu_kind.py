@@ -6,11 +6,14 @@ kinds: the trajectory recordings are kept per key (scripts/check_trajectories.py
 choice of fp32 linear kernel.
 
 `cpu_policy()` is the policy for this machine's kind: which fp32 linear kernel an inference
-encoder runs on (oneDNN with packed weights, `dclr.models.onednn`, or PyTorch's BLAS, "aten").
+encoder runs on (oneDNN with packed weights, `dclr.models.onednn`, or PyTorch's BLAS, "aten"),
+and from how many tokens a pass is worth a second intra-op thread.
 `python benchmarks/linear_kernels.py --data-dir ../shared/data --record` measures both kernels on
-the machine it runs on (the MiniLM encoder: one text at 1 and 2 threads, a bulk pass) and writes
+the machine it runs on (the MiniLM encoder: one text at 1 and 2 threads, a bulk pass, passes of
+1-64 texts on 1 and 2 threads) and writes
 `cpu_policies/<hardware_key>.json` beside this module; a kind without such a recording gets
-`DEFAULT`, and `source` says so. The file is data (a kernel name and the figures that chose it),
+`DEFAULT`, and `source` says so. The file is data (a kernel name, a token count and the figures
+that chose them),
 read as JSON, never executed.
 """
 
@@ -29,14 +32,18 @@ KERNEL_NAMES = ("onednn", "aten")
 
 @dataclass(frozen=True)
 class CpuPolicy:
-    """linear_kernel: "onednn" or "aten"; source: where the choice comes from."""
+    """linear_kernel: "onednn" or "aten"; one_thread_below_tokens: a pass of fewer tokens runs on
+    one intra-op thread (`dclr.serving.encoding.pass_threads`); source: where they come from."""
 
     linear_kernel: str
     source: str
+    one_thread_below_tokens: int = 128
 
 
 # No measurement for this kind: oneDNN, which won at every size measured on AVX512 (see
-# dclr.models.onednn), where the build has it.
+# dclr.models.onednn), where the build has it; one thread below 128 tokens, measured in serving
+# on the first AVX512 machine (sequential one-text requests: p50 16.1 ms on one thread, 20.2 ms
+# on two; docs/performance.md).
 DEFAULT = CpuPolicy("onednn", "default: no measurement recorded for this CPU kind")
 
 
@@ -80,7 +87,14 @@ def read_policy(path: Path) -> CpuPolicy:
             f"{path}: linear_kernel must be one of {', '.join(KERNEL_NAMES)}, got {kernel!r}; "
             "record it again with benchmarks/linear_kernels.py --record"
         )
-    return CpuPolicy(kernel, f"measured: {path.name} ({record.get('measured', 'no date')})")
+    below = record.get("one_thread_below_tokens", DEFAULT.one_thread_below_tokens)
+    if not isinstance(below, int) or isinstance(below, bool) or below < 0:
+        raise ValueError(
+            f"{path}: one_thread_below_tokens must be a whole number >= 0, got {below!r}; "
+            "record it again with benchmarks/linear_kernels.py --record"
+        )
+    source = f"measured: {path.name} ({record.get('measured', 'no date')})"
+    return CpuPolicy(kernel, source, below)
 
 
 @functools.cache

@@ -44,7 +44,7 @@ def available() -> bool:
     )
 
 
-def _exact_gelu(module: nn.Module) -> bool:
+def exact_gelu(module: nn.Module) -> bool:
     """Whether `module` computes the erf GELU (nn.GELU() or transformers' GELUActivation)."""
     if isinstance(module, nn.GELU):
         return module.approximate == "none"
@@ -96,7 +96,7 @@ def pack_linears(module: nn.Module) -> int:
         for name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear) or child.weight.dtype != torch.float32:
                 continue
-            gelu = name == "dense" and fuse is not None and _exact_gelu(fuse)
+            gelu = name == "dense" and fuse is not None and exact_gelu(fuse)
             setattr(parent, name, PackedLinear(child, "gelu" if gelu else "none"))
             if gelu:
                 parent.intermediate_act_fn = nn.Identity()

@@ -1,17 +1,25 @@
-"""Inference precision of a `SentenceEncoder`: fp32, or int8 by dynamic quantisation.
+"""Inference precision of a `SentenceEncoder`: fp32, int8 (CPU), or fp16 / bf16 (GPU).
 
 `int8` replaces every `nn.Linear` of the backbone (attention projections, feed-forward, the
-backbone's pooler) by PyTorch's dynamically quantised linear layer: weights are stored as int8
-with one scale per output channel, and each forward quantises its input per tensor at run time,
-multiplies in int8 (fbgemm / x86 kernels) and returns float32. Embeddings, LayerNorm, softmax and
-attention's matrix products stay float32. It composes with packing: the packed forward only feeds
-the backbone `input_ids`, `position_ids` and a 4-D mask, none of which the quantised layers see.
+backbone's pooler) by an int8 layer: weights int8 with one scale per output channel, the product
+in int8, float32 out. Embeddings, LayerNorm, softmax and attention's matrix products stay float32.
+Two engines, the first this PyTorch build has:
+- static int8 on oneDNN (`dclr.models.static_int8`, x86 builds from PyPI): each layer's input
+  range is calibrated once, at load, on fixed general-English sentences, so the layers read
+  pre-quantised inputs (2.1x fp32's speed and mean cosine 0.993 to its vectors on MiniLM, where
+  dynamic int8 gave 1.4x and 0.972: docs/performance.md);
+- dynamic int8 (`torch.ao.quantization.quantize_dynamic`, fbgemm / x86 kernels) after
+  SmoothQuant scaling (`dclr.models.smoothing`): each forward quantises its input per tensor at
+  run time.
+Both compose with packing: the packed forward only feeds the backbone `input_ids`,
+`position_ids` and a 4-D mask, none of which the quantised layers see.
 
-The vectors change (quantisation error): `docs/performance.md` reports the STS scores of both
-precisions next to their speed (`benchmarks/int8_encode.py`). A quantised encoder records its
-precision (`encoder.precision`), which enters its fingerprint (`dclr.indexing.fingerprint`), so an
-index, a bulk job or a cache built at one precision refuses the other. It is for inference only:
-`encoder.train()` refuses it, and it runs on the CPU only.
+The vectors change (quantisation error): `docs/performance.md` reports the STS scores of each
+precision next to its speed (`benchmarks/int8_encode.py`). A quantised encoder records its
+precision (`encoder.precision`), which enters its fingerprint (`dclr.indexing.fingerprint`) with
+its int8 weights and scales, so an index, a bulk job or a cache built at one precision (or with
+the other engine) refuses the other. It is for inference only: `encoder.train()` refuses it, and
+it runs on the CPU only.
 
 With precision `fp32` everything reduces to `SentenceEncoder.from_pretrained`, and on the CPU the
 backbone's linear layers then run on oneDNN with pre-packed weights (`dclr.models.onednn`: the
@@ -28,10 +36,11 @@ import torch
 from torch import nn
 
 from dclr.errors import ConfigError
+from dclr.models import static_int8
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.onednn import choose_kernel, use_onednn
 from dclr.models.precision_names import PRECISIONS, Precision
-from dclr.models.smoothing import smooth_linears
+from dclr.models.smoothing import CALIBRATION_SENTENCES, smooth_linears
 
 # Half precisions: the whole backbone cast (weights and activations), for a GPU's tensor cores.
 HALF: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -43,11 +52,19 @@ def check_precision(precision: str) -> Precision:
     return precision  # type: ignore[return-value]
 
 
-def quantize_int8(encoder: SentenceEncoder) -> SentenceEncoder:
-    """In place: the backbone's `nn.Linear` layers -> dynamic int8 (per-channel weights).
+def quantize_int8(encoder: SentenceEncoder, engine: str = "auto") -> SentenceEncoder:
+    """In place: the backbone's `nn.Linear` layers -> int8 (per-channel weights): `engine`
+    "static" (oneDNN, calibrated), "dynamic" (torch.ao), or "auto": static where this build has
+    it (module docstring).
 
     The encoder must be on the CPU and in eval mode; afterwards it cannot be trained.
     """
+    if engine not in ("auto", "static", "dynamic"):
+        raise ConfigError(f"int8 engine {engine!r}: choose auto, static or dynamic")
+    if engine == "static" and not static_int8.available():
+        raise ConfigError(
+            "this PyTorch build has no oneDNN int8 linear: use engine auto or dynamic"
+        )
     if encoder.precision != "fp32":
         raise ConfigError(f"this encoder is already {encoder.precision}")
     if encoder.device.type != "cpu":
@@ -58,6 +75,12 @@ def quantize_int8(encoder: SentenceEncoder) -> SentenceEncoder:
     if encoder.mlp_head is not None:
         raise ConfigError("int8 is for inference: export the model first (the MLP head is dropped)")
     encoder.eval()
+    if (
+        engine != "dynamic" and static_int8.available()
+    ):  # calibrated ranges, oneDNN's int8 kernels (module docstring)
+        static_int8.quantize_static(encoder, CALIBRATION_SENTENCES)
+        encoder.precision = "int8"
+        return encoder
     smooth_linears(encoder)  # outlier input channels moved into the weights before rounding
     # Per-channel weight scales: one outlier row of a weight matrix does not coarsen the others
     # (per-tensor scales cost MiniLM ~0.5 STS points more in our checks).

@@ -8,17 +8,12 @@ import numpy as np
 import torch
 
 from dclr.heap import trim_heap
+from dclr.models.cpu_kind import cpu_policy
 from dclr.models.encoder import SentenceEncoder
 from dclr.serving.batcher import EncodeIds, Tokenize
 
 # Encoded (twice, unmeasured) before the first request: a short and a longer text.
 WARM_UP = ["warm up", "a longer sentence to warm up the model before the first request " * 4]
-# Passes under this many tokens (a query of a few texts) run the model on one intra-op thread.
-# Measured on the 2-core EPYC (benchmarks/serve_vs_peer.py, dclr only, c1x1 = sequential
-# one-text requests): p50 20.2 ms and 26.6 CPU s / 1,000 texts with 2 threads, 16.1 ms and 17.0 s
-# with 1; a forward of <= 60 tokens takes the same time on 1 or 2 threads in isolation. Larger
-# passes keep every thread: with one, 32 clients x 1 text fell from 194 to 137 texts/s.
-ONE_THREAD_BELOW_TOKENS = 128
 
 
 def default_encode_workers(encoder: SentenceEncoder) -> int:
@@ -33,13 +28,22 @@ def default_encode_workers(encoder: SentenceEncoder) -> int:
     return 2 if on_cpu and torch.get_num_threads() >= 2 else 1
 
 
-def pass_threads(tokens: int, threads: int) -> int:
-    """Intra-op threads for a pass of `tokens` tokens: one below `ONE_THREAD_BELOW_TOKENS`.
+def one_thread_below_tokens() -> int:
+    """Passes under this many tokens (a query of a few texts) run on one intra-op thread: the
+    figure measured for this CPU kind (`dclr.models.cpu_kind.cpu_policy`; 128 where none is)."""
+    return cpu_policy().one_thread_below_tokens
 
-    A pass that small gains nothing from a second thread (its matrices are too small to split
+
+def pass_threads(tokens: int, threads: int) -> int:
+    """Intra-op threads for a pass of `tokens` tokens: one below `one_thread_below_tokens()`.
+
+    A pass that small gains too little from a second thread (its matrices are too small to split
     well), and the threads it would wake compete with the event loop, which parses, validates and
-    answers requests on the same cores."""
-    return 1 if tokens < ONE_THREAD_BELOW_TOKENS else threads
+    answers requests on the same cores. Where serving measured it (the first AVX512 machine,
+    sequential one-text requests): p50 20.2 ms and 26.6 CPU s / 1,000 texts on 2 threads, 16.1 ms
+    and 17.0 s on 1; larger passes keep every thread (with one, 32 clients x 1 text fell from 194
+    to 137 texts/s)."""
+    return 1 if tokens < one_thread_below_tokens() else threads
 
 
 def encoder_functions(encoder: SentenceEncoder, workers: int = 1) -> tuple[Tokenize, EncodeIds]:

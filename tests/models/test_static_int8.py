@@ -1,0 +1,156 @@
+"""Static int8 (`dclr.models.static_int8`): the quantiser and the layer against hand-written
+formulas, one quantised copy for query, key and value, calibration without padding."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from helpers import SAMPLE_SENTENCES
+from torch import nn
+
+from dclr.errors import ConfigError
+from dclr.indexing.fingerprint import model_fingerprint
+from dclr.models import static_int8
+from dclr.models.precision import load_inference_encoder, quantize_int8
+from dclr.models.static_int8 import (
+    SharedQuantizer,
+    StaticQLinear,
+    affine,
+    input_ranges,
+    quantize_static,
+    quantize_uint8,
+)
+
+pytestmark = pytest.mark.skipif(not static_int8.available(), reason="no oneDNN int8 linear")
+
+
+def test_affine_and_quantize_follow_the_formulas():
+    scale, zero = affine(-1.0, 3.0)
+    assert scale == pytest.approx(4.0 / 255) and zero == round(1.0 / scale)
+    assert affine(0.5, 2.0) == (pytest.approx(2.0 / 255), 0)  # widened to hold 0
+    x = torch.tensor([-5.0, -1.0, 0.0, 0.01, 1.5, 3.0, 9.0])
+    expected = [min(255, max(0, round(v / scale) + zero)) for v in x.tolist()]
+    assert quantize_uint8(x, scale, zero).tolist() == expected
+    assert quantize_uint8(x, scale, zero).dtype == torch.uint8
+
+
+def _reference(linear: nn.Linear, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """Dequantised input times dequantised per-channel int8 weights, plus the bias."""
+    scale, zero = affine(lo, hi)
+    xq = (torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero) * scale
+    w = linear.weight.detach()
+    w_scale = w.abs().amax(1) / 127
+    wq = torch.clamp(torch.round(w / w_scale[:, None]), -128, 127) * w_scale[:, None]
+    return xq @ wq.T + linear.bias.detach()
+
+
+def test_the_layer_computes_dequantised_input_times_dequantised_weights():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    x = torch.randn(2, 7, 64)
+    layer = StaticQLinear(linear, SharedQuantizer(-2.5, 2.0))
+    out = layer(x)
+    assert out.shape == (2, 7, 48) and out.dtype == torch.float32
+    torch.testing.assert_close(out, _reference(linear, x, -2.5, 2.0), atol=1e-4, rtol=1e-4)
+
+
+def test_gelu_fused_with_uint8_out_is_the_next_layers_input():
+    torch.manual_seed(1)
+    linear = nn.Linear(32, 64)
+    x = torch.randn(5, 32)
+    out_range = (-0.2, 3.0)
+    layer = StaticQLinear(linear, SharedQuantizer(-3.0, 3.0), gelu=True, out_range=out_range)
+    q = layer(x)
+    assert q.dtype == torch.uint8
+    expected = quantize_uint8(
+        nn.functional.gelu(_reference(linear, x, -3.0, 3.0)), *affine(*out_range)
+    )
+    assert (q.int() - expected.int()).abs().max() <= 1  # rounding at a step's edge
+
+
+def test_one_quantised_copy_per_input_for_query_key_and_value(tiny_model_dir, monkeypatch):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "int8")
+    layers = encoder.backbone.config.num_hidden_layers
+    calls = []
+    real = static_int8.quantize_uint8
+    monkeypatch.setattr(static_int8, "quantize_uint8", lambda *a: calls.append(1) or real(*a))
+    encoder.encode(["one sentence", "and another one here"], batch_size=2)
+    # per layer: q/k/v's shared input, attention output's input, feed-forward input; the second
+    # feed-forward layer reads the first's uint8 output (no quantising pass); one for the pooler
+    # when the backbone has one
+    pooler = getattr(encoder.backbone, "pooler", None)
+    pooled = pooler is not None and any(isinstance(m, StaticQLinear) for m in pooler.modules())
+    assert len(calls) == 3 * layers + pooled
+    qkv = ("query", "key", "value")
+    modules = encoder.backbone.named_modules()
+    shared = {id(m.quantizer) for name, m in modules if name.endswith(qkv)}
+    assert len(shared) == layers
+
+
+def test_the_shared_copy_is_per_thread():
+    quantizer = SharedQuantizer(-1.0, 1.0, readers=3)
+    a, b = torch.full((4,), 0.5), torch.full((4,), -0.5)
+    first = quantizer(a)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(quantizer(b)))
+    thread.start()
+    thread.join()
+    assert torch.equal(quantizer(a), first)  # the other thread's input did not replace it
+    assert not torch.equal(seen[0], first)
+
+
+def test_calibration_sees_no_padding(tiny_model_dir):
+    padded = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
+    packed = load_inference_encoder(
+        tiny_model_dir, "mean", "fp32", packing=True, linear_kernel="aten"
+    )
+    names = {m: n for n, m in padded.backbone.named_modules()}
+    names.update({m: n for n, m in packed.backbone.named_modules()})
+    a = {names[m]: r for m, r in input_ranges(padded, SAMPLE_SENTENCES).items()}
+    b = {names[m]: r for m, r in input_ranges(packed, SAMPLE_SENTENCES).items()}
+    assert a.keys() == b.keys() and len(a) > 0
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
+
+
+def test_minmax_ranges_hold_every_value_and_the_mean_ranges_lie_inside(tiny_model_dir):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
+    wide = input_ranges(encoder, SAMPLE_SENTENCES, "minmax")
+    mean = input_ranges(encoder, SAMPLE_SENTENCES, "mean_minmax")
+    assert wide.keys() == mean.keys()
+    assert all(wide[m][0] <= mean[m][0] <= mean[m][1] <= wide[m][1] for m in wide)
+    assert any(wide[m] != mean[m] for m in wide)
+
+
+def test_calibration_enters_the_fingerprint(tiny_model_dir):
+    one = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    other = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    quantize_static(one, SAMPLE_SENTENCES[:4])
+    quantize_static(other, SAMPLE_SENTENCES[4:])
+    one.precision = other.precision = "int8"
+    assert model_fingerprint(one) != model_fingerprint(other)
+
+
+def test_every_linear_is_static_int8_and_an_outlier_text_still_encodes(tiny_model_dir):
+    fp32 = load_inference_encoder(tiny_model_dir, "mean", "fp32", packing=True)
+    expected = fp32.encode(SAMPLE_SENTENCES, normalize=True)
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "int8", packing=True)
+    modules = list(encoder.backbone.modules())
+    assert not any(isinstance(m, nn.Linear) for m in modules)
+    assert any(isinstance(m, StaticQLinear) for m in modules)
+    got = encoder.encode([*SAMPLE_SENTENCES, "zzzz qqqq " * 40], normalize=True)
+    assert (got[: len(SAMPLE_SENTENCES)] * expected).sum(1).min() > 0.95
+    assert np.isfinite(got).all()  # outside the calibrated range: saturated, not broken
+
+
+def test_the_dynamic_engine_stays_reachable_and_a_wrong_engine_is_named(tiny_model_dir):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
+    quantize_int8(encoder, engine="dynamic")
+    assert encoder.precision == "int8"
+    assert not any(isinstance(m, StaticQLinear) for m in encoder.backbone.modules())
+    plain = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
+    with pytest.raises(ConfigError, match="auto, static or dynamic"):
+        quantize_int8(plain, engine="fast")
