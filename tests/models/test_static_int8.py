@@ -123,6 +123,8 @@ def test_minmax_ranges_hold_every_value_and_the_mean_ranges_lie_inside(tiny_mode
     assert wide.keys() == mean.keys()
     assert all(wide[m][0] <= mean[m][0] <= mean[m][1] <= wide[m][1] for m in wide)
     assert any(wide[m] != mean[m] for m in wide)
+    with pytest.raises(ValueError, match="mean_minmax, minmax"):
+        input_ranges(encoder, SAMPLE_SENTENCES, "percentile")
 
 
 def test_calibration_enters_the_fingerprint(tiny_model_dir):

@@ -6,7 +6,7 @@ in int8, float32 out. Embeddings, LayerNorm, softmax and attention's matrix prod
 Two engines, the first this PyTorch build has:
 - static int8 on oneDNN (`dclr.models.static_int8`, x86 builds from PyPI): each layer's input
   range is calibrated once, at load, on fixed general-English sentences, so the layers read
-  pre-quantised inputs (2.1x fp32's speed and mean cosine 0.993 to its vectors on MiniLM, where
+  pre-quantised inputs (1.9x fp32's speed and mean cosine 0.994 to its vectors on MiniLM, where
   dynamic int8 gave 1.4x and 0.972: docs/performance.md);
 - dynamic int8 (`torch.ao.quantization.quantize_dynamic`, fbgemm / x86 kernels) after
   SmoothQuant scaling (`dclr.models.smoothing`): each forward quantises its input per tensor at
@@ -75,9 +75,8 @@ def quantize_int8(encoder: SentenceEncoder, engine: str = "auto") -> SentenceEnc
     if encoder.mlp_head is not None:
         raise ConfigError("int8 is for inference: export the model first (the MLP head is dropped)")
     encoder.eval()
-    if (
-        engine != "dynamic" and static_int8.available()
-    ):  # calibrated ranges, oneDNN's int8 kernels (module docstring)
+    # static: calibrated ranges on oneDNN's int8 kernels (module docstring)
+    if engine != "dynamic" and static_int8.available():
         static_int8.quantize_static(encoder, CALIBRATION_SENTENCES)
         encoder.precision = "int8"
         return encoder

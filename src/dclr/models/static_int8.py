@@ -41,6 +41,7 @@ from dclr.models.onednn import exact_gelu
 UINT8_MAX = 255
 INT8_MAX = 127
 QKV = ("query", "key", "value")  # BERT's attention projections, which read the same input
+ESTIMATORS = ("mean_minmax", "minmax")  # how calibration turns inputs into ranges (input_ranges)
 
 
 def available() -> bool:
@@ -139,6 +140,8 @@ def input_ranges(
     """{linear: (lo, hi) of its input} over `sentences`, one sentence per forward (no padding
     enters the ranges, so a packed and a padded encoder calibrate alike): the lowest and highest
     value seen (`minmax`), or the mean over sentences of each one's min and max (`mean_minmax`)."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"range estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
     seen: dict[nn.Module, list[tuple[float, float]]] = {}
 
     def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], _: object) -> None:
