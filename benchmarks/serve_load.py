@@ -17,7 +17,7 @@ over the whole run, read from /proc. Writes benchmarks/results/serve_load.json.
     flock /tmp/dclr-heavy.lock python benchmarks/serve_load.py --data-dir ../shared/data
     flock /tmp/dclr-heavy.lock python benchmarks/serve_load.py --precision int8   # issue 17
 
-`--precision int8` serves the dynamically quantised model (`dclr serve --precision int8`) and
+`--precision int8` serves the int8 model (`dclr serve --precision int8`: static int8 on oneDNN) and
 writes benchmarks/results/serve_load_int8.json, to read next to the fp32 run.
 """
 
