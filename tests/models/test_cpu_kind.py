@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dclr.models import cpu_kind, onednn
+from dclr.models import cpu_kind, onednn, static_int8
 
 
 @pytest.fixture
@@ -53,6 +53,26 @@ def test_the_serving_thread_threshold_follows_this_kinds_recording(policies):
     )
     cpu_kind.cpu_policy.cache_clear()
     with pytest.raises(ValueError, match=r"TestVendor-AVX2\.json.*one_thread_below_tokens.*'many'"):
+        cpu_kind.cpu_policy()
+
+
+@pytest.mark.skipif(not static_int8.available(), reason="no oneDNN int8 linear")
+def test_int8_follows_this_kinds_recorded_engine(policies, tiny_model_dir):
+    from dclr.models.precision import load_inference_encoder
+    from dclr.models.static_int8 import StaticQLinear
+
+    def static(encoder) -> bool:
+        return any(isinstance(m, StaticQLinear) for m in encoder.backbone.modules())
+
+    assert cpu_kind.cpu_policy().int8_engine == "static"  # no recording: the default
+    assert static(load_inference_encoder(tiny_model_dir, "mean", "int8"))
+    recording = {"linear_kernel": "onednn", "int8_engine": "dynamic"}
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps(recording))
+    cpu_kind.cpu_policy.cache_clear()
+    assert not static(load_inference_encoder(tiny_model_dir, "mean", "int8"))
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps({**recording, "int8_engine": "x"}))
+    cpu_kind.cpu_policy.cache_clear()
+    with pytest.raises(ValueError, match=r"TestVendor-AVX2\.json.*int8_engine.*'x'"):
         cpu_kind.cpu_policy()
 
 

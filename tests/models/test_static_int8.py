@@ -27,6 +27,12 @@ from dclr.models.static_int8 import (
 pytestmark = pytest.mark.skipif(not static_int8.available(), reason="no oneDNN int8 linear")
 
 
+def static_encoder(model_dir, packing: bool = False):
+    """The static engine by name, whatever this CPU kind's recorded int8 engine is."""
+    encoder = load_inference_encoder(model_dir, "mean", "fp32", packing, linear_kernel="aten")
+    return quantize_int8(encoder, engine="static")
+
+
 def test_affine_and_quantize_follow_the_formulas():
     scale, zero = affine(-1.0, 3.0)
     assert scale == pytest.approx(4.0 / 255) and zero == round(1.0 / scale)
@@ -72,7 +78,7 @@ def test_gelu_fused_with_uint8_out_is_the_next_layers_input():
 
 
 def test_one_quantised_copy_per_input_for_query_key_and_value(tiny_model_dir, monkeypatch):
-    encoder = load_inference_encoder(tiny_model_dir, "mean", "int8")
+    encoder = static_encoder(tiny_model_dir)
     layers = encoder.backbone.config.num_hidden_layers
     calls = []
     real = static_int8.quantize_uint8
@@ -139,7 +145,7 @@ def test_calibration_enters_the_fingerprint(tiny_model_dir):
 def test_every_linear_is_static_int8_and_an_outlier_text_still_encodes(tiny_model_dir):
     fp32 = load_inference_encoder(tiny_model_dir, "mean", "fp32", packing=True)
     expected = fp32.encode(SAMPLE_SENTENCES, normalize=True)
-    encoder = load_inference_encoder(tiny_model_dir, "mean", "int8", packing=True)
+    encoder = static_encoder(tiny_model_dir, packing=True)
     modules = list(encoder.backbone.modules())
     assert not any(isinstance(m, nn.Linear) for m in modules)
     assert any(isinstance(m, StaticQLinear) for m in modules)

@@ -7,10 +7,12 @@ choice of fp32 linear kernel.
 
 `cpu_policy()` is the policy for this machine's kind: which fp32 linear kernel an inference
 encoder runs on (oneDNN with packed weights, `dclr.models.onednn`, or PyTorch's BLAS, "aten"),
-and from how many tokens a pass is worth a second intra-op thread.
+from how many tokens a pass is worth a second intra-op thread, and which int8 engine
+`--precision int8` runs (static on oneDNN, or dynamic on fbgemm: their int8 kernels dispatch
+separately, and on a CPU without VNNI oneDNN's may lose).
 `python benchmarks/linear_kernels.py --data-dir ../shared/data --record` measures both kernels on
 the machine it runs on (the MiniLM encoder: one text at 1 and 2 threads, a bulk pass, passes of
-1-64 texts on 1 and 2 threads) and writes
+1-64 texts on 1 and 2 threads, a bulk pass at each int8 engine) and writes
 `cpu_policies/<hardware_key>.json` beside this module; a kind without such a recording gets
 `DEFAULT`, and `source` says so. The file is data (a kernel name, a token count and the figures
 that chose them),
@@ -28,16 +30,20 @@ from pathlib import Path
 
 POLICIES = Path(__file__).with_name("cpu_policies")
 KERNEL_NAMES = ("onednn", "aten")
+INT8_ENGINES = ("static", "dynamic")
 
 
 @dataclass(frozen=True)
 class CpuPolicy:
     """linear_kernel: "onednn" or "aten"; one_thread_below_tokens: a pass of fewer tokens runs on
-    one intra-op thread (`dclr.serving.encoding.pass_threads`); source: where they come from."""
+    one intra-op thread (`dclr.serving.encoding.pass_threads`); int8_engine: "static" or
+    "dynamic", what `--precision int8` runs (`dclr.models.precision.quantize_int8`); source:
+    where they come from."""
 
     linear_kernel: str
     source: str
     one_thread_below_tokens: int = 128
+    int8_engine: str = "static"
 
 
 # No measurement for this kind: oneDNN, which won at every size measured on AVX512 (see
@@ -93,8 +99,14 @@ def read_policy(path: Path) -> CpuPolicy:
             f"{path}: one_thread_below_tokens must be a whole number >= 0, got {below!r}; "
             "record it again with benchmarks/linear_kernels.py --record"
         )
+    engine = record.get("int8_engine", DEFAULT.int8_engine)
+    if engine not in INT8_ENGINES:
+        raise ValueError(
+            f"{path}: int8_engine must be one of {', '.join(INT8_ENGINES)}, got {engine!r}; "
+            "record it again with benchmarks/linear_kernels.py --record"
+        )
     source = f"measured: {path.name} ({record.get('measured', 'no date')})"
-    return CpuPolicy(kernel, source, below)
+    return CpuPolicy(kernel, source, below, engine)
 
 
 @functools.cache

@@ -3,7 +3,8 @@
 `int8` replaces every `nn.Linear` of the backbone (attention projections, feed-forward, the
 backbone's pooler) by an int8 layer: weights int8 with one scale per output channel, the product
 in int8, float32 out. Embeddings, LayerNorm, softmax and attention's matrix products stay float32.
-Two engines, the first this PyTorch build has:
+Two engines; the one measured faster for this CPU kind (`dclr.models.cpu_kind`, static where
+no kind is recorded) where this PyTorch build has both:
 - static int8 on oneDNN (`dclr.models.static_int8`, x86 builds from PyPI): each layer's input
   range is calibrated once, at load, on fixed general-English sentences, so the layers read
   pre-quantised inputs (1.9x fp32's speed and mean cosine 0.994 to its vectors on MiniLM, where
@@ -37,6 +38,7 @@ from torch import nn
 
 from dclr.errors import ConfigError
 from dclr.models import static_int8
+from dclr.models.cpu_kind import cpu_policy
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.onednn import choose_kernel, use_onednn
 from dclr.models.precision_names import PRECISIONS, Precision
@@ -54,13 +56,16 @@ def check_precision(precision: str) -> Precision:
 
 def quantize_int8(encoder: SentenceEncoder, engine: str = "auto") -> SentenceEncoder:
     """In place: the backbone's `nn.Linear` layers -> int8 (per-channel weights): `engine`
-    "static" (oneDNN, calibrated), "dynamic" (torch.ao), or "auto": static where this build has
-    it (module docstring).
+    "static" (oneDNN, calibrated), "dynamic" (torch.ao), or "auto": the engine measured for this
+    CPU kind (`dclr.models.cpu_kind.cpu_policy`, static where none is), static only where this
+    build has it (module docstring).
 
     The encoder must be on the CPU and in eval mode; afterwards it cannot be trained.
     """
     if engine not in ("auto", "static", "dynamic"):
         raise ConfigError(f"int8 engine {engine!r}: choose auto, static or dynamic")
+    if engine == "auto":
+        engine = cpu_policy().int8_engine if static_int8.available() else "dynamic"
     if engine == "static" and not static_int8.available():
         raise ConfigError(
             "this PyTorch build has no oneDNN int8 linear: use engine auto or dynamic"
@@ -75,8 +80,7 @@ def quantize_int8(encoder: SentenceEncoder, engine: str = "auto") -> SentenceEnc
     if encoder.mlp_head is not None:
         raise ConfigError("int8 is for inference: export the model first (the MLP head is dropped)")
     encoder.eval()
-    # static: calibrated ranges on oneDNN's int8 kernels (module docstring)
-    if engine != "dynamic" and static_int8.available():
+    if engine == "static":  # calibrated ranges on oneDNN's int8 kernels (module docstring)
         static_int8.quantize_static(encoder, CALIBRATION_SENTENCES)
         encoder.precision = "int8"
         return encoder
