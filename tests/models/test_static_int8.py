@@ -96,7 +96,10 @@ def test_one_quantised_copy_per_input_for_query_key_and_value(tiny_model_dir, mo
     assert len(shared) == layers
 
 
-def test_the_shared_copy_is_per_thread():
+def test_the_shared_copy_is_per_thread(monkeypatch):
+    calls = []
+    real = static_int8.quantize_uint8
+    monkeypatch.setattr(static_int8, "quantize_uint8", lambda *a: calls.append(1) or real(*a))
     quantizer = SharedQuantizer(-1.0, 1.0, readers=3)
     a, b = torch.full((4,), 0.5), torch.full((4,), -0.5)
     first = quantizer(a)
@@ -104,7 +107,8 @@ def test_the_shared_copy_is_per_thread():
     thread = threading.Thread(target=lambda: seen.append(quantizer(b)))
     thread.start()
     thread.join()
-    assert torch.equal(quantizer(a), first)  # the other thread's input did not replace it
+    # the other thread's input neither replaced this thread's copy nor was given it
+    assert torch.equal(quantizer(a), first) and len(calls) == 2
     assert not torch.equal(seen[0], first)
 
 
@@ -162,3 +166,25 @@ def test_the_dynamic_engine_stays_reachable_and_a_wrong_engine_is_named(tiny_mod
     plain = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
     with pytest.raises(ConfigError, match="auto, static or dynamic"):
         quantize_int8(plain, engine="fast")
+
+
+def test_two_threads_encoding_at_once_get_their_own_vectors(tiny_model_dir):
+    # a server's encode workers share one encoder: each thread's query/key/value copy is its own
+    encoder = static_encoder(tiny_model_dir)
+    texts = [SAMPLE_SENTENCES[:4], SAMPLE_SENTENCES[4:9]]
+    alone = [encoder.encode(t) for t in texts]
+    results: dict[int, list[np.ndarray]] = {0: [], 1: []}
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            results[i].append(encoder.encode(texts[i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i in (0, 1):
+        assert len(results[i]) == 20
+        for got in results[i]:
+            np.testing.assert_allclose(got, alone[i], rtol=0, atol=1e-6)
