@@ -180,13 +180,18 @@ def one_thread_below(scaling: list[dict]) -> int:
     return below
 
 
+def kernel_choice(speedups: dict) -> str:
+    """oneDNN when the geometric mean of its speedups (one text on 1 and 2 threads, the bulk
+    pass) is at least 1, else aten."""
+    return "onednn" if statistics.geometric_mean(speedups.values()) >= 1.0 else "aten"
+
+
 def policy_record(report: dict) -> dict:
-    """This kind's kernel choice from the encoder measurements: oneDNN when the geometric mean of
-    its speedups (one text on 1 and 2 threads, the bulk pass) is at least 1, else aten; and the
-    pass size from which a pass runs on two threads (`one_thread_below`)."""
+    """This kind's choices from the measurements: the fp32 kernel (`kernel_choice`), the pass
+    size from which a pass runs on two threads (`one_thread_below`) and the int8 engine."""
     speedups = report["encoder"]["speedup"]
     mean = statistics.geometric_mean(speedups.values())
-    return {"linear_kernel": "onednn" if mean >= 1.0 else "aten",
+    return {"linear_kernel": kernel_choice(speedups),
             "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
             "int8_engine": int8_engine(report["int8_bulk_texts_per_s"]),
             "int8_bulk_texts_per_s": report["int8_bulk_texts_per_s"],
@@ -267,11 +272,7 @@ def main() -> None:
 
         pool = random.Random(0).sample(all_sentences(args.data_dir), 2000)
         report["encoder"] = encoder(pool)
-        chosen = (
-            "onednn"
-            if statistics.geometric_mean(report["encoder"]["speedup"].values()) >= 1
-            else "aten"
-        )
+        chosen = kernel_choice(report["encoder"]["speedup"])
         report["thread_scaling"] = thread_scaling(pool, chosen)
         report["int8_bulk_texts_per_s"] = int8_engines(pool)
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -70,8 +70,8 @@ def peak(cmd: list[str], log: Path) -> dict[str, float | int]:
     start = time.perf_counter()
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not all children's
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
     return {
         "peak_mib": round(usage.ru_maxrss / 1024, 1),
         "rc": proc.returncode,

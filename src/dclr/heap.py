@@ -9,7 +9,8 @@ mark long after the work that needed it:
   encoding the complementary cache) thus leaves hundreds of MB counted against the process while
   the next phase (training steps) allocates afresh. Lowering the threshold instead
   (`MALLOC_MMAP_THRESHOLD_`) saves as much but makes every training step fault its activations in
-  anew: 3x slower steps measured on MiniLM (2 CPU threads).
+  anew: slower steps on MiniLM (2 CPU threads): 3x in the first measurement, 1.4x on the
+  quickstart recipe's 15 steps (docs/performance.md, "Large batches on small memory").
 - After batches of varied shapes (`trim_heap`): dynamic batching sends the model a new tensor
   shape almost every call; glibc keeps the freed blocks of each shape, fragmented, so a
   long-running server's resident memory creeps up with the variety of shapes it has seen (MiniLM

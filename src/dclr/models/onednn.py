@@ -34,14 +34,15 @@ KERNELS: tuple[str, ...] = get_args(LinearKernel)
 KERNEL_ENV = "DCLR_LINEAR_KERNEL"
 
 
+def has_ops(namespace: str, *names: str) -> bool:
+    """Whether this PyTorch build has oneDNN and the ops `torch.ops.<namespace>.<name>`."""
+    ops = getattr(torch.ops, namespace, None)
+    return torch.backends.mkldnn.is_available() and all(hasattr(ops, n) for n in names)
+
+
 def available() -> bool:
     """Whether this PyTorch build has oneDNN's packed linear (CPU builds from PyPI do)."""
-    ops = getattr(torch.ops, "mkldnn", None)
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(ops, "_linear_pointwise")
-        and hasattr(ops, "_reorder_linear_weight")
-    )
+    return has_ops("mkldnn", "_linear_pointwise", "_reorder_linear_weight")
 
 
 def exact_gelu(module: nn.Module) -> bool:

@@ -17,7 +17,7 @@ to float rounding (tested).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -84,32 +84,44 @@ class SmoothedLinear(nn.Module):
 
 
 @torch.no_grad()
+def each_linear_input(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    observe: Callable[[str, nn.Module, torch.Tensor], None],
+) -> None:
+    """`observe(name, linear, input)` for every backbone `nn.Linear` over `sentences`, one
+    sentence per forward: no padding enters, whatever the layout (calibration for SmoothQuant
+    here and for static int8's ranges, `dclr.models.static_int8`)."""
+
+    def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
+        return lambda module, inputs, _: observe(name, module, inputs[0].detach())
+
+    handles = [
+        module.register_forward_hook(hook(name))
+        for name, module in encoder.backbone.named_modules()
+        if isinstance(module, nn.Linear)
+    ]
+    packing, encoder.packing = encoder.packing, False
+    try:
+        encoder.encode(list(sentences), batch_size=1)
+    finally:
+        encoder.packing = packing
+        for handle in handles:
+            handle.remove()
+
+
+@torch.no_grad()
 def input_channel_max(
     encoder: SentenceEncoder, sentences: tuple[str, ...]
 ) -> dict[str, torch.Tensor]:
     """max |x_j| over every token of `sentences`, per input channel j of each backbone Linear."""
     stats: dict[str, torch.Tensor] = {}
 
-    def record(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
-        def hook(_: nn.Module, inputs: tuple[torch.Tensor, ...], __: torch.Tensor) -> None:
-            x = inputs[0].detach().abs().reshape(-1, inputs[0].shape[-1])  # (tokens, in)
-            peak = x.amax(0)
-            stats[name] = peak if name not in stats else torch.maximum(stats[name], peak)
+    def record(name: str, _: nn.Module, x: torch.Tensor) -> None:
+        peak = x.abs().reshape(-1, x.shape[-1]).amax(0)  # (in,) over the tokens
+        stats[name] = peak if name not in stats else torch.maximum(stats[name], peak)
 
-        return hook
-
-    handles = [
-        module.register_forward_hook(record(name))
-        for name, module in encoder.backbone.named_modules()
-        if isinstance(module, nn.Linear)
-    ]
-    packing, encoder.packing = encoder.packing, False
-    try:  # one sentence per forward: no padding enters the statistics, whatever the layout
-        encoder.encode(list(sentences), batch_size=1)
-    finally:
-        encoder.packing = packing
-        for handle in handles:
-            handle.remove()
+    each_linear_input(encoder, sentences, record)
     return stats
 
 

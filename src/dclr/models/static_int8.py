@@ -36,7 +36,8 @@ import torch
 from torch import nn
 
 from dclr.models.encoder import SentenceEncoder
-from dclr.models.onednn import exact_gelu
+from dclr.models.onednn import exact_gelu, has_ops
+from dclr.models.smoothing import each_linear_input
 
 UINT8_MAX = 255
 INT8_MAX = 127
@@ -46,12 +47,7 @@ ESTIMATORS = ("mean_minmax", "minmax")  # how calibration turns inputs into rang
 
 def available() -> bool:
     """Whether this PyTorch build has oneDNN's static int8 linear (x86 CPU builds from PyPI do)."""
-    ops = getattr(torch.ops, "onednn", None)
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(ops, "qlinear_pointwise")
-        and hasattr(ops, "qlinear_prepack")
-    )
+    return has_ops("onednn", "qlinear_pointwise", "qlinear_prepack")
 
 
 def affine(lo: float, hi: float) -> tuple[float, int]:
@@ -144,18 +140,10 @@ def input_ranges(
         raise ValueError(f"range estimator {estimator!r}: choose one of {', '.join(ESTIMATORS)}")
     seen: dict[nn.Module, list[tuple[float, float]]] = {}
 
-    def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], _: object) -> None:
-        seen.setdefault(module, []).append((float(inputs[0].min()), float(inputs[0].max())))
+    def record(_: str, linear: nn.Module, x: torch.Tensor) -> None:
+        seen.setdefault(linear, []).append((float(x.min()), float(x.max())))
 
-    linears = [m for m in encoder.backbone.modules() if isinstance(m, nn.Linear)]
-    hooks = [m.register_forward_hook(record) for m in linears]
-    packing, encoder.packing = encoder.packing, False
-    try:
-        encoder.encode(list(sentences), batch_size=1)
-    finally:
-        encoder.packing = packing
-        for hook in hooks:
-            hook.remove()
+    each_linear_input(encoder, sentences, record)
     if estimator == "minmax":
         return {m: (min(r[0] for r in v), max(r[1] for r in v)) for m, v in seen.items()}
     return {
