@@ -31,6 +31,8 @@ def coerce(cls: type, name: str, value: Any) -> Any:
         if value is None or value in ("null", "None"):
             return None
         hint = next(a for a in get_args(hint) if a is not type(None))
+    if get_origin(hint) is Literal and isinstance(value, bool) and "on" in get_args(hint):
+        return "on" if value else "off"  # YAML 1.1 reads a bare on / off (and yes / no) as a bool
     if get_origin(hint) is Literal or hint is str:
         return str(value)
     if hint is bool:

@@ -72,3 +72,17 @@ def test_an_override_value_is_read_with_the_same_bounds():
         parse_overrides(["model.name=[unclosed"])
     plain = ["lr=1e-5", "steps=10", "note=[1, 2]", "name=x"]  # as yaml.safe_load reads them
     assert parse_overrides(plain) == {"lr": "1e-5", "steps": 10, "note": [1, 2], "name": "x"}
+
+
+@pytest.mark.parametrize(("written", "expected"), [("on", "on"), ("off", "off"), ("auto", "auto")])
+def test_on_and_off_are_the_words_not_yaml_booleans(tmp_path, written, expected):
+    """YAML 1.1 reads a bare on / off as true / false: `--set optimisation.fused_optimizer=on`
+    was refused ("got 'True'") and so was `prefetch: off` in a recipe."""
+    from dclr.recipe import load_config
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model:\n  name: m\noptimisation:\n  prefetch: {written}\n")
+    overrides = parse_overrides([f"optimisation.fused_optimizer={written}"])
+    config = load_config(recipe, overrides)
+    assert config.optimisation.prefetch == expected
+    assert config.optimisation.fused_optimizer == expected
