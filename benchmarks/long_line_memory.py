@@ -5,8 +5,10 @@ The corpus: the first 2,000 STS-B train sentences, and the same file with one li
 ASCII words inserted halfway. Each command runs in its own process; its peak resident memory is
 the kernel's `ru_maxrss` for that process (`os.wait4`). Commands: `dclr encode`,
 `dclr encode-bulk`, `dclr audit`, and `dclr train` with the quickstart's recipe
-(recipes/dclr_minilm_cpu.yaml, 15 steps, no evaluation), at its batch of 64 and with
-`grad_cache_chunk=16` (the lean setting: the same step in chunks of 16 rows). Writes
+(recipes/dclr_minilm_cpu.yaml, 15 steps, no evaluation), at its batch of 64, with
+`grad_cache_chunk=16` (the same step in chunks of 16 rows), and with `optimisation.low_memory`
+added (sparse word-embedding gradients, heap trimmed after backward, fused AdamW; chunks of 16
+and of 8). The train rows give their step seconds too (the run's own phase table). Writes
 benchmarks/results/long_line_memory@<hardware_key>.{json,md}.
 
     python benchmarks/long_line_memory.py --data-dir ../shared/data
@@ -60,7 +62,25 @@ def commands(corpus: Path, out: Path) -> dict[str, list[str]]:
             "--set",
             "grad_cache_chunk=16",
             "-o",
+            str(out / "run-chunked"),
+        ],  # fmt: skip
+        "train, grad_cache_chunk=16, low_memory": [
+            *train,
+            "--set",
+            "grad_cache_chunk=16",
+            "--set",
+            "optimisation.low_memory=true",
+            "-o",
             str(out / "run-lean"),
+        ],  # fmt: skip
+        "train, grad_cache_chunk=8, low_memory": [
+            *train,
+            "--set",
+            "grad_cache_chunk=8",
+            "--set",
+            "optimisation.low_memory=true",
+            "-o",
+            str(out / "run-lean8"),
         ],  # fmt: skip
     }
 
@@ -86,15 +106,18 @@ def markdown(report: dict) -> str:
         f"{report['cpu_model']}; load average {report['load_start']} at start, "
         f"{report['load_end']} at end; `{report['command']}`.",
         "",
-        "| command | without the line | with the line | line's cost | rc |",
-        "|---|---:|---:|---:|---|",
+        "| command | without the line | with the line | line's cost | rc | train steps (s) |",
+        "|---|---:|---:|---:|---|---:|",
     ]
     for name, row in report["rows"].items():
         a, b = row["without"], row["with"]
         cost = b["peak_mib"] - a["peak_mib"]
+        steps = (
+            f"{a['train_seconds']} / {b['train_seconds']}" if "train_seconds" in a else "–"
+        )  # fmt: skip
         lines.append(
             f"| `{name}` | {a['peak_mib']:.0f} MiB | {b['peak_mib']:.0f} MiB | "
-            f"{cost:+.0f} MiB | {a['rc']} / {b['rc']} |"
+            f"{cost:+.0f} MiB | {a['rc']} / {b['rc']} | {steps} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -127,6 +150,10 @@ def main() -> None:
                 result = peak(commands(corpus, out)[name], log)
                 if result["rc"] != 0:
                     result["log_tail"] = log.read_text(errors="replace")[-2000:]
+                for results in out.glob("*/results.json"):  # a train row: its steps' seconds
+                    result["train_seconds"] = round(
+                        json.loads(results.read_text())["train_seconds"], 1
+                    )
                 report["rows"][name][which] = result
                 print(name, which, result, flush=True)
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -35,14 +35,16 @@ from dclr.contract import (
     TrainResult,
 )
 from dclr.data.text import clip_all
+from dclr.errors import ConfigError
 from dclr.estimate import estimate, linear_weights, record, work_flops
-from dclr.heap import release_freed_memory
+from dclr.heap import release_freed_memory, trim_heap
 from dclr.models.export import link_export
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
 from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
 from dclr.training.finite import FiniteGuard
 from dclr.training.gradcache import GradCache
+from dclr.training.lean import densify_grads, sparse_embedding_grads
 from dclr.training.phases import phase
 from dclr.training.phases import record as record_phase
 from dclr.training.prefetch import Prefetcher
@@ -268,6 +270,13 @@ class Trainer:
         the model and the objective's own trained modules, and the schedule."""
         opt = self.config.optimisation
         model: Any = self.model
+        if opt.low_memory:
+            if self.world > 1:
+                raise ConfigError(
+                    "optimisation.low_memory trains in one process (its sparse embedding "
+                    "gradients are not reduced across ranks); drop it, or train with one process"
+                )
+            sparse_embedding_grads(self.model.backbone)
         if self.world > 1:
             model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
@@ -340,6 +349,9 @@ class Trainer:
         state.finite.observe(loss, step, state.last_ckpt)
         if not opt.grad_cache_chunk:  # GradCache ran backward itself
             (loss * backward_scale).backward()
+        if opt.low_memory:  # dclr.training.lean: the passes' freed memory back, then one dense
+            trim_heap(0.0)
+            densify_grads(self.model.parameters())
         if scaler is not None:
             scaler.unscale_(optimizer)
         if opt.max_grad_norm > 0:
@@ -499,11 +511,13 @@ class Trainer:
             torch.distributed.barrier()
 
     def _fused_adamw(self) -> bool | None:
-        """AdamW's implementation: fused (one kernel for every tensor) on a GPU unless
-        `optimisation.fused_optimizer: off`; elsewhere torch's default, which the recorded CPU
-        trajectories used (`on` there asks torch for its fused CPU kernel)."""
+        """AdamW's implementation: fused (one kernel for every tensor) on a GPU, or with
+        `optimisation.low_memory`, unless `optimisation.fused_optimizer: off`; elsewhere torch's
+        default, which the recorded CPU trajectories used (`on` there asks torch for its fused
+        CPU kernel)."""
         choice = self.config.optimisation.fused_optimizer
-        if choice == "on" or (choice == "auto" and self.device.type == "cuda"):
+        lean = self.config.optimisation.low_memory  # no temporaries of a parameter's size
+        if choice == "on" or (choice == "auto" and (self.device.type == "cuda" or lean)):
             return True
         return None
 
