@@ -155,7 +155,13 @@ def read_recipe(recipe: str | Path) -> dict[str, Any]:
     aliases or Python tags, nested deeper than `MAX_RECIPE_DEPTH`, or not a mapping."""
     path = Path(recipe)
     if not path.is_file():
-        raise ConfigError(f"recipe {path} not found")
+        hint = ""
+        if path.parts[:1] == ("recipes",):
+            hint = (
+                f" in {Path.cwd()}; the shipped recipes are in the dclr repository's recipes/ "
+                "folder: give its path (or run from the checkout)"
+            )
+        raise ConfigError(f"recipe {path} not found{hint}")
     size = path.stat().st_size
     if size > MAX_RECIPE_BYTES:
         raise ConfigError(

@@ -54,12 +54,12 @@ def loaded(command: str):
     words = shlex.split(command)
     assert words[:2] == ["dclr", "train"]
     sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
-    return load_config(REPO_ROOT / words[2], parse_overrides(sets))
+    return load_config(words[2], parse_overrides(sets))  # as the user's shell would, from here
 
 
 def test_the_printed_command_trains_dclr_with_the_recommended_phi():
     command = train_command(audit_result("dclr", 0.95, copies=3))
-    assert command.startswith(f"dclr train {TRAIN_RECIPES['dclr']} ")
+    assert command.startswith(f"dclr train {TRAIN_RECIPES['dclr']} ")  # from the checkout
     config = loaded(command)
     section = config.section("dclr")
     assert section.false_negative_threshold == 0.95 and section.phi_calibration == "none"
@@ -67,6 +67,14 @@ def test_the_printed_command_trains_dclr_with_the_recommended_phi():
     assert config.data.corpus == "my corpus.csv" and config.data.column == "text"
     assert config.data.dedup is True
     assert (config.optimisation.batch_size, config.run.seed) == (128, 7)
+
+
+def test_the_printed_command_runs_from_any_folder(tmp_path, monkeypatch):
+    """Run from the user's own folder (where their corpus is), `recipes/...` was not found."""
+    monkeypatch.chdir(tmp_path)
+    recipe = shlex.split(train_command(audit_result("dclr", 0.95)))[2]
+    assert recipe == str(REPO_ROOT.resolve() / TRAIN_RECIPES["dclr"])
+    assert loaded(train_command(audit_result("dclr", 0.95))).method == "dclr"
 
 
 def test_the_printed_command_for_plain_simcse_loads():
