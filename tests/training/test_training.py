@@ -64,10 +64,15 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(
     assert steps == list(range(1, 7))  # nothing logged for the NaN step
 
 
-def test_in_process_resume_matches_uninterrupted(model_dir, corpus_file, tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra", [{}, {"low_memory": True}], ids=["default", "low_memory"])
+def test_in_process_resume_matches_uninterrupted(
+    model_dir, corpus_file, tmp_path, monkeypatch, extra
+):
+    """low_memory: its fused AdamW's moments are checkpointed and resumed as the default's."""
+
     def config(out):
         return load_config(
-            None, base_overrides(model_dir, corpus_file, out, max_steps=12, save_steps=4)
+            None, base_overrides(model_dir, corpus_file, out, max_steps=12, save_steps=4, **extra)
         )
 
     trainer_for(config(tmp_path / "a")).train()
