@@ -109,3 +109,13 @@ def test_low_memory_refuses_several_processes(model_dir, corpus_file, tmp_path):
     trainer.world = 2  # as under torchrun with two ranks (refused before DDP is built)
     with pytest.raises(ConfigError, match="low_memory trains in one process"):
         trainer._setup()
+
+
+def test_low_memory_refuses_compile_by_name(model_dir, corpus_file, tmp_path):
+    """Inductor fails on the sparse embedding backward (aten.nonzero) and breaks the graph on
+    every call: the two options are refused together instead of compiling nothing, noisily."""
+    overrides = tiny_run_overrides(
+        model_dir, corpus_file, tmp_path / "r", low_memory=True, compile="default"
+    )
+    with pytest.raises(ConfigError, match="low_memory and optimisation.compile"):
+        load_config(None, overrides)

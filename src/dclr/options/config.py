@@ -158,7 +158,7 @@ class OptimisationSection:
     precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
     grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size
     # a lower peak for the same update: sparse word-embedding gradients, the heap trimmed after
-    # backward, fused AdamW (dclr.training.lean; one process only). With grad_cache_chunk: MiniLM
+    # backward, fused AdamW (dclr.training.lean; one process, no compile). With grad_cache_chunk: MiniLM
     # trains in under 1 GB (docs/performance.md, "Training in less memory").
     low_memory: bool = False
     # GPU speed options (docs/gpu.md). None changes what a CPU run computes: with "auto" the
@@ -185,6 +185,11 @@ class OptimisationSection:
         if self.max_grad_norm < 0:
             raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
         check_literals(self)
+        if self.low_memory and self.compile != "off":  # inductor fails on them, breaks the graph
+            raise ConfigError(
+                "optimisation.low_memory and optimisation.compile do not combine: torch.compile "
+                "cannot compile the sparse embedding gradients low_memory makes; drop one of them"
+            )
 
 
 @dataclass
