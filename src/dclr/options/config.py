@@ -158,8 +158,8 @@ class OptimisationSection:
     precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
     grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size
     # a lower peak for the same update: sparse word-embedding gradients, the heap trimmed after
-    # backward, fused AdamW (dclr.training.lean; one process, no compile). With grad_cache_chunk: MiniLM
-    # trains in under 1 GB (docs/performance.md, "Training in less memory").
+    # backward, fused AdamW (dclr.training.lean; one process, no compile). With grad_cache_chunk,
+    # MiniLM trains in under 1 GB (docs/performance.md, "Training in less memory").
     low_memory: bool = False
     # GPU speed options (docs/gpu.md). None changes what a CPU run computes: with "auto" the
     # first two are on only on a GPU, and the recorded CPU trajectories stay bit-identical.
