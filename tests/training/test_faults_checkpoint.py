@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from helpers import interrupt_on_call, tiny_run_overrides, write_pseudo_corpus
+from helpers import interrupt_on_call, tiny_run_overrides
 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
@@ -26,16 +26,6 @@ from dclr.training.runfolder import TrainingStopped
 from dclr.training.tracking import read_metrics
 
 STEPS, SAVE = 12, 4
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
-    return tiny_dropout_model_dir
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
 
 
 def make_config(model_dir, corpus_file, out, **extra):

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import tiny_run_overrides, write_pseudo_corpus
+from helpers import tiny_run_overrides
 from typer.testing import CliRunner
 
 from dclr.cli.main import app as cli_app
@@ -30,17 +30,6 @@ from dclr.training.checkpoint import (
 )
 from dclr.training.runfolder import RUN_FILE, run_id
 from dclr.training.tracking import read_metrics
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
-    return tiny_dropout_model_dir
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
-
 
 overrides = tiny_run_overrides
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import nan_on_call, tiny_run_overrides, write_pseudo_corpus
+from helpers import nan_on_call, tiny_run_overrides
 
 import dclr.losses.simcse as simcse_module
 import dclr.training.loop as loop_module
@@ -21,16 +21,6 @@ from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.finite import FiniteGuard
 from dclr.training.prefetch import Prefetcher
 from dclr.training.tracking import read_metrics
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_dropout_model_dir):
-    return tiny_dropout_model_dir
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
 
 
 def run_losses(model_dir: Path, corpus: Path, out: Path, **options) -> dict[int, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import tiny_run_overrides, write_pseudo_corpus
+from helpers import tiny_run_overrides
 from transformers import AutoModel
 
 import dclr.training.loop as loop_module
@@ -15,16 +15,6 @@ from dclr.errors import ConfigError
 from dclr.recipe import load_config
 from dclr.training.lean import densify_grads, sparse_embedding_grads
 from dclr.training.tracking import read_metrics
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_dropout_model_dir):
-    return tiny_dropout_model_dir
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_pseudo_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", 200)
 
 
 def run_losses(model_dir, corpus, out, **options) -> dict[int, float]:

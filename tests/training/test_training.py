@@ -27,11 +27,6 @@ from dclr.training.tracking import read_metrics
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
-    return tiny_dropout_model_dir
-
-
-@pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
     """400 deterministic pseudo-sentences, one per line, with a few blank lines to skip."""
     return write_pseudo_corpus(
