@@ -26,13 +26,14 @@ INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"
 # Config fields that say where things are, not what is trained: left out of the run identity.
 LOCATION_FIELDS = ("output_dir", "data_dir", "complementary_cache", "extra")
-# GPU speed options added after runs were recorded: at their defaults they are left out of the
-# hash, so a run recorded before they existed keeps its identity (they change no CPU run).
+# Speed and memory options added after runs were recorded: at their defaults they are left out
+# of the hash, so a run recorded before they existed keeps its identity (they change no CPU run).
 SPEED_DEFAULTS = {
     "prefetch": "auto",
     "fused_optimizer": "auto",
     "compile": "off",
     "length_bucket": 0,
+    "low_memory": False,
 }
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 
