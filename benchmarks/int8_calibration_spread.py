@@ -1,0 +1,168 @@
+"""How much of int8's STS is the engine, and how much the calibration draw (issue 46 item 3)?
+
+dclr's static int8 (`dclr.models.static_int8`) and sentence-transformers' OpenVINO static int8
+(`export_static_quantized_openvino_model`, NNCF) are each calibrated on the same K seeded draws of
+--calibration-n distinct STS-B train sentences (train: never scored), and each quantised model is
+scored on the 7 STS test tasks (all 26,798 sentences). Paired by draw: the mean ± std of each
+engine's average, the paired difference (OpenVINO - dclr) with its 95 % t-interval, and dclr fp32
+once for reference. The default calibration of `--precision int8` (32 built-in sentences) is
+scored beside them. Run it in the OpenVINO venv (benchmarks/README.md), dclr from the checkout:
+
+    PYTHONPATH=src ~/venvs/openvino/bin/python benchmarks/int8_calibration_spread.py \\
+        --data-dir ../shared/data --draws 5
+
+Writes benchmarks/results/int8_calibration_spread@<hardware_key>.{json,md}. Without the OpenVINO
+venv only dclr's rows are measured (the peer is reported as skipped, with the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from int8_encode import BATCH, MODEL, RESULTS, calibration_draw, st_openvino_int8
+from scipy import stats
+
+from dclr.data.paths import resolve_data_dir
+from dclr.evaluation.sts import StsEvaluator
+from dclr.models.cpu_kind import cpu_model, hardware_key
+from dclr.models.precision import load_inference_encoder
+from dclr.models.static_int8 import quantize_static
+
+
+def dclr_encoder(texts: list[str] | None):  # noqa: ANN201 - an encode function
+    """dclr fp32 (texts None), or its static int8 calibrated on `texts` (packed, as served)."""
+    if texts is None:
+        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True)
+    else:  # what quantize_int8(engine="static") does, with these texts (on plain nn.Linear: the
+        # fp32 oneDNN kernel's packed layers are not nn.Linear, and nothing would be quantised)
+        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
+        swapped = quantize_static(encoder.eval(), texts)
+        if swapped == 0:
+            raise RuntimeError("no linear layer was quantised")
+        encoder.precision = "int8"
+    return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, float]:
+    """Mean and 95 % t-interval of b - a, paired by position."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    mean = statistics.fmean(d)
+    if len(d) < 2:
+        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": len(d)}
+    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / len(d) ** 0.5
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": len(d)}
+
+
+def spread(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data")
+    )
+    parser.add_argument("--draws", type=int, default=5)
+    parser.add_argument("--calibration-n", type=int, default=300)
+    parser.add_argument("--out", default=str(RESULTS / f"int8_calibration_spread@{hardware_key()}"))
+    args = parser.parse_args()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    evaluator = StsEvaluator(resolve_data_dir(args.data_dir), mode="test", geometry=False)
+
+    def score(encode) -> dict[str, float]:  # noqa: ANN001
+        result = evaluator(encode)
+        return {t: float(result[t]) for t in (*evaluator.tasks, "avg")}  # type: ignore[misc]
+
+    tic = time.perf_counter()
+    fp32 = score(dclr_encoder(None))
+    builtin = score(dclr_encoder_default())
+    rows: list[dict] = []
+    skipped = None
+    for seed in range(args.draws):
+        texts = calibration_draw(args.data_dir, args.calibration_n, seed)
+        row = {"seed": seed, "dclr_int8": score(dclr_encoder(texts))}
+        if skipped is None:
+            try:
+                with tempfile.TemporaryDirectory(prefix="dclr-ov-") as work:
+                    row["st_openvino_int8"] = score(st_openvino_int8(Path(work), texts))
+            except ImportError as err:
+                skipped = f"{type(err).__name__}: {err}"[:400]
+        rows.append(row)
+        print(seed, {k: v["avg"] for k, v in row.items() if isinstance(v, dict)}, flush=True)
+    report = {
+        "hardware_key": hardware_key(),
+        "cpu_model": cpu_model(),
+        "load_start": load_start,
+        "load_end": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.perf_counter() - tic, 1),
+        "calibration_n": args.calibration_n,
+        "dclr_fp32": fp32,
+        "dclr_int8_builtin_calibration": builtin,
+        "draws": rows,
+        "peer_skipped": skipped,
+        "command": " ".join(["python", *sys.argv]),
+    }
+    ours = [r["dclr_int8"]["avg"] for r in rows]
+    if skipped is None:
+        peer = [r["st_openvino_int8"]["avg"] for r in rows]
+        report["openvino_minus_dclr"] = paired(ours, peer)
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+
+
+def dclr_encoder_default():  # noqa: ANN201 - an encode function
+    """`--precision int8` as shipped: calibrated on its 32 built-in sentences."""
+    encoder = load_inference_encoder(MODEL, "mean", "int8", packing=True)
+    return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
+
+
+def markdown(report: dict) -> str:
+    rows = report["draws"]
+    peer = report["peer_skipped"] is None
+    lines = [
+        f"# int8 STS test average by calibration draw ({report['hardware_key']})",
+        "",
+        f"{report['cpu_model']}; load average {report['load_start']} at start, "
+        f"{report['load_end']} at end; {report['calibration_n']} distinct STS-B train sentences "
+        f"per draw; `{report['command']}`.",
+        "",
+        f"dclr fp32: **{report['dclr_fp32']['avg']:.2f}**; dclr int8 with its built-in "
+        f"calibration (32 sentences): {report['dclr_int8_builtin_calibration']['avg']:.2f}.",
+        "",
+        "| draw (seed) | dclr static int8 | ST OpenVINO static int8 |",
+        "|---|---:|---:|",
+    ]
+    for r in rows:
+        other = f"{r['st_openvino_int8']['avg']:.2f}" if peer else "–"
+        lines.append(f"| {r['seed']} | {r['dclr_int8']['avg']:.2f} | {other} |")
+    ours = [r["dclr_int8"]["avg"] for r in rows]
+    if peer:
+        theirs = [r["st_openvino_int8"]["avg"] for r in rows]
+        d = report["openvino_minus_dclr"]
+        lines += [
+            f"| mean ± std | {spread(ours)} | {spread(theirs)} |",
+            "",
+            f"OpenVINO - dclr, paired by draw: **{d['mean']:+.2f}** "
+            f"(95 % CI {d['low']:+.2f} to {d['high']:+.2f}, n = {d['n']}).",
+        ]
+    else:
+        lines += [
+            f"| mean ± std | {spread(ours)} | |",
+            "",
+            f"peer skipped: {report['peer_skipped']}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
