@@ -188,3 +188,42 @@ def test_two_threads_encoding_at_once_get_their_own_vectors(tiny_model_dir):
         assert len(results[i]) == 20
         for got in results[i]:
             np.testing.assert_allclose(got, alone[i], rtol=0, atol=1e-6)
+
+
+def test_bias_shift_is_the_mean_output_error_and_correcting_it_removes_it(monkeypatch):
+    """`bias_shifts` against a hand computation on one layer (mean over tokens of fp32 output
+    minus int8 output), and a layer whose bias took the shift has no mean error left."""
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 16)
+    tokens = torch.randn(40, 32) + 0.3  # an offset input: rounding errors do not average out
+    lo, hi = float(tokens.min()), float(tokens.max())
+    expected = (linear(tokens) - _reference(linear, tokens, lo, hi)).mean(0)
+
+    class OneLayer:  # what each_linear_input gives bias_shifts: each sentence's input, one by one
+        backbone = nn.Sequential(linear)
+
+    def feed(encoder, sentences, observe):
+        for chunk in tokens.split(8):
+            observe("0", linear, chunk)
+
+    monkeypatch.setattr(static_int8, "each_linear_input", feed)
+    shift = static_int8.bias_shifts(OneLayer(), ["x"], {linear: (lo, hi)})[linear]
+    torch.testing.assert_close(shift, expected, atol=1e-5, rtol=1e-4)
+    assert shift.abs().max() > 1e-4  # there was a shift to remove
+    corrected = StaticQLinear(linear, SharedQuantizer(lo, hi))
+    corrected.bias = corrected.bias + shift
+    residual = (linear(tokens) - corrected(tokens)).mean(0)
+    assert residual.abs().max() < shift.abs().max() / 100
+
+
+def test_bias_correction_changes_only_the_biases(tiny_model_dir):
+    plain = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    fixed = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    assert quantize_static(plain, SAMPLE_SENTENCES) == quantize_static(
+        fixed, SAMPLE_SENTENCES, bias_correction=True
+    )
+    a, b = plain.backbone.state_dict(), fixed.backbone.state_dict()
+    differ = {k for k in a if not torch.equal(a[k], b[k])}
+    assert differ and all(k.endswith(".bias") for k in differ)
+    plain.precision = fixed.precision = "int8"
+    assert model_fingerprint(plain) != model_fingerprint(fixed)  # an index knows which

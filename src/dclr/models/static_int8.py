@@ -164,15 +164,51 @@ def _feed_forward_pairs(backbone: nn.Module) -> dict[nn.Module, nn.Linear]:
 
 
 @torch.no_grad()
+def bias_shifts(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    input_range: dict[nn.Linear, tuple[float, float]],
+) -> dict[nn.Module, torch.Tensor]:
+    """{linear: the mean over every calibration token of its fp32 output minus its int8 output},
+    each layer fed the fp32 model's own input (empirical bias correction, as NNCF's "fast bias
+    correction"; Nagel et al. 2019, "Data-Free Quantization", section 4.2): added to the int8
+    layer's bias, it removes the mean shift that rounding its weights and input adds to each
+    output channel. Pre-activation: a layer with GELU fused is compared before the GELU."""
+    probes: dict[nn.Module, StaticQLinear] = {
+        m: StaticQLinear(m, SharedQuantizer(*r)) for m, r in input_range.items()
+    }
+    sums: dict[nn.Module, torch.Tensor] = {}
+    tokens: dict[nn.Module, int] = {}
+
+    def record(_: str, linear: nn.Module, x: torch.Tensor) -> None:
+        probe = probes.get(linear)
+        if probe is None:
+            return
+        rows = x.reshape(-1, x.shape[-1])
+        assert isinstance(linear, nn.Linear)
+        fp32 = nn.functional.linear(rows, linear.weight, linear.bias)  # linear() reruns this hook
+        diff = (fp32 - probe(rows)).sum(0, dtype=torch.float64)
+        sums[linear] = sums[linear] + diff if linear in sums else diff
+        tokens[linear] = tokens.get(linear, 0) + rows.shape[0]
+
+    each_linear_input(encoder, sentences, record)
+    return {m: (sums[m] / tokens[m]).float() for m in sums}
+
+
+@torch.no_grad()
 def quantize_static(
-    encoder: SentenceEncoder, sentences: Sequence[str], estimator: str = "mean_minmax"
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    estimator: str = "mean_minmax",
+    bias_correction: bool = False,
 ) -> int:
     """In place: every `nn.Linear` of an fp32, eval-mode encoder's backbone -> `StaticQLinear`,
-    calibrated on `sentences`. Returns how many layers were swapped."""
+    calibrated on `sentences` (with `bias_correction`, each layer's bias also takes its
+    `bias_shifts`). Returns how many layers were swapped."""
     ranges = input_ranges(encoder, sentences, estimator)
     pairs = _feed_forward_pairs(encoder.backbone)
-    shared: dict[int, SharedQuantizer] = {}  # by parent: query, key and value share their input
-    swapped = 0
+    # (parent, name, linear, input range, gelu, shared): what is swapped, decided before it is
+    plan: list[tuple[nn.Module, str, nn.Linear, tuple[float, float], bool, bool]] = []
     for parent in list(encoder.backbone.modules()):
         act = getattr(parent, "intermediate_act_fn", None)
         children = dict(parent.named_children())
@@ -181,15 +217,23 @@ def quantize_static(
             if not isinstance(child, nn.Linear) or child not in ranges:
                 continue
             gelu = name == "dense" and act is not None and exact_gelu(act)
-            if name in QKV and len(qkv) == len(QKV):  # one input: one quantised copy
-                lo, hi = min(r[0] for r in qkv), max(r[1] for r in qkv)
-                quantizer = shared.setdefault(id(parent), SharedQuantizer(lo, hi, len(QKV)))
-            else:
-                quantizer = SharedQuantizer(*ranges[child])
-            second = pairs.get(child)
-            out_range = ranges[second] if second is not None and gelu else None
-            setattr(parent, name, StaticQLinear(child, quantizer, gelu, out_range))
-            if gelu:
-                parent.intermediate_act_fn = nn.Identity()
-            swapped += 1
-    return swapped
+            shared = name in QKV and len(qkv) == len(QKV)  # one input: one quantised copy
+            lo_hi = (min(r[0] for r in qkv), max(r[1] for r in qkv)) if shared else ranges[child]
+            plan.append((parent, name, child, lo_hi, gelu, shared))
+    shifts = bias_shifts(encoder, sentences, {p[2]: p[3] for p in plan}) if bias_correction else {}
+    quantizers: dict[int, SharedQuantizer] = {}  # by parent: query, key and value share one
+    for parent, name, child, lo_hi, gelu, shared in plan:
+        if shared:
+            quantizer = quantizers.setdefault(id(parent), SharedQuantizer(*lo_hi, len(QKV)))
+        else:
+            quantizer = SharedQuantizer(*lo_hi)
+        second = pairs.get(child)
+        out_range = ranges[second] if second is not None and gelu else None
+        layer = StaticQLinear(child, quantizer, gelu, out_range)
+        if child in shifts:
+            bias = layer.bias if isinstance(layer.bias, torch.Tensor) else 0.0
+            layer.bias = bias + shifts[child]
+        setattr(parent, name, layer)
+        if gelu:
+            parent.intermediate_act_fn = nn.Identity()
+    return len(plan)
