@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
+from helpers import TINY_SEED, tiny_bert
+from transformers import AutoTokenizer
 
 from dclr.data.paths import ENV_VAR
 from dclr.models.encoder import SentenceEncoder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TINY_SEED = 0  # every tiny encoder starts from the same weights
-TINY_INIT_RANGE = 0.2
 
 
 @pytest.fixture(scope="session")
@@ -38,23 +37,6 @@ def minilm_path() -> Path:
 def tokenizer(minilm_path: Path) -> object:
     """MiniLM's uncased BERT WordPiece tokenizer (only its vocabulary; no weights are used)."""
     return AutoTokenizer.from_pretrained(minilm_path)
-
-
-def tiny_bert(vocab_size: int, seed: int = TINY_SEED) -> BertModel:
-    """A 2-layer, 32-wide BERT with seeded random weights, in eval mode."""
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,  # deliberately not a multiple of the width
-        # BERT's default init (0.02) leaves every [CLS] vector within ~1e-5 cosine of the others,
-        # where float32 rounding reorders pairs; a wider init spreads the similarities out.
-        initializer_range=TINY_INIT_RANGE,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return BertModel(config).eval()
 
 
 TinyEncoderFactory = Callable[..., SentenceEncoder]

@@ -117,7 +117,7 @@ def test_minilm_round_trip_through_sentence_transformers(minilm_path, data_dir, 
 def test_eval_pooler_pools_differently_in_training_and_evaluation(tmp_path, tokenizer):
     # ConSERT: average of the last layer in training (consert.txt l.68), of the last two at
     # evaluation (l.79); the exported model is the evaluation one.
-    from conftest import tiny_bert
+    from helpers import tiny_bert
 
     backbone = tiny_bert(len(tokenizer))
     for module in backbone.modules():  # no dropout: train and eval mode differ only by pooler
