@@ -18,8 +18,8 @@ from transformers.activations import GELUActivation
 from dclr.errors import ConfigError
 from dclr.indexing.fingerprint import model_fingerprint
 from dclr.models import onednn, onednn_env
-from dclr.models.onednn import PackedLinear, choose_kernel, pack_linears
-from dclr.models.precision import load_inference_encoder
+from dclr.models.onednn import PackedLinear, choose_kernel, pack_linears, unpack_linears
+from dclr.models.precision import load_inference_encoder, quantize_int8
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN")
 
@@ -89,6 +89,36 @@ def test_an_encoder_on_onednn_refuses_training(tiny_model_dir):
 def test_int8_keeps_its_own_kernels(tiny_model_dir):
     encoder = load_inference_encoder(tiny_model_dir, "mean", "int8", linear_kernel="onednn")
     assert encoder.precision == "int8" and encoder.linear_kernel == "aten"
+
+
+def test_unpack_linears_gives_back_the_same_linears_and_gelu():
+    torch.manual_seed(0)
+    block = nn.Module()
+    block.dense = nn.Linear(8, 8)
+    block.intermediate_act_fn = GELUActivation()
+    root = nn.Sequential(block, nn.Linear(8, 6, bias=False))
+    x = torch.randn(5, 8)
+    before = root[1](block.intermediate_act_fn(block.dense(x)))
+    weights = {k: v.clone() for k, v in root.state_dict().items()}
+    assert pack_linears(root) == 2 and unpack_linears(root) == 2
+    assert isinstance(block.dense, nn.Linear) and isinstance(root[1], nn.Linear)
+    assert isinstance(block.intermediate_act_fn, nn.GELU)  # the erf GELU it had fused
+    assert all(torch.equal(weights[k], v) for k, v in root.state_dict().items())
+    torch.testing.assert_close(root[1](block.intermediate_act_fn(block.dense(x))), before)
+
+
+@pytest.mark.parametrize("engine", ["static", "dynamic"])
+def test_quantize_int8_of_an_encoder_on_onednn_is_the_int8_encoder(tiny_model_dir, engine):
+    """An fp32 CPU encoder from load_inference_encoder runs on oneDNN's packed layers, which are
+    not nn.Linear: quantize_int8 marked it int8 and quantised nothing (its vectors stayed fp32)."""
+    packed = load_inference_encoder(tiny_model_dir, "mean", linear_kernel="onednn")
+    plain = load_inference_encoder(tiny_model_dir, "mean", linear_kernel="aten")
+    quantize_int8(packed, engine=engine)
+    quantize_int8(plain, engine=engine)
+    assert packed.linear_kernel == "aten"
+    assert not any(isinstance(m, PackedLinear | nn.Linear) for m in packed.backbone.modules())
+    assert model_fingerprint(packed) == model_fingerprint(plain)
+    assert np.array_equal(packed.encode(SENTENCES), plain.encode(SENTENCES))
 
 
 def test_the_kernel_choice(monkeypatch):

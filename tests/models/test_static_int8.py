@@ -227,3 +227,10 @@ def test_bias_correction_changes_only_the_biases(tiny_model_dir):
     assert differ and all(k.endswith(".bias") for k in differ)
     plain.precision = fixed.precision = "int8"
     assert model_fingerprint(plain) != model_fingerprint(fixed)  # an index knows which
+
+
+def test_quantize_static_refuses_a_backbone_with_nothing_to_quantise(tiny_model_dir):
+    """On oneDNN's packed fp32 layers it swapped nothing and the encoder stayed fp32, silently."""
+    packed = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="onednn")
+    with pytest.raises(ValueError, match="no nn.Linear layer to quantise"):
+        quantize_static(packed, SAMPLE_SENTENCES)

@@ -105,6 +105,28 @@ def pack_linears(module: nn.Module) -> int:
     return swapped
 
 
+def unpack_linears(module: nn.Module) -> int:
+    """In place: every `PackedLinear` under `module` back to `nn.Linear` with the same weights (its
+    fused GELU back as the block's `intermediate_act_fn`), the inverse of `pack_linears`, for
+    what rewrites `nn.Linear` layers (int8 quantisation). Returns how many layers were swapped."""
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, PackedLinear):
+                continue
+            linear = nn.Linear(child.in_features, child.out_features, child.bias is not None)
+            linear.requires_grad_(False)
+            with torch.no_grad():
+                linear.weight.copy_(child._packed.to_dense())
+                if child.bias is not None:
+                    linear.bias.copy_(child.bias)
+            setattr(parent, name, linear)
+            if child.activation == "gelu":
+                parent.intermediate_act_fn = nn.GELU()  # the erf GELU it had fused
+            swapped += 1
+    return swapped
+
+
 def choose_kernel(requested: str | None = None) -> str:
     """'onednn' or 'aten': `requested`, else $DCLR_LINEAR_KERNEL, else 'auto': the kernel measured
     fastest on this CPU kind (`dclr.models.cpu_kind.cpu_policy`), oneDNN only when this build has

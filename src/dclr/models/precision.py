@@ -40,7 +40,7 @@ from dclr.errors import ConfigError
 from dclr.models import static_int8
 from dclr.models.cpu_kind import cpu_policy
 from dclr.models.encoder import SentenceEncoder
-from dclr.models.onednn import choose_kernel, use_onednn
+from dclr.models.onednn import choose_kernel, unpack_linears, use_onednn
 from dclr.models.precision_names import PRECISIONS, Precision
 from dclr.models.smoothing import CALIBRATION_SENTENCES, smooth_linears
 
@@ -80,6 +80,9 @@ def quantize_int8(encoder: SentenceEncoder, engine: str = "auto") -> SentenceEnc
     if encoder.mlp_head is not None:
         raise ConfigError("int8 is for inference: export the model first (the MLP head is dropped)")
     encoder.eval()
+    if encoder.linear_kernel == "onednn":  # packed fp32 layers are not nn.Linear: unpack first
+        unpack_linears(encoder.backbone)
+        encoder.linear_kernel = "aten"
     if engine == "static":  # calibrated ranges on oneDNN's int8 kernels (module docstring)
         static_int8.quantize_static(encoder, CALIBRATION_SENTENCES)
         encoder.precision = "int8"

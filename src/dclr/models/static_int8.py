@@ -220,6 +220,8 @@ def quantize_static(
             shared = name in QKV and len(qkv) == len(QKV)  # one input: one quantised copy
             lo_hi = (min(r[0] for r in qkv), max(r[1] for r in qkv)) if shared else ranges[child]
             plan.append((parent, name, child, lo_hi, gelu, shared))
+    if not plan:  # e.g. layers already swapped (oneDNN's packed fp32: onednn.unpack_linears)
+        raise ValueError("quantize_static: the backbone has no nn.Linear layer to quantise")
     shifts = bias_shifts(encoder, sentences, {p[2]: p[3] for p in plan}) if bias_correction else {}
     quantizers: dict[int, SharedQuantizer] = {}  # by parent: query, key and value share one
     for parent, name, child, lo_hi, gelu, shared in plan:
