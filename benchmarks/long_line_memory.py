@@ -50,38 +50,21 @@ def write_corpora(data_dir: Path, folder: Path) -> dict[str, Path]:
 
 
 def commands(corpus: Path, out: Path) -> dict[str, list[str]]:
-    train = ["dclr", "train", str(RECIPE), "--set", f"data.corpus={corpus}", "--max-steps", "15"]
-    train += ["--no-eval", "--overwrite"]
+    def train(*sets: str) -> list[str]:
+        """The quickstart recipe for 15 steps on `corpus`, no evaluation, with `--set`s."""
+        words = ["dclr", "train", str(RECIPE), "--set", f"data.corpus={corpus}", "--max-steps"]
+        words += ["15", "--no-eval", "--overwrite", "-o", str(out / "run")]
+        return words + [w for s in sets for w in ("--set", s)]
+
+    lean = "optimisation.low_memory=true"
     return {
         "encode": ["dclr", "encode", MODEL, str(corpus), str(out / "v.npy")],
         "encode-bulk": ["dclr", "encode-bulk", MODEL, str(corpus), str(out / "shards")],
         "audit": ["dclr", "audit", str(corpus), "--json", str(out / "audit.json")],
-        "train": [*train, "-o", str(out / "run")],
-        "train, grad_cache_chunk=16": [
-            *train,
-            "--set",
-            "grad_cache_chunk=16",
-            "-o",
-            str(out / "run-chunked"),
-        ],  # fmt: skip
-        "train, grad_cache_chunk=16, low_memory": [
-            *train,
-            "--set",
-            "grad_cache_chunk=16",
-            "--set",
-            "optimisation.low_memory=true",
-            "-o",
-            str(out / "run-lean"),
-        ],  # fmt: skip
-        "train, grad_cache_chunk=8, low_memory": [
-            *train,
-            "--set",
-            "grad_cache_chunk=8",
-            "--set",
-            "optimisation.low_memory=true",
-            "-o",
-            str(out / "run-lean8"),
-        ],  # fmt: skip
+        "train": train(),
+        "train, grad_cache_chunk=16": train("grad_cache_chunk=16"),
+        "train, grad_cache_chunk=16, low_memory": train("grad_cache_chunk=16", lean),
+        "train, grad_cache_chunk=8, low_memory": train("grad_cache_chunk=8", lean),
     }
 
 
