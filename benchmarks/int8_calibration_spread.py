@@ -4,9 +4,11 @@ dclr's static int8 (`dclr.models.static_int8`) and sentence-transformers' OpenVI
 (`export_static_quantized_openvino_model`, NNCF) are each calibrated on the same K seeded draws of
 --calibration-n distinct STS-B train sentences (train: never scored), and each quantised model is
 scored on the 7 STS test tasks (all 26,798 sentences). Paired by draw: the mean ± std of each
-engine's average, the paired difference (OpenVINO - dclr) with its 95 % t-interval, and dclr fp32
-once for reference. The default calibration of `--precision int8` (32 built-in sentences) is
-scored beside them. Run it in the OpenVINO venv (benchmarks/README.md), dclr from the checkout:
+engine's average, the paired differences with their 95 % t-intervals, and dclr fp32 once for
+reference. dclr's rows: its static int8 as shipped (SmoothQuant, then calibrated ranges) and two
+ablations, without SmoothQuant (the engine before it) and with bias correction added
+(`static_int8.bias_shifts`). The default calibration of `--precision int8` (32 built-in
+sentences) is scored beside them. Run it in the OpenVINO venv (benchmarks/README.md), dclr from the checkout:
 
     PYTHONPATH=src ~/venvs/openvino/bin/python benchmarks/int8_calibration_spread.py \\
         --data-dir ../shared/data --draws 5
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from int8_encode import BATCH, MODEL, RESULTS, calibration_draw, st_openvino_int8
 from scipy import stats
@@ -35,15 +38,23 @@ from dclr.models.cpu_kind import cpu_model, hardware_key
 from dclr.models.precision import load_inference_encoder
 from dclr.models.static_int8 import quantize_static
 
+# dclr's static int8 rows: (key, column title, quantize_static options)
+VARIANTS = (
+    ("dclr_int8", "dclr static int8", {}),
+    ("dclr_int8_unsmoothed", "without SmoothQuant", {"smooth_alpha": None}),
+    ("dclr_int8_bias_corrected", "with bias correction", {"bias_correction": True}),
+)
+SHIPPED = VARIANTS[0][0]
 
-def dclr_encoder(texts: list[str] | None, bias_correction: bool = False):  # noqa: ANN201
+
+def dclr_encoder(texts: list[str] | None, **options: Any):  # noqa: ANN201
     """dclr fp32 (texts None), or its static int8 calibrated on `texts` (packed, as served),
-    optionally with bias correction (`static_int8.bias_shifts`)."""
+    with `quantize_static`'s `options`."""
     if texts is None:
         encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True)
     else:  # what quantize_int8(engine="static") does, with these texts
         encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
-        quantize_static(encoder.eval(), texts, bias_correction=bias_correction)
+        quantize_static(encoder.eval(), texts, **options)
         encoder.precision = "int8"
     return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
 
@@ -86,11 +97,9 @@ def main() -> None:
     skipped = None
     for seed in range(args.draws):
         texts = calibration_draw(args.data_dir, args.calibration_n, seed)
-        row = {
-            "seed": seed,
-            "dclr_int8": score(dclr_encoder(texts)),
-            "dclr_int8_bias_corrected": score(dclr_encoder(texts, bias_correction=True)),
-        }
+        row: dict[str, Any] = {"seed": seed}
+        for key, _, options in VARIANTS:
+            row[key] = score(dclr_encoder(texts, **options))
         if skipped is None:
             try:
                 with tempfile.TemporaryDirectory(prefix="dclr-ov-") as work:
@@ -112,13 +121,7 @@ def main() -> None:
         "peer_skipped": skipped,
         "command": " ".join(["python", *sys.argv]),
     }
-    ours = [r["dclr_int8"]["avg"] for r in rows]
-    corrected = [r["dclr_int8_bias_corrected"]["avg"] for r in rows]
-    report["bias_corrected_minus_dclr"] = paired(ours, corrected)
-    if skipped is None:
-        peer = [r["st_openvino_int8"]["avg"] for r in rows]
-        report["openvino_minus_dclr"] = paired(ours, peer)
-        report["openvino_minus_bias_corrected"] = paired(corrected, peer)
+    report["differences"] = differences(rows, skipped is None)
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(report))
@@ -126,14 +129,30 @@ def main() -> None:
 
 
 def dclr_encoder_default():  # noqa: ANN201 - an encode function
-    """`--precision int8` as shipped: calibrated on its 32 built-in sentences."""
+    """`--precision int8` as shipped: smoothed and calibrated on its 32 built-in sentences."""
     encoder = load_inference_encoder(MODEL, "mean", "int8", packing=True)
     return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
+
+
+def differences(rows: list[dict], peer: bool) -> dict[str, dict[str, float]]:
+    """Paired by draw: each ablation - the shipped engine, and the peer - each dclr row."""
+
+    def avg(key: str) -> list[float]:
+        return [r[key]["avg"] for r in rows]
+
+    out = {f"{key} - {SHIPPED}": paired(avg(SHIPPED), avg(key)) for key, *_ in VARIANTS[1:]}
+    if peer:
+        for key, *_ in VARIANTS:
+            out[f"st_openvino_int8 - {key}"] = paired(avg(key), avg("st_openvino_int8"))
+    return out
 
 
 def markdown(report: dict) -> str:
     rows = report["draws"]
     peer = report["peer_skipped"] is None
+    columns = [(key, title) for key, title, _ in VARIANTS]
+    if peer:
+        columns.append(("st_openvino_int8", "ST OpenVINO static int8"))
     lines = [
         f"# int8 STS test average by calibration draw ({report['hardware_key']})",
         "",
@@ -141,32 +160,19 @@ def markdown(report: dict) -> str:
         f"{report['load_end']} at end; {report['calibration_n']} distinct STS-B train sentences "
         f"per draw; `{report['command']}`.",
         "",
-        f"dclr fp32: **{report['dclr_fp32']['avg']:.2f}**; dclr int8 with its built-in "
+        f"dclr fp32: **{report['dclr_fp32']['avg']:.2f}**; dclr int8 as shipped with its built-in "
         f"calibration (32 sentences): {report['dclr_int8_builtin_calibration']['avg']:.2f}.",
         "",
-        "| draw (seed) | dclr static int8 | the same, bias-corrected | ST OpenVINO static int8 |",
-        "|---|---:|---:|---:|",
+        "| draw (seed) | " + " | ".join(title for _, title in columns) + " |",
+        "|---|" + "---:|" * len(columns),
     ]
     for r in rows:
-        other = f"{r['st_openvino_int8']['avg']:.2f}" if peer else "–"
-        lines.append(
-            f"| {r['seed']} | {r['dclr_int8']['avg']:.2f} | "
-            f"{r['dclr_int8_bias_corrected']['avg']:.2f} | {other} |"
-        )
-    ours = [r["dclr_int8"]["avg"] for r in rows]
-    corrected = [r["dclr_int8_bias_corrected"]["avg"] for r in rows]
-    differences = [("bias-corrected - dclr", report["bias_corrected_minus_dclr"])]
-    if peer:
-        theirs = [r["st_openvino_int8"]["avg"] for r in rows]
-        lines.append(f"| mean ± std | {spread(ours)} | {spread(corrected)} | {spread(theirs)} |")
-        differences += [
-            ("OpenVINO - dclr", report["openvino_minus_dclr"]),
-            ("OpenVINO - bias-corrected", report["openvino_minus_bias_corrected"]),
-        ]
-    else:
-        lines.append(f"| mean ± std | {spread(ours)} | {spread(corrected)} | |")
+        cells = [f"{r[key]['avg']:.2f}" for key, _ in columns]
+        lines.append(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    cells = [spread([r[key]["avg"] for r in rows]) for key, _ in columns]
+    lines.append("| mean ± std | " + " | ".join(cells) + " |")
     lines += ["", "Paired by draw (95 % t-interval):", ""]
-    for name, d in differences:
+    for name, d in report["differences"].items():
         lines.append(
             f"- {name}: **{d['mean']:+.2f}** ({d['low']:+.2f} to {d['high']:+.2f}, n = {d['n']})"
         )

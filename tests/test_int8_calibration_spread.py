@@ -23,3 +23,27 @@ def test_draws_are_distinct_seeded_train_sentences(data_dir):
     first, again, other = (spread.calibration_draw(str(data_dir), 50, s) for s in (0, 0, 1))
     assert first == again and first != other
     assert len(set(first)) == 50
+
+
+def test_the_report_pairs_every_row_by_draw_and_names_each_difference():
+    def row(seed: int, ours: float, peer: float) -> dict:
+        cells = {key: {"avg": ours + i * 0.1} for i, (key, *_) in enumerate(spread.VARIANTS)}
+        return {"seed": seed, **cells, "st_openvino_int8": {"avg": peer}}
+
+    rows = [row(0, 78.0, 78.5), row(1, 79.0, 79.25)]
+    found = spread.differences(rows, peer=True)
+    shipped = spread.SHIPPED
+    assert found[f"dclr_int8_unsmoothed - {shipped}"]["mean"] == pytest.approx(0.1)
+    assert found[f"st_openvino_int8 - {shipped}"]["mean"] == pytest.approx((0.5 + 0.25) / 2)
+    report = {
+        "hardware_key": "K", "cpu_model": "M", "load_start": [1.0], "load_end": [1.0],
+        "calibration_n": 300, "command": "python x", "dclr_fp32": {"avg": 78.87},
+        "dclr_int8_builtin_calibration": {"avg": 78.9}, "draws": rows, "peer_skipped": None,
+        "differences": found,
+    }  # fmt: skip
+    text = spread.markdown(report)
+    assert "| 0 | 78.00 | 78.10 | 78.20 | 78.50 |" in text
+    assert "- st_openvino_int8 - dclr_int8: **+0.38**" in text
+    without_peer = {**report, "peer_skipped": "ImportError: x"}
+    without_peer["differences"] = spread.differences(rows, peer=False)
+    assert "ST OpenVINO" not in spread.markdown(without_peer).split("peer skipped")[0]

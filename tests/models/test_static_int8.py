@@ -15,6 +15,7 @@ from dclr.errors import ConfigError
 from dclr.indexing.fingerprint import model_fingerprint
 from dclr.models import static_int8
 from dclr.models.precision import load_inference_encoder, quantize_int8
+from dclr.models.smoothing import smoothing_factors
 from dclr.models.static_int8 import (
     SharedQuantizer,
     StaticQLinear,
@@ -234,3 +235,96 @@ def test_quantize_static_refuses_a_backbone_with_nothing_to_quantise(tiny_model_
     packed = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="onednn")
     with pytest.raises(ValueError, match="no nn.Linear layer to quantise"):
         quantize_static(packed, SAMPLE_SENTENCES)
+
+
+def test_smoothing_factors_follow_the_formula_and_nncfs_clipping():
+    act = torch.tensor([28.0, 1.8, 0.0, 4.0])
+    weight = torch.tensor([0.5, 0.2, 0.3, 0.0])
+    floor = 1e-5  # smoothing.MIN_STAT: a statistic never seen non-zero
+    expected = [
+        max(a, floor) ** 0.95 / max(w, floor) ** 0.05
+        for a, w in zip(act.tolist(), weight.tolist(), strict=True)
+    ]
+    s = smoothing_factors(act, weight, 0.95)
+    torch.testing.assert_close(s, torch.tensor(expected))
+    low = float(np.quantile(expected, 0.5))  # torch.quantile and numpy both interpolate linearly
+    clipped = smoothing_factors(act, weight, 0.95, floor_quantile=0.5, ceiling=20.0)
+    torch.testing.assert_close(clipped, torch.tensor([min(max(e, low), 20.0) for e in expected]))
+
+
+def test_a_channel_factor_in_the_quantiser_divides_that_channel_first():
+    x = torch.tensor([[3.3, -0.7, 0.21], [-6.1, 0.9, 0.05]])  # none at a step's edge
+    s = torch.tensor([4.0, 1.0, 0.5])
+    scale, zero = affine(-2.0, 2.0)
+    expected = quantize_uint8(x / s, scale, zero)  # the formula: round((x / s) / scale) + zero
+    assert torch.equal(quantize_uint8(x, scale, zero, 1.0 / (s * scale)), expected)
+    # s = 1 everywhere is the plain quantiser, to the bit
+    plain = SharedQuantizer(-2.0, 2.0)
+    ones = SharedQuantizer(-2.0, 2.0, smooth=torch.ones(3))
+    assert torch.equal(plain(x), ones(x))
+
+
+@torch.no_grad()
+def test_a_smoothed_layer_computes_the_same_function_with_less_error_on_an_outlier_channel():
+    """y = (x / s)(W diag(s))^T + b is the layer itself; rounded, it keeps the small channels."""
+    torch.manual_seed(2)
+    linear = nn.Linear(16, 8)
+    x = torch.randn(64, 16) * 0.5
+    x[:, 3] *= 40.0  # one outlier channel, as MiniLM's
+    s = smoothing_factors(x.abs().amax(0), linear.weight.abs().amax(0), 0.95)
+    lo, hi = float(x.min()), float(x.max())
+    plain = StaticQLinear(linear, SharedQuantizer(lo, hi))
+    smoothed_x = x / s
+    smoothed = StaticQLinear(
+        linear, SharedQuantizer(float(smoothed_x.min()), float(smoothed_x.max()), smooth=s)
+    )
+    exact = linear(x)
+    scaled = nn.functional.linear(smoothed_x, linear.weight * s, linear.bias)
+    torch.testing.assert_close(scaled, exact, atol=1e-4, rtol=1e-4)
+    error = {
+        name: (layer(x) - exact).abs().mean()
+        for name, layer in (("plain", plain), ("smoothed", smoothed))
+    }
+    assert error["smoothed"] < error["plain"] / 2
+
+
+def test_query_key_and_value_share_one_smoothing_and_the_second_feed_forward_has_none(
+    tiny_model_dir,
+):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    named = dict(encoder.backbone.named_modules())
+    scales = static_int8.smoothing_scales(encoder, SAMPLE_SENTENCES)
+    layer = "encoder.layer.0."
+    q, k, v = (named[f"{layer}attention.self.{n}"] for n in ("query", "key", "value"))
+    assert torch.equal(scales[q], scales[k]) and torch.equal(scales[q], scales[v])
+    attention_out = named[f"{layer}attention.output.dense"]
+    first, second = named[f"{layer}intermediate.dense"], named[f"{layer}output.dense"]
+    assert attention_out in scales and first in scales and second not in scales
+    # the shared s uses the three weights' column maxima together
+    peak = static_int8.input_channel_max(encoder, tuple(SAMPLE_SENTENCES))
+    together = torch.stack([m.weight.detach().abs().amax(0) for m in (q, k, v)]).amax(0)
+    expected = smoothing_factors(
+        peak[f"{layer}attention.self.query"], together, static_int8.SMOOTH_ALPHA,
+        *static_int8.SMOOTH_CLIP,
+    )  # fmt: skip
+    torch.testing.assert_close(scales[q], expected)
+
+
+def test_smoothing_is_on_by_default_and_enters_the_fingerprint(tiny_model_dir):
+    fp32 = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    expected = fp32.encode(SAMPLE_SENTENCES, normalize=True)
+    plain = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    smooth = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    quantize_static(plain, SAMPLE_SENTENCES, smooth_alpha=None)
+    quantize_static(smooth, SAMPLE_SENTENCES)
+    assert not any(
+        hasattr(m, "smooth") for m in plain.backbone.modules() if isinstance(m, StaticQLinear)
+    )
+    assert any(
+        hasattr(m, "smooth") for m in smooth.backbone.modules() if isinstance(m, StaticQLinear)
+    )
+    plain.precision = smooth.precision = "int8"
+    assert model_fingerprint(plain) != model_fingerprint(smooth)
+    for encoder in (plain, smooth):
+        got = encoder.encode(SAMPLE_SENTENCES, normalize=True)
+        assert (got * expected).sum(1).min() > 0.95

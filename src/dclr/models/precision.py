@@ -6,9 +6,10 @@ in int8, float32 out. Embeddings, LayerNorm, softmax and attention's matrix prod
 Two engines; the one measured faster for this CPU kind (`dclr.models.cpu_kind`, static where
 no kind is recorded) where this PyTorch build has both:
 - static int8 on oneDNN (`dclr.models.static_int8`, x86 builds from PyPI): each layer's input
-  range is calibrated once, at load, on fixed general-English sentences, so the layers read
-  pre-quantised inputs (1.9x fp32's speed and mean cosine 0.994 to its vectors on MiniLM, where
-  dynamic int8 gave 1.4x and 0.972: docs/performance.md);
+  range is calibrated once, at load, on fixed general-English sentences, after SmoothQuant
+  scaling of the input channels, so the layers read pre-quantised inputs (about 2x fp32's speed
+  and mean cosine 0.996 to its vectors on MiniLM, where dynamic int8 gave 1.4x and 0.972:
+  docs/performance.md);
 - dynamic int8 (`torch.ao.quantization.quantize_dynamic`, fbgemm / x86 kernels) after
   SmoothQuant scaling (`dclr.models.smoothing`): each forward quantises its input per tensor at
   run time.
@@ -83,7 +84,7 @@ def quantize_int8(encoder: SentenceEncoder, engine: str = "auto") -> SentenceEnc
     if encoder.linear_kernel == "onednn":  # packed fp32 layers are not nn.Linear: unpack first
         unpack_linears(encoder.backbone)
         encoder.linear_kernel = "aten"
-    if engine == "static":  # calibrated ranges on oneDNN's int8 kernels (module docstring)
+    if engine == "static":  # smoothed, calibrated ranges on oneDNN's int8 kernels (docstring)
         static_int8.quantize_static(encoder, CALIBRATION_SENTENCES)
         encoder.precision = "int8"
         return encoder

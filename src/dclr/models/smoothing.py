@@ -83,6 +83,24 @@ class SmoothedLinear(nn.Module):
         return self.linear(x * self.inv_scale)
 
 
+def smoothing_factors(
+    act_peak: torch.Tensor,
+    weight_peak: torch.Tensor,
+    alpha: float,
+    floor_quantile: float | None = None,
+    ceiling: float | None = None,
+) -> torch.Tensor:
+    """SmoothQuant's s_j = max|x_j|^alpha / max_i|W_ij|^(1 - alpha) per input channel j (both
+    statistics floored at `MIN_STAT`); optionally clipped to [the `floor_quantile` quantile of s,
+    `ceiling`], as NNCF's SmoothQuant clips (quantile 0.1, ceiling 100)."""
+    s = act_peak.clamp_min(MIN_STAT) ** alpha / weight_peak.clamp_min(MIN_STAT) ** (1 - alpha)
+    if floor_quantile is not None:
+        s = s.clamp_min(float(torch.quantile(s, floor_quantile)))
+    if ceiling is not None:
+        s = s.clamp_max(ceiling)
+    return s
+
+
 @torch.no_grad()
 def each_linear_input(
     encoder: SentenceEncoder,
@@ -137,8 +155,7 @@ def smooth_linears(
         parent_name, _, child = name.rpartition(".")
         parent = encoder.backbone.get_submodule(parent_name) if parent_name else encoder.backbone
         linear = getattr(parent, child)
-        weight_peak = linear.weight.abs().amax(0).clamp_min(MIN_STAT)  # (in,)
-        scale = (peak.clamp_min(MIN_STAT) ** alpha) / (weight_peak ** (1 - alpha))  # (in,)
+        scale = smoothing_factors(peak, linear.weight.abs().amax(0), alpha)  # (in,)
         linear.weight.mul_(scale)  # W diag(s): column j times s_j
         setattr(parent, child, SmoothedLinear(linear, (1.0 / scale).contiguous()))
     return encoder
