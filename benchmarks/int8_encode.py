@@ -3,7 +3,8 @@ int8 backends, same model and sentences, one process, variants alternated.
 
 Variants (each one that can be built here; the others are listed with the reason):
   - dclr_fp32_packed:  SentenceEncoder.encode, packed (the fp32 reference of issue 17);
-  - dclr_int8_packed:  `--precision int8` (static int8 on oneDNN, calibrated ranges), packed;
+  - dclr_int8_packed:  `--precision int8` (static int8 on oneDNN: SmoothQuant, then calibrated
+                       ranges), packed;
   - dclr_int8_padded:  the same, length-sorted padded batches;
   - dclr_int8_dynamic_packed: the int8 engine before it (SmoothQuant-scaled dynamic int8), packed;
   - st_fp32:           SentenceTransformer(path).encode (torch);
@@ -19,7 +20,9 @@ Variants (each one that can be built here; the others are listed with the reason
                        onnxruntime, mean pooling + normalisation in numpy; needs onnx, onnxruntime.
 Timing: a seeded sample of --n-sentences distinct STS test sentences, --repeats rounds, the order
 rotated each round, median reported. Quality: the 7-task STS test table of every variant
-(`--sts test`, all 26,798 sentences; `--sts dev` for a quick look; `--sts none` to skip). Peak RSS:
+(`--sts test`, all 26,798 sentences; `--sts dev` for a quick look; `--sts none` to skip), and
+fidelity: the mean and minimum cosine of each variant's vectors of the timing sample to dclr fp32's
+(a quantised model can score above fp32 on STS by chance; this says how far it moved). Peak RSS:
 VmHWM of a fresh process that builds the variant and encodes the sample once (`--no-memory` skips).
 Writes benchmarks/results/int8_encode@<hardware_key>.{json,md} (one table per CPU kind).
 
@@ -364,6 +367,11 @@ def main() -> None:
             variants[name](sentences)
             times[name].append(time.perf_counter() - start)
     medians = {k: statistics.median(v) for k, v in times.items()}
+    reference = "dclr_fp32_packed"
+    agreement: dict[str, dict[str, float]] = {}
+    if reference in variants:  # how close each variant's vectors are to fp32's, same sentences
+        target = np.asarray(variants[reference](sentences))
+        agreement = {k: cosine_to(np.asarray(f(sentences)), target) for k, f in variants.items()}
     rate = {k: len(sentences) / v for k, v in medians.items()}
     sts: dict[str, dict[str, float]] = {}
     if args.sts != "none":
@@ -372,7 +380,6 @@ def main() -> None:
             result = evaluator(variants[name])
             sts[name] = {t: result[t] for t in (*evaluator.tasks, "avg")}  # type: ignore[misc]
     memory = {} if args.no_memory else {name: peak_rss(name, args) for name in names}
-    reference = "dclr_fp32_packed"
     result = {
         "model": resolve_model(MODEL),
         "sentences": len(sentences),
@@ -385,6 +392,7 @@ def main() -> None:
         "speedup_vs_dclr_fp32_packed": {k: rate[k] / rate[reference] for k in rate}
         if reference in rate
         else {},
+        "cosine_to_dclr_fp32": agreement,
         "sts_mode": args.sts,
         "sts": sts,
         "peak_rss_mib": memory,
@@ -404,11 +412,21 @@ def main() -> None:
     print(table)
 
 
+def cosine_to(vectors: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """Mean and minimum cosine between each row of `vectors` and the same row of `reference`."""
+    a = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    b = reference / np.linalg.norm(reference, axis=1, keepdims=True)
+    cos = (a * b).sum(1)
+    return {"mean": float(cos.mean()), "min": float(cos.min())}
+
+
 def render(result: dict, names: list[str]) -> str:
     sts = result["sts"]
     tasks = [t for t in next(iter(sts.values()), {}) if t != "avg"]
     ref = sts.get("dclr_fp32_packed")
-    head = ["variant", "sent/s", "× dclr fp32 packed", "peak RSS MiB", "STS avg", "Δ avg"]
+    agreement = result.get("cosine_to_dclr_fp32", {})
+    head = ["variant", "sent/s", "× dclr fp32 packed", "peak RSS MiB", "cos to fp32 mean / min"]
+    head += ["STS avg", "Δ avg"]
     head += [*tasks, "worst Δ task"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
@@ -417,6 +435,8 @@ def render(result: dict, names: list[str]) -> str:
         row.append(f"{speed:.2f}" if speed is not None else "—")
         mem = result["peak_rss_mib"].get(name)
         row.append(f"{mem:.0f}" if mem is not None else "—")
+        near = agreement.get(name)
+        row.append(f"{near['mean']:.4f} / {near['min']:.4f}" if near else "—")
         scores = sts.get(name)
         if scores:
             row.append(f"{scores['avg']:.2f}")

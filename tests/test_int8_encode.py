@@ -72,3 +72,19 @@ def test_quick_mode_shortens_the_run_but_a_given_value_wins():
     assert args.repeats == 3
     full = int8_encode.parse_args([])
     assert (full.n_sentences, full.repeats, full.sts, full.calibration_n) == (4000, 3, "test", 300)
+
+
+def test_fidelity_is_the_cosine_of_each_row_to_the_same_fp32_row():
+    import numpy as np
+
+    reference = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]])
+    vectors = np.array([[2.0, 0.0], [1.0, 1.0], [4.0, 3.0]])  # cosines 1, 1/sqrt(2), 24/25
+    found = int8_encode.cosine_to(vectors, reference)
+    assert found["mean"] == pytest.approx((1 + 2**-0.5 + 0.96) / 3)
+    assert found["min"] == pytest.approx(2**-0.5)
+    result = {
+        "sts": {}, "speedup_vs_dclr_fp32_packed": {"a": 1.0}, "sentences_per_s": {"a": 10.0},
+        "peak_rss_mib": {}, "cosine_to_dclr_fp32": {"a": found}, "skipped": {},
+        "sentences": 3, "repeats": 1, "sts_mode": "none", "command": "python x",
+    }  # fmt: skip
+    assert "| a | 10 | 1.00 | — | 0.8890 / 0.7071 |" in int8_encode.render(result, ["a"])
