@@ -155,7 +155,7 @@ def int8_engines(sentences: list[str]) -> dict:
 
 
 # The dynamic engine must be this much faster to be chosen: the static one is the faithful one
-# (MiniLM: mean cosine 0.994 to the fp32 vectors against 0.972, STS -0.08 against -0.44). Our
+# (MiniLM: mean cosine 0.995 to the fp32 vectors against 0.974, STS +0.06 against -0.44). Our
 # choice.
 DYNAMIC_INT8_SPEEDUP = 1.2
 

@@ -11,5 +11,5 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 PRECISION_HELP = (
     "fp32 | fp16 | bf16 | int8. fp16 / bf16: the model cast to half precision, GPU only (tensor "
     "cores, docs/gpu.md). int8: the linear layers in int8 (static, calibrated at load), CPU only "
-    "(~1.9x fp32 there, vectors differ slightly, docs/performance.md)."
+    "(~2x fp32 there, vectors differ slightly, docs/performance.md)."
 )
