@@ -328,3 +328,17 @@ def test_smoothing_is_on_by_default_and_enters_the_fingerprint(tiny_model_dir):
     for encoder in (plain, smooth):
         got = encoder.encode(SAMPLE_SENTENCES, normalize=True)
         assert (got * expected).sum(1).min() > 0.95
+
+
+def test_a_second_feed_forward_layer_that_quantises_its_own_input_is_smoothed(tiny_model_dir):
+    """Without an exact GELU the first layer cannot write the second's uint8 input, so the second
+    quantises its own input and takes its own s."""
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    for layer in encoder.backbone.encoder.layer:
+        layer.intermediate.intermediate_act_fn = nn.ReLU()
+    scales = static_int8.smoothing_scales(encoder, SAMPLE_SENTENCES)
+    second = encoder.backbone.encoder.layer[0].output.dense
+    assert second in scales
+    assert quantize_static(encoder, SAMPLE_SENTENCES) > 0
+    assert hasattr(encoder.backbone.encoder.layer[0].output.dense, "smooth")
+    assert np.isfinite(encoder.encode(SAMPLE_SENTENCES)).all()

@@ -8,7 +8,7 @@ no kind is recorded) where this PyTorch build has both:
 - static int8 on oneDNN (`dclr.models.static_int8`, x86 builds from PyPI): each layer's input
   range is calibrated once, at load, on fixed general-English sentences, after SmoothQuant
   scaling of the input channels, so the layers read pre-quantised inputs (about 2x fp32's speed
-  and mean cosine 0.996 to its vectors on MiniLM, where dynamic int8 gave 1.4x and 0.972:
+  and mean cosine 0.995 to its vectors on MiniLM, where dynamic int8 gave 1.5x and 0.974:
   docs/performance.md);
 - dynamic int8 (`torch.ao.quantization.quantize_dynamic`, fbgemm / x86 kernels) after
   SmoothQuant scaling (`dclr.models.smoothing`): each forward quantises its input per tensor at
