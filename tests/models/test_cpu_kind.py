@@ -13,6 +13,7 @@ from dclr.models import cpu_kind, onednn, static_int8
 @pytest.fixture
 def policies(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_kind, "POLICIES", tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no measurement of this user's
     monkeypatch.setattr(cpu_kind, "hardware_key", lambda: "TestVendor-AVX2")
     monkeypatch.delenv(onednn.KERNEL_ENV, raising=False)
     cpu_kind.cpu_policy.cache_clear()
@@ -27,9 +28,38 @@ def test_auto_follows_this_kinds_recording(policies):
     (policies / "TestVendor-AVX2.json").write_text(json.dumps({"linear_kernel": "aten"}))
     cpu_kind.cpu_policy.cache_clear()
     policy = cpu_kind.cpu_policy()
-    assert policy.linear_kernel == "aten" and policy.source.startswith("measured: TestVendor")
+    assert policy.linear_kernel == "aten" and policy.source.startswith("measured: ")
+    assert "TestVendor-AVX2.json" in policy.source
     assert onednn.choose_kernel() == "aten"
     assert onednn.choose_kernel("onednn") == "onednn"  # asked for by name: still honoured
+
+
+def test_this_users_measurement_serves_a_kind_the_package_has_not_recorded(policies):
+    user = cpu_kind.user_policy_path("TestVendor-AVX2")
+    assert user == policies / "cache" / "dclr" / "cpu_policies" / "TestVendor-AVX2.json"
+    user.parent.mkdir(parents=True)
+    user.write_text(json.dumps({"linear_kernel": "aten", "one_thread_below_tokens": 30}))
+    policy = cpu_kind.cpu_policy()
+    assert (policy.linear_kernel, policy.one_thread_below_tokens) == ("aten", 30)
+    assert policy.source.startswith("measured on this machine: ") and str(user) in policy.source
+    # the package's recording of the kind comes first
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps({"linear_kernel": "onednn"}))
+    cpu_kind.cpu_policy.cache_clear()
+    assert cpu_kind.cpu_policy().linear_kernel == "onednn"
+
+
+def test_a_broken_user_measurement_is_named_with_its_fix(policies):
+    user = cpu_kind.user_policy_path("TestVendor-AVX2")
+    user.parent.mkdir(parents=True)
+    user.write_text('{"linear_kernel": "onednn", ')  # cut off
+    with pytest.raises(
+        ValueError, match=r"TestVendor-AVX2\.json: not a readable policy.*--measure"
+    ):
+        cpu_kind.cpu_policy()
+    user.write_text(json.dumps({"linear_kernel": "fast"}))
+    cpu_kind.cpu_policy.cache_clear()
+    with pytest.raises(ValueError, match=r"'fast'.*dclr cpu-policy --measure.*delete the file"):
+        cpu_kind.cpu_policy()
 
 
 def test_a_malformed_recording_is_named(policies):

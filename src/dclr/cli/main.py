@@ -780,7 +780,7 @@ def config_show(
 
 
 # Command groups that live with their feature; each module defines `register(app)`.
-EXTENSIONS = ("dclr.cli.serving", "dclr.cli.dualcse")
+EXTENSIONS = ("dclr.cli.serving", "dclr.cli.dualcse", "dclr.cli.cpu")
 # Installed packages add theirs through this entry-point group, a `register(app)` function each:
 # `[project.entry-points."dclr.cli"] lab = "dclr_lab.cli:register"` (lab/pyproject.toml) gives
 # `dclr experiment`, `dclr runs` and `dclr report`; dclr itself imports none of them.

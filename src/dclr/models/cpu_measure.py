@@ -1,0 +1,257 @@
+"""Measure this machine's CPU inference policy: which fp32 linear kernel, from how many tokens a
+pass takes a second thread, which int8 engine (`dclr.models.cpu_kind.CpuPolicy`).
+
+The measurements run on a real encoder, `load_inference_encoder(model, ..., packing=True)`:
+- the kernel: one text at a time on 1 and 2 intra-op threads (median ms) and a bulk pass on 2,
+  for oneDNN with packed weights and for PyTorch's BLAS ("aten"); oneDNN is chosen when the
+  geometric mean of its three speedups is at least 1 (`kernel_choice`);
+- the thread threshold: passes of 1-64 texts on 1 and 2 threads; a pass runs on two from the
+  smallest size where two are `SECOND_THREAD_SPEEDUP` times as fast and stay so (`one_thread_below`);
+- the int8 engine: a bulk pass of each (`int8_engine`).
+
+`benchmarks/linear_kernels.py --record` runs this on the STS sample and records the result in the
+package for a CPU kind (`cpu_policies/<hardware_key>.json`); `dclr cpu-policy --measure` runs it on
+the user's machine and keeps it in the user's cache, for a kind the package has no recording of.
+The core returns data; rendering is the caller's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+# The dynamic engine must be this much faster to be chosen: the static one is the faithful one
+# (MiniLM: mean cosine 0.995 to the fp32 vectors against 0.974, STS +0.06 against -0.44). Our
+# choice.
+DYNAMIC_INT8_SPEEDUP = 1.2
+# A second thread must cut a pass's time by a quarter to be worth waking: in a server it competes
+# with the event loop for the same cores (dclr.serving.encoding.pass_threads). Our choice.
+SECOND_THREAD_SPEEDUP = 1.33
+PASS_SIZES = (1, 2, 4, 8, 16, 32, 64)  # texts per pass in the thread-scaling measurement
+
+Step = Callable[[str], None]  # told what is measured next (a progress line)
+
+
+def seconds(f: Callable[..., Any], *args: Any, budget_s: float = 0.3) -> float:
+    """Median seconds of f(*args) over repetitions (at least 5, for at least budget_s), after 3
+    unmeasured calls."""
+    for _ in range(3):
+        f(*args)
+    times: list[float] = []
+    end = time.perf_counter() + budget_s
+    while time.perf_counter() < end or len(times) < 5:
+        start = time.perf_counter()
+        f(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@contextmanager
+def threads_restored() -> Iterator[None]:
+    """The process's intra-op thread count as it was, whatever the measurement set."""
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def kernel_speeds(model: str, sentences: Sequence[str], singles: int = 200) -> dict:
+    """Per kernel: the median ms of one text (the first `singles` texts, 1 and 2 threads) and the
+    bulk rate of `sentences` (2 threads); each speedup (aten time / oneDNN time, bulk: oneDNN
+    rate / aten rate) and the largest |difference| between the two kernels' unit vectors."""
+    from dclr.models.precision import load_inference_encoder
+
+    out: dict = {}
+    vectors = {}
+    with threads_restored():
+        for kernel in ("aten", "onednn"):
+            e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel=kernel)
+            row: dict = {}
+            lone = [list(sentences[i : i + 1]) for i in range(min(singles, len(sentences)))]
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                row[f"one_text_ms_{threads}t"] = round(1000 * statistics.median(
+                    [seconds(e.encode, t, budget_s=0.0) for t in lone]), 2)  # fmt: skip
+            torch.set_num_threads(2)
+            e.encode(list(sentences[:256]), normalize=True)
+            start = time.perf_counter()
+            vectors[kernel] = e.encode(list(sentences), normalize=True)
+            row["bulk_texts_per_s"] = round(len(sentences) / (time.perf_counter() - start), 1)
+            out[kernel] = row
+    out["max_abs_diff"] = float(np.abs(vectors["aten"] - vectors["onednn"]).max())
+    out["speedup"] = {k: round(out["aten"][k] / out["onednn"][k], 2) for k in out["aten"]
+                      if k.startswith("one_text")}  # fmt: skip
+    out["speedup"]["bulk"] = round(out["onednn"]["bulk_texts_per_s"] /
+                                   out["aten"]["bulk_texts_per_s"], 2)  # fmt: skip
+    return out
+
+
+def thread_scaling(
+    model: str,
+    sentences: Sequence[str],
+    kernel: str,
+    sizes: Sequence[int] = PASS_SIZES,
+    passes: int = 40,
+) -> list[dict]:
+    """Passes of each size in texts (packed, `kernel`; sizes above len(sentences) left out), up
+    to `passes` per size: median ms on 1 and 2 threads and the median tokens of a pass."""
+    from dclr.models.precision import load_inference_encoder
+
+    e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel=kernel)
+    rows = []
+    with threads_restored():
+        for texts in [n for n in sizes if n <= len(sentences)]:
+            last = min(len(sentences), passes * texts) - texts
+            chunks = [list(sentences[i : i + texts]) for i in range(0, last + 1, texts)]
+            tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in chunks)
+            times = {}
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                times[threads] = statistics.median(
+                    seconds(e.encode, p, budget_s=0.0) for p in chunks
+                )
+            rows.append({"texts": texts, "tokens": int(tokens), "ms_1t": round(1000 * times[1], 2),
+                         "ms_2t": round(1000 * times[2], 2),
+                         "speedup_2t": round(times[1] / times[2], 2)})  # fmt: skip
+    return rows
+
+
+def int8_rates(model: str, sentences: Sequence[str]) -> dict[str, float]:
+    """Bulk rate (texts/s, 2 threads, packed) of each int8 engine on `sentences`."""
+    from dclr.models.precision import load_inference_encoder, quantize_int8
+
+    rates = {}
+    with threads_restored():
+        torch.set_num_threads(2)
+        for engine in ("static", "dynamic"):
+            e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel="aten")
+            quantize_int8(e, engine=engine)
+            e.encode(list(sentences[:256]))
+            start = time.perf_counter()
+            e.encode(list(sentences))
+            rates[engine] = round(len(sentences) / (time.perf_counter() - start), 1)
+    return rates
+
+
+def int8_engine(rates: dict) -> str:
+    """ "dynamic" only when it is at least `DYNAMIC_INT8_SPEEDUP` times the static engine's rate."""
+    return "dynamic" if rates["dynamic"] >= DYNAMIC_INT8_SPEEDUP * rates["static"] else "static"
+
+
+def one_thread_below(scaling: list[dict]) -> int:
+    """The smallest pass (tokens) from which two threads are at least `SECOND_THREAD_SPEEDUP`
+    times as fast as one, and stay so for every larger pass measured (the largest + 1 if none)."""
+    below = scaling[-1]["tokens"] + 1
+    for row in reversed(scaling):
+        if row["speedup_2t"] < SECOND_THREAD_SPEEDUP:
+            break
+        below = row["tokens"]
+    return below
+
+
+def kernel_choice(speedups: dict) -> str:
+    """oneDNN when the geometric mean of its speedups (one text on 1 and 2 threads, the bulk
+    pass) is at least 1, else aten."""
+    return "onednn" if statistics.geometric_mean(speedups.values()) >= 1.0 else "aten"
+
+
+def measure(
+    model: str,
+    sentences: Sequence[str],
+    singles: int = 200,
+    passes: int = 40,
+    step: Step | None = None,
+) -> dict:
+    """The three measurements above on `model` and `sentences` (`singles` one-text passes per
+    kernel and thread count, up to `passes` passes per size): {"encoder": kernel_speeds,
+    "thread_scaling": on the chosen kernel, "int8_bulk_texts_per_s": int8_rates}."""
+    tell = step or (lambda _: None)
+    tell("fp32 kernels: oneDNN against PyTorch's BLAS")
+    report: dict = {"encoder": kernel_speeds(model, sentences, singles)}
+    chosen = kernel_choice(report["encoder"]["speedup"])
+    tell(f"pass size against threads ({chosen})")
+    report["thread_scaling"] = thread_scaling(model, sentences, chosen, passes=passes)
+    tell("int8 engines")
+    report["int8_bulk_texts_per_s"] = int8_rates(model, sentences)
+    return report
+
+
+def policy_record(report: dict) -> dict:
+    """This kind's choices from a `measure` report (with the machine's fields beside it: its
+    hardware_key, cpu, cpu_model, torch, load_start, load_end and command): the fp32 kernel,
+    the pass size from which a pass runs on two threads, the int8 engine, and the figures that
+    chose them. What `cpu_kind.read_policy` reads."""
+    speedups = report["encoder"]["speedup"]
+    mean = statistics.geometric_mean(speedups.values())
+    return {"linear_kernel": kernel_choice(speedups),
+            "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
+            "int8_engine": int8_engine(report["int8_bulk_texts_per_s"]),
+            "int8_bulk_texts_per_s": report["int8_bulk_texts_per_s"],
+            "dynamic_int8_speedup_needed": DYNAMIC_INT8_SPEEDUP,
+            "second_thread_speedup_needed": SECOND_THREAD_SPEEDUP,
+            "thread_scaling": report["thread_scaling"],
+            "onednn_speedup_geomean": round(mean, 3), "speedups": speedups,
+            "hardware_key": report["hardware_key"], "cpu": report["cpu"],
+            "cpu_model": report["cpu_model"],
+            "torch": report["torch"], "load": [report["load_start"], report["load_end"]],
+            "measured": time.strftime("%Y-%m-%d"), "command": report["command"]}  # fmt: skip
+
+
+# `dclr cpu-policy --measure`: a short run (about a minute for MiniLM on two cores).
+QUICK = {"texts": 1000, "singles": 64, "passes": 10}
+
+
+def sample_sentences(data_dir: str | Path | None, n: int) -> tuple[list[str], str]:
+    """`n` STS sentences (seeded, as benchmarks/linear_kernels.py samples them) when the
+    evaluation data is found (`data_dir`, else $DCLR_DATA_DIR or the cache); without it, the
+    built-in calibration sentences repeated to `n`. Returns them and what they are."""
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.sts import all_sentences
+    from dclr.errors import InputError
+    from dclr.models.smoothing import CALIBRATION_SENTENCES
+
+    try:
+        root = resolve_data_dir(data_dir)
+    except InputError:
+        if data_dir is not None:
+            raise
+        texts = [CALIBRATION_SENTENCES[i % len(CALIBRATION_SENTENCES)] for i in range(n)]
+        return texts, f"the {len(CALIBRATION_SENTENCES)} built-in calibration sentences, to {n}"
+    pool = all_sentences(root)
+    return random.Random(0).sample(pool, min(n, len(pool))), f"{n} STS sentences from {root}"
+
+
+def measure_this_machine(
+    model: str, data_dir: str | Path | None = None, step: Step | None = None
+) -> tuple[dict, Path]:
+    """A short `measure` (`QUICK`) of this machine, its policy record written atomically to this
+    user's cache for its CPU kind (`cpu_kind.user_policy_path`), which `cpu_policy()` then
+    follows where the package has no recording of the kind. Returns the record and its path."""
+    from dclr.atomic import write_text
+    from dclr.models import cpu_kind
+
+    sentences, what = sample_sentences(data_dir, QUICK["texts"])
+    start = [round(x, 2) for x in os.getloadavg()]
+    report = measure(model, sentences, QUICK["singles"], QUICK["passes"], step)
+    key = cpu_kind.hardware_key()
+    report.update({"hardware_key": key, "cpu": cpu_kind.cpu_description(),
+                   "cpu_model": cpu_kind.cpu_model(), "torch": torch.__version__,
+                   "load_start": start, "load_end": [round(x, 2) for x in os.getloadavg()],
+                   "command": f"dclr cpu-policy --measure --model {model}"})  # fmt: skip
+    record = {**policy_record(report), "model": model, "sentences": what}
+    path = cpu_kind.user_policy_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=2) + "\n")
+    cpu_kind.cpu_policy.cache_clear()
+    return record, path

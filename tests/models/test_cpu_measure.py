@@ -1,0 +1,110 @@
+"""The CPU policy measured on the user's machine (issue 46 item 1, a kind the package has no
+recording of): the choices against hand-made figures, a short measurement kept in the user's
+cache and followed, and `dclr cpu-policy` showing where the policy comes from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dclr.cli.main import app
+from dclr.errors import InputError
+from dclr.models import cpu_kind, cpu_measure, onednn
+from dclr.models.smoothing import CALIBRATION_SENTENCES
+
+
+def scaling(*speedups: float) -> list[dict]:
+    return [{"tokens": 10 * (i + 1), "speedup_2t": s} for i, s in enumerate(speedups)]
+
+
+def test_a_second_thread_from_where_it_pays_and_keeps_paying():
+    assert cpu_measure.SECOND_THREAD_SPEEDUP == 1.33
+    assert cpu_measure.one_thread_below(scaling(1.42, 1.02, 1.39, 1.58, 1.5)) == 30
+    assert cpu_measure.one_thread_below(scaling(1.5, 1.6, 1.7)) == 10  # every size: from the first
+    assert cpu_measure.one_thread_below(scaling(1.5, 1.6, 1.2)) == 31  # the largest fails: never
+
+
+def test_the_kernel_and_the_int8_engine_by_their_rules():
+    assert cpu_measure.kernel_choice({"a": 1.3, "b": 0.9, "bulk": 1.0}) == "onednn"  # gmean 1.05
+    assert cpu_measure.kernel_choice({"a": 1.1, "b": 0.8, "bulk": 1.0}) == "aten"  # gmean 0.96
+    assert cpu_measure.int8_engine({"static": 100.0, "dynamic": 119.0}) == "static"
+    assert cpu_measure.int8_engine({"static": 100.0, "dynamic": 120.0}) == "dynamic"
+
+
+def test_without_data_the_built_in_sentences_are_measured(monkeypatch, tmp_path, data_dir):
+    monkeypatch.delenv("DCLR_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no data in the default cache either
+    texts, what = cpu_measure.sample_sentences(None, 70)
+    assert len(texts) == 70 and set(texts) == set(CALIBRATION_SENTENCES) and "built-in" in what
+    sts, what = cpu_measure.sample_sentences(data_dir, 50)
+    assert sts == cpu_measure.sample_sentences(data_dir, 50)[0] and len(set(sts)) == 50
+    assert "STS" in what
+    with pytest.raises(InputError):  # a folder named but wrong is an error, not a fallback
+        cpu_measure.sample_sentences(tmp_path / "nothing", 50)
+
+
+@pytest.fixture
+def unrecorded_kind(tmp_path, monkeypatch):
+    """A CPU kind the package has no recording of, and an empty user cache."""
+    monkeypatch.setattr(cpu_kind, "POLICIES", tmp_path / "package")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(cpu_kind, "hardware_key", lambda: "TestVendor-AVX2")
+    monkeypatch.delenv(onednn.KERNEL_ENV, raising=False)
+    monkeypatch.setattr(cpu_measure, "QUICK", {"texts": 64, "singles": 2, "passes": 1})
+    cpu_kind.cpu_policy.cache_clear()
+    yield tmp_path
+    cpu_kind.cpu_policy.cache_clear()
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
+def test_a_measurement_is_kept_and_followed(unrecorded_kind, tiny_model_dir):
+    assert cpu_kind.cpu_policy() == cpu_kind.DEFAULT
+    steps: list[str] = []
+    record, path = cpu_measure.measure_this_machine(str(tiny_model_dir), step=steps.append)
+    assert path == cpu_kind.user_policy_path("TestVendor-AVX2") and path.is_file()
+    assert json.loads(path.read_text()) == record
+    assert not list(path.parent.glob(".*tmp"))  # written to a temporary name, then renamed
+    assert len(steps) == 3 and record["hardware_key"] == "TestVendor-AVX2"
+    assert [r["texts"] for r in record["thread_scaling"]] == list(cpu_measure.PASS_SIZES)
+    assert set(record["int8_bulk_texts_per_s"]) == {"static", "dynamic"}
+    policy = cpu_kind.cpu_policy()  # followed at once: the cached policy was cleared
+    assert policy.source.startswith("measured on this machine")
+    assert (policy.linear_kernel, policy.one_thread_below_tokens, policy.int8_engine) == (
+        record["linear_kernel"], record["one_thread_below_tokens"], record["int8_engine"],
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
+def test_the_command_shows_the_policy_and_its_source(unrecorded_kind, tiny_model_dir):
+    runner = CliRunner()
+    shown = runner.invoke(app, ["cpu-policy"])
+    assert shown.exit_code == 0, shown.output
+    assert "TestVendor-AVX2" in shown.output and "default" in shown.output
+    measured = runner.invoke(app, ["cpu-policy", "--measure", "--model", str(tiny_model_dir)])
+    assert measured.exit_code == 0, measured.output
+    assert "measured now" in measured.output and "measured on this machine" in measured.output
+    assert cpu_kind.user_policy_path("TestVendor-AVX2").is_file()
+
+
+def test_a_broken_measurement_fails_the_command_with_its_fix(unrecorded_kind):
+    user = cpu_kind.user_policy_path("TestVendor-AVX2")
+    user.parent.mkdir(parents=True)
+    user.write_text("{")
+    result = CliRunner().invoke(app, ["cpu-policy"])
+    assert result.exit_code != 0
+    assert "not a readable policy" in result.output and "--measure" in result.output
+
+
+def test_a_cpu_server_without_a_measured_policy_says_how_to_measure_one(unrecorded_kind):
+    from dclr.cli.serving import cpu_policy_hint
+
+    hint = cpu_policy_hint("cpu")
+    assert hint is not None and "TestVendor-AVX2" in hint and "dclr cpu-policy --measure" in hint
+    assert cpu_policy_hint("cuda") is None
+    user = cpu_kind.user_policy_path("TestVendor-AVX2")
+    user.parent.mkdir(parents=True)
+    user.write_text(json.dumps({"linear_kernel": "aten"}))
+    cpu_kind.cpu_policy.cache_clear()
+    assert cpu_policy_hint("cpu") is None
