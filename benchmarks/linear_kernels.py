@@ -30,7 +30,13 @@ import torch
 from torch import nn
 
 from dclr.atomic import write_text
-from dclr.models.cpu_kind import cpu_description, cpu_model, hardware_key, policy_path
+from dclr.models.cpu_kind import (
+    cpu_description,
+    cpu_model,
+    hardware_key,
+    isa_limits,
+    policy_path,
+)
 from dclr.models.cpu_measure import (
     SECOND_THREAD_SPEEDUP,
     int8_engine,
@@ -106,6 +112,12 @@ def markdown(report: dict) -> str:
         for r in scaling:
             lines.append(f"| {r['texts']} | {r['tokens']} | {r['ms_1t']} | {r['ms_2t']} | "
                          f"{r['speedup_2t']}× |")  # fmt: skip
+    limits = report.get("isa_limits")
+    if limits:
+        lines += ["", "Emulated: kernels limited by " + ", ".join(
+            f"{k}={v}" for k, v in limits.items()) + f" on a {report.get('cpu_model', '?')} "
+            "machine. Not a machine of this kind: the same cores, caches and clocks; a real run "
+            "replaces this."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -127,10 +139,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     key = hardware_key()
-    args.out = args.out or ROOT / f"benchmarks/results/linear_kernels@{key}.json"
+    limits = isa_limits()  # an emulated kind's table is named so, never the kind's own
+    name = f"{key}-emulated" if limits else key
+    args.out = args.out or ROOT / f"benchmarks/results/linear_kernels@{name}.json"
     if args.record and args.layers_only:
         parser.error("--record needs the encoder measurements: drop --layers-only")
+    if args.record and limits:
+        parser.error(
+            f"--record on kernels limited by {', '.join(limits)}: an emulated kind is evidence, "
+            "not a recording (a real machine of that kind records it); unset them or drop --record"
+        )
     report: dict = {"cpu": cpu_description(), "hardware_key": key, "cpu_model": cpu_model(),
+                    "isa_limits": limits,
                     "torch": torch.__version__,
                     "load_start": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     report["layers"] = layers()

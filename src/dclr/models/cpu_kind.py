@@ -90,6 +90,17 @@ def cpu_description() -> str:
     return f"{name}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
 
 
+# Variables that limit torch's, oneDNN's and MKL's kernels to a smaller instruction set than the
+# CPU has (benchmarks/README.md, "Kernels limited to AVX2"): hardware_key() then names the limit,
+# not the machine.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_limits() -> dict[str, str]:
+    """The instruction-set limits set in this process's environment (empty on a plain run)."""
+    return {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)}
+
+
 def policy_path(key: str) -> Path:
     return POLICIES / f"{key}.json"
 
