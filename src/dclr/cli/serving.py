@@ -304,7 +304,6 @@ def cpu_policy_hint(device: str) -> str | None:
 
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         return None
-
     if cpu_policy() != DEFAULT:
         return None
     return (
