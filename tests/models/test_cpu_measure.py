@@ -108,3 +108,16 @@ def test_a_cpu_server_without_a_measured_policy_says_how_to_measure_one(unrecord
     user.write_text(json.dumps({"linear_kernel": "aten"}))
     cpu_kind.cpu_policy.cache_clear()
     assert cpu_policy_hint("cpu") is None
+
+
+def test_a_build_without_onednn_measures_what_it_has(unrecorded_kind, tiny_model_dir, monkeypatch):
+    """Where torch has no oneDNN linear (e.g. an ARM build): aten and dynamic int8 only."""
+    from dclr.models import static_int8
+
+    monkeypatch.setattr(onednn, "available", lambda: False)
+    monkeypatch.setattr(static_int8, "available", lambda: False)
+    record, _ = cpu_measure.measure_this_machine(str(tiny_model_dir))
+    assert (record["linear_kernel"], record["int8_engine"]) == ("aten", "dynamic")
+    assert record["speedups"] == {} and list(record["int8_bulk_texts_per_s"]) == ["dynamic"]
+    assert cpu_measure.kernel_choice({}) == "aten"
+    assert cpu_measure.int8_engine({"dynamic": 1.0}) == "dynamic"

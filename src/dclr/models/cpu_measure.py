@@ -69,13 +69,16 @@ def threads_restored() -> Iterator[None]:
 def kernel_speeds(model: str, sentences: Sequence[str], singles: int = 200) -> dict:
     """Per kernel: the median ms of one text (the first `singles` texts, 1 and 2 threads) and the
     bulk rate of `sentences` (2 threads); each speedup (aten time / oneDNN time, bulk: oneDNN
-    rate / aten rate) and the largest |difference| between the two kernels' unit vectors."""
+    rate / aten rate) and the largest |difference| between the two kernels' unit vectors. Only
+    aten, and no speedups, where this torch build has no oneDNN linear."""
+    from dclr.models import onednn
     from dclr.models.precision import load_inference_encoder
 
     out: dict = {}
     vectors = {}
+    kernels = ("aten", "onednn") if onednn.available() else ("aten",)
     with threads_restored():
-        for kernel in ("aten", "onednn"):
+        for kernel in kernels:
             e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel=kernel)
             row: dict = {}
             lone = [list(sentences[i : i + 1]) for i in range(min(singles, len(sentences)))]
@@ -89,6 +92,9 @@ def kernel_speeds(model: str, sentences: Sequence[str], singles: int = 200) -> d
             vectors[kernel] = e.encode(list(sentences), normalize=True)
             row["bulk_texts_per_s"] = round(len(sentences) / (time.perf_counter() - start), 1)
             out[kernel] = row
+    if "onednn" not in out:  # this torch build has no oneDNN linear: nothing to compare
+        out["speedup"] = {}
+        return out
     out["max_abs_diff"] = float(np.abs(vectors["aten"] - vectors["onednn"]).max())
     out["speedup"] = {k: round(out["aten"][k] / out["onednn"][k], 2) for k in out["aten"]
                       if k.startswith("one_text")}  # fmt: skip
@@ -128,13 +134,16 @@ def thread_scaling(
 
 
 def int8_rates(model: str, sentences: Sequence[str]) -> dict[str, float]:
-    """Bulk rate (texts/s, 2 threads, packed) of each int8 engine on `sentences`."""
+    """Bulk rate (texts/s, 2 threads, packed) of each int8 engine this torch build has on
+    `sentences` (static needs oneDNN's int8 linear)."""
+    from dclr.models import static_int8
     from dclr.models.precision import load_inference_encoder, quantize_int8
 
     rates = {}
+    engines = ("static", "dynamic") if static_int8.available() else ("dynamic",)
     with threads_restored():
         torch.set_num_threads(2)
-        for engine in ("static", "dynamic"):
+        for engine in engines:
             e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel="aten")
             quantize_int8(e, engine=engine)
             e.encode(list(sentences[:256]))
@@ -145,7 +154,10 @@ def int8_rates(model: str, sentences: Sequence[str]) -> dict[str, float]:
 
 
 def int8_engine(rates: dict) -> str:
-    """ "dynamic" only when it is at least `DYNAMIC_INT8_SPEEDUP` times the static engine's rate."""
+    """ "dynamic" only when it is at least `DYNAMIC_INT8_SPEEDUP` times the static engine's rate
+    (or the only one measured)."""
+    if "static" not in rates:
+        return "dynamic"
     return "dynamic" if rates["dynamic"] >= DYNAMIC_INT8_SPEEDUP * rates["static"] else "static"
 
 
@@ -162,7 +174,9 @@ def one_thread_below(scaling: list[dict]) -> int:
 
 def kernel_choice(speedups: dict) -> str:
     """oneDNN when the geometric mean of its speedups (one text on 1 and 2 threads, the bulk
-    pass) is at least 1, else aten."""
+    pass) is at least 1, else aten (also with none: oneDNN was not measured)."""
+    if not speedups:
+        return "aten"
     return "onednn" if statistics.geometric_mean(speedups.values()) >= 1.0 else "aten"
 
 
@@ -193,7 +207,7 @@ def policy_record(report: dict) -> dict:
     the pass size from which a pass runs on two threads, the int8 engine, and the figures that
     chose them. What `cpu_kind.read_policy` reads."""
     speedups = report["encoder"]["speedup"]
-    mean = statistics.geometric_mean(speedups.values())
+    mean = round(statistics.geometric_mean(speedups.values()), 3) if speedups else None
     return {"linear_kernel": kernel_choice(speedups),
             "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
             "int8_engine": int8_engine(report["int8_bulk_texts_per_s"]),
@@ -201,7 +215,7 @@ def policy_record(report: dict) -> dict:
             "dynamic_int8_speedup_needed": DYNAMIC_INT8_SPEEDUP,
             "second_thread_speedup_needed": SECOND_THREAD_SPEEDUP,
             "thread_scaling": report["thread_scaling"],
-            "onednn_speedup_geomean": round(mean, 3), "speedups": speedups,
+            "onednn_speedup_geomean": mean, "speedups": speedups,
             "hardware_key": report["hardware_key"], "cpu": report["cpu"],
             "cpu_model": report["cpu_model"],
             "torch": report["torch"], "load": [report["load_start"], report["load_end"]],
