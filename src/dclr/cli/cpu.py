@@ -20,7 +20,7 @@ def cpu_policy_cmd(
         bool,
         typer.Option(
             "--measure",
-            help="Measure this machine now (about a minute for MiniLM on two cores) and keep "
+            help="Measure this machine now (a minute or two for MiniLM on two cores) and keep "
             "the result in the user's cache ($XDG_CACHE_HOME/dclr/cpu_policies/).",
         ),
     ] = False,

@@ -308,7 +308,7 @@ def cpu_policy_hint(device: str) -> str | None:
         return None
     return (
         f"note: no CPU policy is measured for {hardware_key()}: the defaults apply; "
-        "`dclr cpu-policy --measure` measures this machine in about a minute"
+        "`dclr cpu-policy --measure` measures this machine in a minute or two"
     )
 
 

@@ -222,7 +222,7 @@ def policy_record(report: dict) -> dict:
             "measured": time.strftime("%Y-%m-%d"), "command": report["command"]}  # fmt: skip
 
 
-# `dclr cpu-policy --measure`: a short run (about a minute for MiniLM on two cores).
+# `dclr cpu-policy --measure`: a short run (a minute or two for MiniLM on two cores).
 QUICK = {"texts": 1000, "singles": 64, "passes": 10}
 
 
