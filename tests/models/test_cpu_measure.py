@@ -121,3 +121,13 @@ def test_a_build_without_onednn_measures_what_it_has(unrecorded_kind, tiny_model
     assert record["speedups"] == {} and list(record["int8_bulk_texts_per_s"]) == ["dynamic"]
     assert cpu_measure.kernel_choice({}) == "aten"
     assert cpu_measure.int8_engine({"dynamic": 1.0}) == "dynamic"
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
+def test_a_busy_machine_is_told_its_measurement_is_skewed(
+    unrecorded_kind, tiny_model_dir, monkeypatch
+):
+    monkeypatch.setattr(cpu_measure.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    result = CliRunner().invoke(app, ["cpu-policy", "--measure", "--model", str(tiny_model_dir)])
+    assert result.exit_code == 0, result.output
+    assert "load average 64.0 at the start" in result.output and "quiet" in result.output

@@ -3,6 +3,7 @@ for a CPU kind the package has no recording of (`dclr.models.cpu_measure`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -50,6 +51,12 @@ def cpu_policy_cmd(
             with console.status("measuring") as status:
                 record, path = measure_this_machine(model, data_dir, step=status.update)
             console.print(f"measured with {model} on {record['sentences']}; kept in {path}")
+            busy = record["load"][0][0]  # the 1-minute load average when it started
+            if busy > 0.5 * (os.cpu_count() or 1):
+                console.print(
+                    f"[yellow]warning:[/] load average {busy} at the start: other work on this "
+                    "machine skews the timings; measure again when it is quiet"
+                )
         policy = cpu_kind.cpu_policy()
     except (DclrError, ValueError, OSError) as err:
         fail(err)
