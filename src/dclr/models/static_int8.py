@@ -197,6 +197,18 @@ def _feed_forward_pairs(backbone: nn.Module) -> dict[nn.Module, nn.Linear]:
     return pairs
 
 
+def _shared_inputs(backbone: nn.Module) -> dict[nn.Module, tuple[nn.Linear, ...]]:
+    """{layer: the layers that read its input, itself included} for BERT's query, key and value
+    (a parent that has all three): one quantised copy of that input, one SmoothQuant s."""
+    shared: dict[nn.Module, tuple[nn.Linear, ...]] = {}
+    for parent in backbone.modules():
+        children = dict(parent.named_children())
+        qkv = tuple(m for m in (children.get(n) for n in QKV) if isinstance(m, nn.Linear))
+        if len(qkv) == len(QKV):
+            shared.update({m: qkv for m in qkv})
+    return shared
+
+
 @torch.no_grad()
 def smoothing_scales(
     encoder: SentenceEncoder, sentences: Sequence[str], alpha: float = SMOOTH_ALPHA
@@ -206,20 +218,16 @@ def smoothing_scales(
     read one input and share one s (their weights' column maxima taken together); the second
     feed-forward layer is left out, its uint8 input is written by the first at one scale."""
     peak = input_channel_max(encoder, tuple(sentences))  # {name: max |x_j| over every token}
-    named = dict(encoder.backbone.named_modules())
+    names = {m: n for n, m in encoder.backbone.named_modules()}
     second = set(_feed_forward_pairs(encoder.backbone).values())
-    groups: dict[str, list[nn.Linear]] = {}  # by the name of the input they read
-    for name, module in named.items():
-        if not isinstance(module, nn.Linear) or module in second or name not in peak:
-            continue
-        parent, _, child = name.rpartition(".")
-        siblings = [f"{parent}.{n}" if parent else n for n in QKV]
-        shared = child in QKV and all(isinstance(named.get(n), nn.Linear) for n in siblings)
-        groups.setdefault(siblings[0] if shared else name, []).append(module)
+    shared = _shared_inputs(encoder.backbone)
     scales: dict[nn.Module, torch.Tensor] = {}
-    for reader, layers in groups.items():
+    for module, name in names.items():
+        if module in scales or module in second or name not in peak:
+            continue
+        layers = shared.get(module, (module,))  # nn.Linear: only they have a peak
         weight_peak = torch.stack([m.weight.abs().amax(0) for m in layers]).amax(0)
-        s = smoothing_factors(peak[reader], weight_peak, alpha, *SMOOTH_CLIP)
+        s = smoothing_factors(peak[name], weight_peak, alpha, *SMOOTH_CLIP)
         scales.update({m: s for m in layers})
     return scales
 
@@ -271,20 +279,22 @@ def quantize_static(
     with `bias_correction` each layer's bias also takes its `bias_shifts`. Returns how many layers
     were swapped."""
     pairs = _feed_forward_pairs(encoder.backbone)
+    readers = _shared_inputs(encoder.backbone)
     smooth = {} if smooth_alpha is None else smoothing_scales(encoder, sentences, smooth_alpha)
     ranges = input_ranges(encoder, sentences, estimator, smooth)
     # (parent, name, linear, input range, gelu, shared): what is swapped, decided before it is
     plan: list[tuple[nn.Module, str, nn.Linear, tuple[float, float], bool, bool]] = []
     for parent in list(encoder.backbone.modules()):
         act = getattr(parent, "intermediate_act_fn", None)
-        children = dict(parent.named_children())
-        qkv = [ranges[m] for n, m in children.items() if n in QKV and m in ranges]
-        for name, child in children.items():
+        for name, child in parent.named_children():
             if not isinstance(child, nn.Linear) or child not in ranges:
                 continue
             gelu = name == "dense" and act is not None and exact_gelu(act)
-            shared = name in QKV and len(qkv) == len(QKV)  # one input: one quantised copy
-            lo_hi = (min(r[0] for r in qkv), max(r[1] for r in qkv)) if shared else ranges[child]
+            group = [ranges[m] for m in readers.get(child, ()) if m in ranges]
+            shared = len(group) == len(QKV)  # one input: one quantised copy
+            lo_hi = (
+                (min(r[0] for r in group), max(r[1] for r in group)) if shared else ranges[child]
+            )
             plan.append((parent, name, child, lo_hi, gelu, shared))
     if not plan:  # e.g. layers already swapped (oneDNN's packed fp32: onednn.unpack_linears)
         raise ValueError("quantize_static: the backbone has no nn.Linear layer to quantise")
