@@ -10,10 +10,15 @@ from dclr.errors import InputError
 ENV_VAR = "DCLR_DATA_DIR"
 
 
+def user_cache_root() -> Path:
+    """dclr's folder in the user's cache: $XDG_CACHE_HOME/dclr (~/.cache/dclr when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dclr"
+
+
 def default_cache_dir() -> Path:
     """The per-user cache folder used when neither a flag nor the environment names one."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dclr" / "data"
+    return user_cache_root() / "data"
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:

@@ -30,6 +30,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from dclr.data.paths import user_cache_root
+
 POLICIES = Path(__file__).with_name("cpu_policies")
 KERNEL_NAMES = ("onednn", "aten")
 INT8_ENGINES = ("static", "dynamic")
@@ -108,8 +110,7 @@ def policy_path(key: str) -> Path:
 def user_policy_path(key: str) -> Path:
     """Where `dclr cpu-policy --measure` keeps this user's measurement of a CPU kind:
     $XDG_CACHE_HOME/dclr/cpu_policies/<key>.json (~/.cache when unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dclr" / "cpu_policies" / f"{key}.json"
+    return user_cache_root() / "cpu_policies" / f"{key}.json"
 
 
 PACKAGED_FIX = "record it again with benchmarks/linear_kernels.py --record"
