@@ -22,21 +22,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from int8_encode import BATCH, MODEL, RESULTS, calibration_draw, st_openvino_int8
-from scipy import stats
+from int8_encode import BATCH, MODEL, RESULTS, ROOT, calibration_draw, st_openvino_int8
 
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.cpu_kind import cpu_model, hardware_key
 from dclr.models.precision import load_inference_encoder
 from dclr.models.static_int8 import quantize_static
+
+# The experiment reports' statistics (the lab package); the OpenVINO venv runs dclr from src/
+# without it installed, so it is read from the checkout.
+sys.path.insert(1, str(ROOT / "lab" / "src"))
+from dclr_lab.stats import Paired, Stat  # noqa: E402
 
 # dclr's static int8 rows: (key, column title, quantize_static options)
 VARIANTS = (
@@ -60,18 +63,17 @@ def dclr_encoder(texts: list[str] | None, **options: Any):  # noqa: ANN201
 
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """Mean and 95 % t-interval of b - a, paired by position."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    mean = statistics.fmean(d)
-    if len(d) < 2:
-        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": len(d)}
-    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / len(d) ** 0.5
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": len(d)}
+    """Mean and 95 % t-interval of b - a, paired by position (`dclr_lab.stats.Paired`)."""
+    if len(a) != len(b):
+        raise ValueError(f"paired: {len(a)} values against {len(b)}")
+    d = Paired.of(dict(enumerate(a)), dict(enumerate(b)))
+    assert d is not None, "paired: no values"
+    return {"mean": d.mean, "low": d.low, "high": d.high, "n": d.n}
 
 
 def spread(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
-    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+    stat = Stat.of(values)
+    return "–" if stat is None else stat.fmt(2)
 
 
 def main() -> None:

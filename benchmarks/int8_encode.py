@@ -50,7 +50,7 @@ import torch
 
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
-from dclr.evaluation.sts import StsEvaluator
+from dclr.evaluation.sts import StsEvaluator, cosine_rows
 from dclr.models.cpu_kind import hardware_key
 from dclr.models.encoder import resolve_model
 from dclr.models.precision import load_inference_encoder, quantize_int8
@@ -413,10 +413,9 @@ def main() -> None:
 
 
 def cosine_to(vectors: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-    """Mean and minimum cosine between each row of `vectors` and the same row of `reference`."""
-    a = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    b = reference / np.linalg.norm(reference, axis=1, keepdims=True)
-    cos = (a * b).sum(1)
+    """Mean and minimum cosine between each row of `vectors` and the same row of `reference`
+    (`dclr.evaluation.sts.cosine_rows`, the cosine STS scores with)."""
+    cos = cosine_rows(vectors, reference)
     return {"mean": float(cos.mean()), "min": float(cos.min())}
 
 
