@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar, cast, get_args, get_origin
 import yaml
 
 from dclr.errors import ConfigError
+from dclr.shipped_recipes import PREFIX, find_recipe
 
 T = TypeVar("T")
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -152,16 +153,18 @@ class _RecipeLoader(yaml.SafeLoader):
 def read_recipe(recipe: str | Path) -> dict[str, Any]:
     """The mapping a YAML recipe holds. Every failure is a ConfigError naming the file (and the
     line for YAML errors) and the fix: missing, over `MAX_RECIPE_BYTES`, not UTF-8, not YAML,
-    aliases or Python tags, nested deeper than `MAX_RECIPE_DEPTH`, or not a mapping."""
-    path = Path(recipe)
-    if not path.is_file():
+    aliases or Python tags, nested deeper than `MAX_RECIPE_DEPTH`, or not a mapping. A
+    recipes/<file> path the current folder lacks is the package's (`dclr.shipped_recipes`)."""
+    found = find_recipe(recipe)
+    if found is None:
         hint = ""
-        if path.parts[:1] == ("recipes",):
+        if Path(recipe).parts[:1] == (PREFIX,):
             hint = (
-                f" in {Path.cwd()}; the shipped recipes are in the dclr repository's recipes/ "
-                "folder: give its path (or run from the checkout)"
+                f" in {Path.cwd()}, and dclr ships no recipe of that name: `dclr config recipes` "
+                "lists those it ships"
             )
-        raise ConfigError(f"recipe {path} not found{hint}")
+        raise ConfigError(f"recipe {recipe} not found{hint}")
+    path = found
     size = path.stat().st_size
     if size > MAX_RECIPE_BYTES:
         raise ConfigError(

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
                 "runlock",
                 "_meta",
                 "configfile",
+                "shipped_recipes",
                 "distributed",
                 "heap",
             },

