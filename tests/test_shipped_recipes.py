@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 from dclr.cli.main import app
 from dclr.configfile import read_recipe
 from dclr.errors import ConfigError
-from dclr.shipped_recipes import SHIPPED, find_recipe, shipped_recipes
+from dclr.shipped_recipes import SHIPPED_RECIPES, find_recipe, shipped_recipes
 
 CHECKOUT_RECIPES = REPO_ROOT / "recipes"
 
 
 def test_the_checkouts_recipes_folder_is_the_shipped_one():
-    assert CHECKOUT_RECIPES.resolve() == SHIPPED.resolve()
+    assert CHECKOUT_RECIPES.resolve() == SHIPPED_RECIPES.resolve()
     names = {
         f"recipes/{p.relative_to(CHECKOUT_RECIPES).as_posix()}"
         for p in CHECKOUT_RECIPES.rglob("*.yaml")
@@ -43,7 +43,7 @@ def test_each_listed_recipe_says_what_it_trains():
 def test_a_recipes_path_outside_the_checkout_reads_the_shipped_recipe(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     found = find_recipe("recipes/dualcse/dualcse_bi_minilm_cpu.yaml")
-    assert found == SHIPPED / "dualcse" / "dualcse_bi_minilm_cpu.yaml"
+    assert found == SHIPPED_RECIPES / "dualcse" / "dualcse_bi_minilm_cpu.yaml"
     assert read_recipe("recipes/dclr_minilm_cpu.yaml")["method"] == "dclr"
 
 

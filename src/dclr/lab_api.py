@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # the same names as `_SOURCES`, for type checkers (a test kee
     from dclr.recipe import load_config as load_config
     from dclr.recipe import parse_overrides as parse_overrides
     from dclr.runlock import LockHeld as LockHeld
+    from dclr.shipped_recipes import SHIPPED_RECIPES as SHIPPED_RECIPES
     from dclr.st import DCLRLoss as DCLRLoss
     from dclr.training.checkpoint import latest_checkpoint as latest_checkpoint
     from dclr.training.tracking import read_metrics as read_metrics
@@ -106,6 +107,7 @@ _SOURCES: dict[str, str] = {
     "load_config": "dclr.recipe",
     "parse_overrides": "dclr.recipe",
     "read_recipe": "dclr.configfile",
+    "SHIPPED_RECIPES": "dclr.shipped_recipes",
     # training and its records
     "latest_checkpoint": "dclr.training.checkpoint",
     "read_metrics": "dclr.training.tracking",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-SHIPPED = Path(__file__).with_name("recipes")
+SHIPPED_RECIPES = Path(__file__).with_name("recipes")
 PREFIX = "recipes"  # how a command names a shipped recipe: recipes/<file> (the checkout's path)
 
 
@@ -37,7 +37,7 @@ def find_recipe(recipe: str | Path) -> Path | None:
     parts = path.parts
     if len(parts) < 2 or parts[0] != PREFIX or ".." in parts:
         return None
-    shipped = SHIPPED.joinpath(*parts[1:])
+    shipped = SHIPPED_RECIPES.joinpath(*parts[1:])
     return shipped if shipped.is_file() else None
 
 
@@ -45,7 +45,7 @@ def _described(path: Path) -> ShippedRecipe:
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     model, data = values.get("model") or {}, values.get("data") or {}
     return ShippedRecipe(
-        f"{PREFIX}/{path.relative_to(SHIPPED).as_posix()}",
+        f"{PREFIX}/{path.relative_to(SHIPPED_RECIPES).as_posix()}",
         path,
         str(values.get("method", "simcse")),
         str(model.get("name", "")),
@@ -55,4 +55,4 @@ def _described(path: Path) -> ShippedRecipe:
 
 def shipped_recipes() -> list[ShippedRecipe]:
     """Every recipe the package ships, by name."""
-    return [_described(path) for path in sorted(SHIPPED.rglob("*.yaml"))]
+    return [_described(path) for path in sorted(SHIPPED_RECIPES.rglob("*.yaml"))]

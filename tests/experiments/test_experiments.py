@@ -21,7 +21,7 @@ from dclr_lab.runner import (
     run_experiment,
     subset_corpus,
 )
-from dclr_lab.runspec import ExperimentUnavailable
+from dclr_lab.runspec import ExperimentUnavailable, default_recipes_dir
 from dclr_lab.search import SearchSpace, run_search
 from dclr_lab.specs import experiment_specs
 from dclr_lab.studies.augmentations import VIEW_FIELD
@@ -310,3 +310,15 @@ def test_a_run_another_process_trains_is_left_for_later(tmp_path: Path) -> None:
     again = run_experiment("main", "cpu", 2, tmp_path, RECIPES, {"data_dir": "/nowhere"},
                            train=train, log=lambda _: None)  # fmt: skip
     assert [r.action for r in again].count("start") == 1  # the busy one, now free
+
+
+def test_the_lab_finds_the_recipes_from_any_folder(tmp_path, monkeypatch):
+    """Outside the checkout (or with the lab installed from wheels) the runs plan from the recipes
+    dclr ships; a ./recipes folder comes first."""
+    from dclr.shipped_recipes import SHIPPED_RECIPES
+
+    monkeypatch.chdir(tmp_path)
+    assert default_recipes_dir() == SHIPPED_RECIPES
+    assert (default_recipes_dir() / "dclr_minilm_cpu.yaml").is_file()
+    (tmp_path / "recipes").mkdir()
+    assert default_recipes_dir() == tmp_path / "recipes"

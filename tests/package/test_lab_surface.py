@@ -24,7 +24,7 @@ LAB_API = frozenset({
     "ConfigError", "DclrError", "InputError", "LockHeld", "staged_folder", "write_text",
     # recipes and configs: the runs the lab plans
     "TrainConfig", "checked", "config_from_dict", "flat_config", "flat_hints", "flat_values",
-    "get_method", "load_config", "parse_overrides", "read_recipe",
+    "get_method", "load_config", "parse_overrides", "read_recipe", "SHIPPED_RECIPES",
     # training and its records
     "latest_checkpoint", "read_metrics", "run_training",
     # data

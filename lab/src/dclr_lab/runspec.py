@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from dclr.lab_api import ConfigError
+from dclr.lab_api import SHIPPED_RECIPES, ConfigError
 
 Scale = Literal["cpu", "paper"]
 SCALES: tuple[str, ...] = get_args(Scale)
@@ -82,6 +82,7 @@ def pair_spec(
 
 
 def default_recipes_dir() -> Path:
-    """./recipes when it exists, else the recipes folder of this source checkout."""
+    """./recipes when it exists, else the recipes dclr ships (the checkout's recipes/ links
+    there)."""
     here = Path.cwd() / "recipes"
-    return here if here.is_dir() else Path(__file__).resolve().parents[3] / "recipes"
+    return here if here.is_dir() else SHIPPED_RECIPES
