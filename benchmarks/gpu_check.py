@@ -303,11 +303,10 @@ def encode_rows(model: str, n: int, cuda: bool) -> list[dict[str, Any]]:
 
 
 def min_cosine(a: Any, b: Any) -> float:
-    import numpy as np
+    """The lowest row cosine (`dclr.evaluation.sts.cosine_rows`, what STS scores with)."""
+    from dclr.evaluation.sts import cosine_rows
 
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return round(float((a * b).sum(1).min()), 7)
+    return round(float(cosine_rows(a, b).min()), 7)
 
 
 def evaluation_rows(model: str, cuda: bool, data_dir: str | None) -> list[dict[str, Any]]:

@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import socket
 import statistics
@@ -408,7 +407,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from dclr.data.sts import all_sentences
-    from dclr.models.cpu_kind import cpu_model, hardware_key
+    from dclr.models.cpu_kind import cpu_model, cpu_name, hardware_key
 
     suffix = "" if args.precision == "fp32" else f"-{args.precision}"
     args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{hardware_key()}{suffix}.json"
@@ -428,14 +427,11 @@ def main() -> None:
         "model": MODEL,
         "precision": args.precision,
         "command": " ".join(["python", *sys.argv]),
-        "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine()},
+        "machine": {"cpus": os.cpu_count(), "cpu": cpu_name()},
         "load_start": [round(x, 2) for x in os.getloadavg()],
         "plan": PLAN,
         "quick": args.quick,
     }
-    with open("/proc/cpuinfo") as info:
-        names = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
-    report["machine"]["cpu"] = names[0] if names else report["machine"]["cpu"]
     report["machine"].update(hardware_key=hardware_key(), cpu_model=cpu_model())
     rate = bulk_rate(sentences, args.precision)
     report["bulk_texts_per_s"] = round(rate, 1)

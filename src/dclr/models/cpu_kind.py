@@ -84,12 +84,16 @@ def cpu_model() -> str:
     return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
+def cpu_name() -> str:
+    """The CPU's model name (e.g. "AMD EPYC"), or the platform's word for it."""
+    return _first_cpu().get("model name") or platform.processor() or platform.machine()
+
+
 def cpu_description() -> str:
     """The CPU's model name, its core count and the kernel set torch dispatches to."""
     import torch
 
-    name = _first_cpu().get("model name") or platform.processor() or platform.machine()
-    return f"{name}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
+    return f"{cpu_name()}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
 
 
 # Variables that limit torch's, oneDNN's and MKL's kernels to a smaller instruction set than the
