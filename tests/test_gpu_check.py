@@ -13,6 +13,7 @@ from helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
+import paper_run_cost  # noqa: E402
 
 
 def test_the_trajectory_check_fails_outside_its_tolerance():
@@ -24,6 +25,52 @@ def test_the_trajectory_check_fails_outside_its_tolerance():
     result = gpu_check.compare(off, cpu)
     assert not result["passed"] and result["worst_step"] == 3
     assert not gpu_check.compare(cpu[:2], cpu)["passed"]  # a step missing is a failure
+
+
+def test_the_paper_runs_cost_is_the_hand_arithmetic():
+    """DCLR's BERT-base recipe: 3 epochs of 1M sentences at batch 128 (the sampler drops the
+    last partial batch), a dev evaluation every 150 steps and one at the end."""
+    cell = {"batch": 128, "epochs": 3, "eval_steps": 150, "seconds_per_step": 0.05,
+            "dev_eval_seconds": 0.4, "cache_seconds": 2.0, "cache_sentences": 4096}  # fmt: skip
+    cost = paper_run_cost.paper_cost(cell)
+    assert cost["steps"] == 3 * 7812 == 23436
+    assert cost["evaluations"] == 156 + 1
+    minutes = cost["minutes"]
+    assert minutes["steps"] == round(23436 * 0.05 / 60, 1) == 19.5
+    assert minutes["dev_eval"] == round(157 * 0.4 / 60, 1) == 1.0
+    assert minutes["complementary_cache"] == round(2.0 * 1_000_000 / 4096 / 60, 1) == 8.1
+    assert cost["total_minutes"] == round(23436 * 0.05 / 60 + 157 * 0.4 / 60 + 2e6 / 4096 / 60, 1)
+    simcse = paper_run_cost.paper_cost({**cell, "batch": 64, "epochs": 1, "cache_seconds": 0.0})
+    assert (simcse["steps"], simcse["evaluations"]) == (15625, 105)  # 15,625 = 104 x 150 + 25
+
+
+def test_a_part_that_fails_is_reported_the_rest_run_and_each_is_saved(tmp_path):
+    """A run cut short by the time limit keeps what it measured: the report is on disk after
+    every part, and one part's exception does not stop the others."""
+    path = tmp_path / "check.json"
+    seen_on_disk = {}
+
+    def second():
+        seen_on_disk.update(json.loads(path.read_text()))
+        raise RuntimeError("no kernel image")
+
+    report = {"device": "cuda", "tiny": False, "torch": "x", "gpu": "g", "matmul_tflops": None}
+    parts = {"encode": lambda: [{"engine": "dclr", "precision": "fp32", "status": "ok",
+                                 "sentences_per_s": 10.0}],
+             "evaluation": second,
+             "trajectory": lambda: gpu_check.compare([0.5], [0.5])}  # fmt: skip
+    gpu_check.run_parts(parts, report, path, start=0.0)
+    assert seen_on_disk["encode"][0]["sentences_per_s"] == 10.0  # saved before part 2 ran
+    assert seen_on_disk["parts_seconds"]["evaluation"] is None  # started, not finished
+    assert report["failed"] == {"evaluation": "RuntimeError: no kernel image"}
+    assert report["trajectory"]["passed"] and "evaluation" not in report
+    saved = json.loads(path.read_text())
+    assert saved["failed"] == report["failed"] and set(saved["parts_seconds"]) == set(parts)
+    shown = path.with_suffix(".md").read_text()
+    assert "**evaluation failed**: RuntimeError: no kernel image" in shown
+    assert "## Training steps" in shown and "not measured (not reached)." in shown
+    assert "| 7-task STS evaluation <= 2 s | — s |" in shown
+    assert "| trajectory against the CPU | passed |" in shown
 
 
 @pytest.fixture(scope="module")
@@ -114,4 +161,11 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert all(r["errors"] == 0 and r["share_of_bulk"] > 0 for r in serving.values())
     assert set(report["long_run"]["after"]) >= {"STS12", "SICKRelatedness", "avg"}
     assert report["trajectory"]["passed"] and report["trajectory"]["steps"] == 20
+    assert "failed" not in report and all(v is not None for v in report["parts_seconds"].values())
+    paper = {r["method"]: r for r in report["paper_runs"]}
+    assert (paper["simcse"]["batch"], paper["dclr"]["batch"]) == (64, 128)  # the recipes'
+    assert paper["dclr"]["projection"]["steps"] == 23436 and paper["dclr"]["evaluations"] == 3
+    assert paper["dclr"]["cache_seconds"] > 0 and paper["simcse"]["cache_seconds"] == 0
+    assert paper["simcse"]["projection"]["total_minutes"] > 0
+    assert "SimCSE then DCLR, one device:" in (tmp_path / "check-tiny-cpu.md").read_text()
     assert "## Trajectory against the CPU" in (tmp_path / "check-tiny-cpu.md").read_text()
