@@ -9,9 +9,10 @@ under the heavy-job lock (timings are never taken beside another heavy job):
   4. benchmarks/serve_faults.py --quick      the fault table: 0 good requests may fail;
 with the load average before and after each. Results land under benchmarks/results/ named by
 `hardware_key()`, the recording under src/dclr/models/cpu_policies/: commit both. The peers'
-venvs are built as benchmarks/README.md says; a missing one skips its step and says so.
+venvs are built by scripts/peer_venvs.sh (`--setup-peers` runs it first; versions pinned to
+those of the committed tables); a missing one skips its step and says so.
 
-    python scripts/cpu_kind_check.py --data-dir ../shared/data [--dry-run]
+    python scripts/cpu_kind_check.py --data-dir ../shared/data --setup-peers [--dry-run]
 
 It takes the lock for each step itself: do not run it under `flock` (it would wait on itself).
 
@@ -30,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = "/tmp/dclr-heavy.lock"
+SETUP = ROOT / "scripts" / "peer_venvs.sh"  # the peers' venvs, pinned (--setup-peers)
 INT8_VARIANTS = (
     "dclr_fp32_packed,dclr_int8_packed,dclr_int8_dynamic_packed,st_fp32,st_openvino_int8,ort_int8"
 )
@@ -67,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--infinity", default="~/venvs/infinity/bin/infinity_emb")
     parser.add_argument("--openvino-python", default="~/venvs/openvino/bin/python")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--setup-peers", action="store_true",
+                        help="first build the peers' venvs where missing (scripts/peer_venvs.sh, "
+                             "into ~/venvs: the defaults of --infinity and --openvino-python)")  # fmt: skip
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     from dclr.models.cpu_kind import cpu_model, hardware_key, isa_limits
@@ -78,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             "run it on a real machine of the kind, with the variables unset"
         )
     print(f"CPU kind {hardware_key()} ({cpu_model()}), load average {load()}", flush=True)
+    if args.setup_peers:
+        print(f"== peers' venvs: bash {SETUP}", flush=True)
+        if not args.dry_run and subprocess.call(["bash", str(SETUP)], cwd=ROOT):
+            print("failed: the peers' venvs (see above); nothing was measured", flush=True)
+            return 1
     failed = []
     for name, command, env, skipped in steps(args):
         line = " ".join(f"{k}={v}" for k, v in env.items()) + " " * bool(env)

@@ -31,3 +31,37 @@ def test_an_emulated_kind_is_refused(monkeypatch):
     with pytest.raises(SystemExit) as stop:
         cpu_kind_check.main(["--dry-run"])
     assert stop.value.code == 2
+
+
+def test_setup_peers_runs_first_and_a_failure_measures_nothing(tmp_path, capsys, monkeypatch):
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    assert cpu_kind_check.main(["--data-dir", "DATA", "--setup-peers", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== peers' venvs: bash") < out.index("== kernels:")
+    failing = tmp_path / "peer_venvs.sh"
+    failing.write_text("echo building; exit 1\n")
+    monkeypatch.setattr(cpu_kind_check, "SETUP", failing)
+    ran = []
+    monkeypatch.setattr(cpu_kind_check.subprocess, "call",
+                        lambda cmd, **kw: ran.append(cmd) or (1 if cmd[0] == "bash" else 0))  # fmt: skip
+    assert cpu_kind_check.main(["--data-dir", "DATA", "--setup-peers"]) == 1
+    assert ran == [["bash", str(failing)]]  # no step was measured
+    assert "nothing was measured" in capsys.readouterr().out
+
+
+def test_peer_venvs_keeps_the_venvs_that_are_there(tmp_path):
+    """The script builds only what is missing (a build is minutes of pip: not run here)."""
+    import os
+    import subprocess
+
+    for venv, entry in (("infinity", "infinity_emb"), ("openvino", "python")):
+        (tmp_path / venv / "bin").mkdir(parents=True)
+        tool = tmp_path / venv / "bin" / entry
+        tool.write_text("#!/bin/sh\nexit 0\n")  # `python -c "import optimum.intel"` passes
+        tool.chmod(0o755)
+    done = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "peer_venvs.sh")],
+                          env={**os.environ, "DCLR_PEER_VENVS": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("is there") == 2 and "building" not in done.stdout
