@@ -271,6 +271,21 @@ def bulk_rate(sentences_file: Path, precision: str) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+def batcher_counters(name: str, url: str) -> dict | None:
+    """dclr's batching counters (`/health`): requests answered and worker-seconds in passes."""
+    if name != "dclr":
+        return None
+    with urllib.request.urlopen(url + "/health", timeout=10) as response:  # noqa: S310
+        return json.loads(response.read())["batcher"]
+
+
+def model_ms(before: dict, after: dict) -> float | None:
+    """Milliseconds of model passes per request between two readings (one request, one pass in
+    the sequential scenario: its p50 minus this is the time outside the model)."""
+    requests = after["requests"] - before["requests"]
+    return round(1000 * (after["busy_s"] - before["busy_s"]) / requests, 2) if requests else None
+
+
 def bench(name: str, args: argparse.Namespace, model_dir: str, rate: float) -> dict:
     process, url, path = start(name, args, model_dir)
     try:
@@ -279,9 +294,11 @@ def bench(name: str, args: argparse.Namespace, model_dir: str, rate: float) -> d
         run_driver(url, path, "c32x1", argparse.Namespace(**{**vars(args), "quick": True}))
         result: dict = {"rss_after_start_mib": startup, "scenarios": {}}
         for scenario in PLAN:
-            before = cpu_seconds(process.pid)
+            before, counters = cpu_seconds(process.pid), batcher_counters(name, url)
             raw = run_driver(url, path, scenario, args)
             row = summarize(raw, cpu_seconds(process.pid) - before, rate)
+            if counters is not None:  # dclr: where a request's time goes
+                row["model_ms_per_request"] = model_ms(counters, batcher_counters(name, url))
             result["scenarios"][scenario] = row
             print(f"{name:9s} {scenario:6s} {json.dumps(row)}", flush=True)
         result["peak_rss_mib"] = peak_mib(process.pid)
@@ -311,6 +328,10 @@ def combine(rounds: list[dict]) -> dict:
         }
         for key in ("texts_per_s", "cpu_s_per_1000_texts", "share_of_bulk"):
             out[key] = round(statistics.median(r[key] for r in rows), 3)
+        if all(r.get("model_ms_per_request") is not None for r in rows):
+            out["model_ms_per_request"] = round(
+                statistics.median(r["model_ms_per_request"] for r in rows), 2
+            )
         return out
 
     scenarios = {}
@@ -380,6 +401,13 @@ def markdown(report: dict) -> str:
                     f"{ql.get('p95_ms')} | {q['errors']} | | | {ratio} |"
                 )
     lines.append("")
+    one = dclr["scenarios"]["c1x1"]
+    if one.get("model_ms_per_request") is not None and one["latency"]:
+        model, p50 = one["model_ms_per_request"], one["latency"]["p50_ms"]
+        lines += [f"One client, sequential: dclr's model passes take {model} ms per request "
+                  f"(/health's busy_s over the scenario's requests) of a p50 of {p50} ms, so "
+                  f"{p50 - model:.1f} ms is spent outside the model (HTTP, parsing, "
+                  "tokenising, queueing, the answer).", ""]  # fmt: skip
     mem = f"Peak server memory: dclr {dclr['peak_rss_mib']} MiB"
     if peer is not None:
         mem += f", infinity {peer['peak_rss_mib']} MiB"
@@ -410,6 +438,7 @@ def main() -> None:
 
     suffix = "" if args.precision == "fp32" else f"-{args.precision}"
     args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{hardware_key()}{suffix}.json"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
 
     pool = random.Random(SEED).sample(all_sentences(args.data_dir), SENTENCES)
     if args.drive:

@@ -1,0 +1,37 @@
+"""benchmarks/serve_vs_peer.py's own arithmetic: dclr's model time per request from /health's
+counters, its median over rounds, and the line that splits the one-client p50 (issue 46: the
+AVX2 figures needed it measured by hand)."""
+
+import sys
+
+from helpers import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import serve_vs_peer  # noqa: E402
+
+
+def test_model_ms_is_busy_seconds_per_request():
+    before = {"requests": 50, "busy_s": 0.30}
+    after = {"requests": 250, "busy_s": 1.58}
+    assert serve_vs_peer.model_ms(before, after) == round(1000 * 1.28 / 200, 2) == 6.4
+    assert serve_vs_peer.model_ms(before, before) is None  # no request: no figure
+
+
+def _row(p50, model):
+    return {"requests": 200, "errors": 0, "statuses": [200], "texts_per_s": 100.0,
+            "latency": {"p50_ms": p50, "p95_ms": p50 + 1}, "cpu_s_per_1000_texts": 8.0,
+            "share_of_bulk": 0.1, "model_ms_per_request": model}  # fmt: skip
+
+
+def test_rounds_keep_the_median_and_the_report_splits_the_one_client_p50():
+    rounds = [{"scenarios": {s: _row(p50, model) for s in serve_vs_peer.PLAN},
+               "peak_rss_mib": 700.0} for p50, model in ((8.0, 7.0), (9.0, 7.5), (10.0, 9.0))]  # fmt: skip
+    combined = serve_vs_peer.combine(rounds)
+    assert combined["scenarios"]["c1x1"]["model_ms_per_request"] == 7.5
+    report = {"servers": {"dclr": combined}, "precision": "fp32", "model": "m",
+              "machine": {"cpus": 2, "cpu": "c"}, "load_start": [0], "load_end": [0],
+              "bulk_texts_per_s": 1000.0, "rounds": 3, "order": ["dclr"],
+              "infinity_version": None}  # fmt: skip
+    shown = serve_vs_peer.markdown(report)
+    assert "model passes take 7.5 ms per request" in shown and "of a p50 of 9.0 ms" in shown
+    assert "so 1.5 ms is spent outside the model" in shown
