@@ -342,3 +342,22 @@ def test_a_second_feed_forward_layer_that_quantises_its_own_input_is_smoothed(ti
     assert quantize_static(encoder, SAMPLE_SENTENCES) > 0
     assert hasattr(encoder.backbone.encoder.layer[0].output.dense, "smooth")
     assert np.isfinite(encoder.encode(SAMPLE_SENTENCES)).all()
+
+
+def test_unfused_the_first_feed_forward_writes_float_and_the_second_is_smoothed(tiny_model_dir):
+    """The ablation `fuse_feed_forward=False` (NNCF's layout): the first layer keeps its exact
+    GELU but writes float32, the second smooths and quantises its own input; still the same
+    function to int8 error."""
+    fp32 = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    expected = fp32.encode(SAMPLE_SENTENCES, normalize=True)
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    quantize_static(encoder, SAMPLE_SENTENCES, fuse_feed_forward=False)
+    layer = encoder.backbone.encoder.layer[0]
+    first, second = layer.intermediate.dense, layer.output.dense
+    assert first.post_op == "gelu" and first.out_dtype == torch.float32
+    assert hasattr(second, "smooth") and second.quantizer is not first.quantizer
+    fused = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    quantize_static(fused, SAMPLE_SENTENCES)
+    assert fused.backbone.encoder.layer[0].intermediate.dense.out_dtype == torch.uint8
+    got = encoder.encode(SAMPLE_SENTENCES, normalize=True)
+    assert (got * expected).sum(1).min() > 0.95

@@ -211,15 +211,19 @@ def _shared_inputs(backbone: nn.Module) -> dict[nn.Module, tuple[nn.Linear, ...]
 
 @torch.no_grad()
 def smoothing_scales(
-    encoder: SentenceEncoder, sentences: Sequence[str], alpha: float = SMOOTH_ALPHA
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    alpha: float = SMOOTH_ALPHA,
+    fuse_feed_forward: bool = True,
 ) -> dict[nn.Module, torch.Tensor]:
     """{linear: s} per input channel (SmoothQuant, `smoothing.smoothing_factors` with NNCF's
     clipping) for the layers whose input `quantize_static` quantises itself: query, key and value
     read one input and share one s (their weights' column maxima taken together); the second
-    feed-forward layer is left out, its uint8 input is written by the first at one scale."""
+    feed-forward layer is left out where the first writes its uint8 input at one scale
+    (`fuse_feed_forward`), else it gets its own."""
     peak = input_channel_max(encoder, tuple(sentences))  # {name: max |x_j| over every token}
     names = {m: n for n, m in encoder.backbone.named_modules()}
-    second = set(_feed_forward_pairs(encoder.backbone).values())
+    second = set(_feed_forward_pairs(encoder.backbone).values()) if fuse_feed_forward else set()
     shared = _shared_inputs(encoder.backbone)
     scales: dict[nn.Module, torch.Tensor] = {}
     for module, name in names.items():
@@ -273,14 +277,21 @@ def quantize_static(
     estimator: str = "mean_minmax",
     bias_correction: bool = False,
     smooth_alpha: float | None = SMOOTH_ALPHA,
+    fuse_feed_forward: bool = True,
 ) -> int:
     """In place: every `nn.Linear` of an fp32, eval-mode encoder's backbone -> `StaticQLinear`,
     calibrated on `sentences`: input channels smoothed first (`smoothing_scales`; None: not), and
-    with `bias_correction` each layer's bias also takes its `bias_shifts`. Returns how many layers
-    were swapped."""
-    pairs = _feed_forward_pairs(encoder.backbone)
+    with `bias_correction` each layer's bias also takes its `bias_shifts`. With
+    `fuse_feed_forward` False (an ablation: ~20 % slower, docs/performance.md) the first
+    feed-forward layer writes float32 and the second smooths and quantises its own input, as
+    NNCF's engine does. Returns how many layers were swapped."""
+    pairs = _feed_forward_pairs(encoder.backbone) if fuse_feed_forward else {}
     readers = _shared_inputs(encoder.backbone)
-    smooth = {} if smooth_alpha is None else smoothing_scales(encoder, sentences, smooth_alpha)
+    smooth = (
+        {}
+        if smooth_alpha is None
+        else smoothing_scales(encoder, sentences, smooth_alpha, fuse_feed_forward)
+    )
     ranges = input_ranges(encoder, sentences, estimator, smooth)
     # (parent, name, linear, input range, gelu, shared): what is swapped, decided before it is
     plan: list[tuple[nn.Module, str, nn.Linear, tuple[float, float], bool, bool]] = []
