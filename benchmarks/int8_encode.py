@@ -7,6 +7,8 @@ Variants (each one that can be built here; the others are listed with the reason
                        ranges), packed;
   - dclr_int8_padded:  the same, length-sorted padded batches;
   - dclr_int8_dynamic_packed: the int8 engine before it (SmoothQuant-scaled dynamic int8), packed;
+  - dclr_int8_unfused_packed: the static engine in NNCF's layout, an ablation (the second
+                       feed-forward layer smooths its own input: `fuse_feed_forward=False`), packed;
   - st_fp32:           SentenceTransformer(path).encode (torch);
   - st_onnx_int8:      SentenceTransformer(backend="onnx") + export_dynamic_quantized_onnx_model
                        ("avx2", or --onnx-config); needs optimum[onnxruntime];
@@ -64,6 +66,7 @@ VARIANTS = (
     "dclr_int8_packed",
     "dclr_int8_padded",
     "dclr_int8_dynamic_packed",
+    "dclr_int8_unfused_packed",
     "st_fp32",
     "st_onnx_int8",
     "st_openvino_int8",
@@ -98,6 +101,13 @@ def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
     if variant == "dclr_int8_dynamic_packed":
         encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
         quantize_int8(encoder, engine="dynamic")
+        return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
+    if variant == "dclr_int8_unfused_packed":  # the built-in calibration, as --precision int8
+        from dclr.models.smoothing import CALIBRATION_SENTENCES
+        from dclr.models.static_int8 import quantize_static
+
+        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
+        quantize_static(encoder.eval(), CALIBRATION_SENTENCES, fuse_feed_forward=False)
         return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
     if variant.startswith("dclr_"):
         precision = "int8" if "int8" in variant else "fp32"
