@@ -57,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paper_run_cost import PAPER_SENTENCES, paper_runs
+from paper_run_cost import PAPER_SENTENCES, paper_runs, steady_step_seconds
 from paper_run_cost import markdown as paper_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +170,6 @@ def step_cell(model: str, method: str, batch: int, precision: str, out: Path) ->
     from dclr.driver import trainer_for
     from dclr.estimate import linear_weights, work_flops
     from dclr.recipe import load_config
-    from dclr.training.tracking import read_metrics
 
     recipe = SIMCSE_RECIPE if method == "simcse" else DCLR_RECIPE
     overrides = {**QUIET, "model": model, "batch_size": batch, "max_steps": WARMUP + TIMED,
@@ -182,8 +181,7 @@ def step_cell(model: str, method: str, batch: int, precision: str, out: Path) ->
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
-    records = {r["step"]: r for r in read_metrics(out, "train")}
-    seconds = (records[WARMUP + TIMED]["train_seconds"] - records[WARMUP]["train_seconds"]) / TIMED
+    seconds = steady_step_seconds(out, WARMUP, TIMED)
     tokens = trainer._tokens_per_step()
     flops = work_flops("train", linear_weights(trainer.model), tokens)
     return {"seconds_per_step": seconds, "tokens_per_step": tokens, "flops_per_step": flops,
@@ -598,7 +596,6 @@ def main() -> int:
             "device": args.device, "tiny": args.tiny, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if cuda else None,
             "matmul_tflops": None if matmul is None else round(matmul, 1),
-            "parts_seconds": {},
         }  # fmt: skip
 
         def bulk() -> float | None:

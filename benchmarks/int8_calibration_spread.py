@@ -30,13 +30,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from int8_encode import BATCH, MODEL, RESULTS, ROOT, calibration_draw, st_openvino_int8
+from int8_encode import (
+    BATCH,
+    MODEL,
+    RESULTS,
+    ROOT,
+    calibration_draw,
+    st_openvino_int8,
+    static_int8_encoder,
+)
 
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.cpu_kind import cpu_model, hardware_key
 from dclr.models.precision import load_inference_encoder
-from dclr.models.static_int8 import quantize_static
 
 # The experiment reports' statistics (the lab package); the OpenVINO venv runs dclr from src/
 # without it installed, so it is read from the checkout.
@@ -57,12 +64,9 @@ SHIPPED = VARIANTS[0][0]
 def dclr_encoder(texts: list[str] | None, **options: Any):  # noqa: ANN201
     """dclr fp32 (texts None), or its static int8 calibrated on `texts` (packed, as served),
     with `quantize_static`'s `options`."""
-    if texts is None:
-        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True)
-    else:  # what quantize_int8(engine="static") does, with these texts
-        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
-        quantize_static(encoder.eval(), texts, **options)
-        encoder.precision = "int8"
+    if texts is not None:
+        return static_int8_encoder(texts, **options)
+    encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True)
     return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
 
 

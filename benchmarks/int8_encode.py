@@ -46,6 +46,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -104,11 +105,8 @@ def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
         return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
     if variant == "dclr_int8_unfused_packed":  # the built-in calibration, as --precision int8
         from dclr.models.smoothing import CALIBRATION_SENTENCES
-        from dclr.models.static_int8 import quantize_static
 
-        encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
-        quantize_static(encoder.eval(), CALIBRATION_SENTENCES, fuse_feed_forward=False)
-        return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
+        return static_int8_encoder(CALIBRATION_SENTENCES, fuse_feed_forward=False)
     if variant.startswith("dclr_"):
         precision = "int8" if "int8" in variant else "fp32"
         encoder = load_inference_encoder(
@@ -127,6 +125,17 @@ def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
     if variant == "ort_int8":
         return _ort_int8(work)
     raise ValueError(variant)
+
+
+def static_int8_encoder(texts: list[str], **options: Any) -> EncodeFn:
+    """dclr's static int8 calibrated on `texts` with `quantize_static`'s `options` (what
+    quantize_int8(engine="static") does with the built-in sentences), packed, as served."""
+    from dclr.models.static_int8 import quantize_static
+
+    encoder = load_inference_encoder(MODEL, "mean", "fp32", packing=True, linear_kernel="aten")
+    quantize_static(encoder.eval(), texts, **options)
+    encoder.precision = "int8"
+    return lambda s: encoder.encode(s, batch_size=BATCH, normalize=True)
 
 
 def _st_onnx_int8(work: Path, config: str) -> EncodeFn:

@@ -48,6 +48,15 @@ def stand_in_corpus(path: Path, sentences: list[str], lines: int = STAND_IN_LINE
     return path
 
 
+def steady_step_seconds(run_dir: Path, warmup: int, timed: int) -> float:
+    """Seconds per step over steps warmup+1 .. warmup+timed: `train_seconds` logged at the last
+    minus at the first (both read after the device settled), so set-up and warm-up cancel."""
+    from dclr.training.tracking import read_metrics
+
+    records = {r["step"]: r for r in read_metrics(run_dir, "train")}
+    return (records[warmup + timed]["train_seconds"] - records[warmup]["train_seconds"]) / timed
+
+
 def paper_cell(
     method: str, model: str, corpus: Path, out: Path, cuda: bool, warmup: int, timed: int,
     data_dir: str | None = None,
@@ -73,8 +82,7 @@ def paper_cell(
         overrides["data_dir"] = data_dir
     tic = time.perf_counter()
     summary = train(recipe, overrides)
-    records = {r["step"]: r for r in read_metrics(out, "train")}
-    step = (records[warmup + timed]["train_seconds"] - records[warmup]["train_seconds"]) / timed
+    step = steady_step_seconds(out, warmup, timed)
     phases = summary["phase_seconds"]
     evaluations = sum(1 for _ in read_metrics(out, "eval"))
     return {
