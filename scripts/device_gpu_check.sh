@@ -14,11 +14,24 @@ if any(v.dtype == torch.float16 for v in weights.values()):
               metadata={"format": "pt"})
 PY
 export PYTHONPATH="$PWD/src:$PWD/.device/site${PYTHONPATH:+:$PYTHONPATH}"
+# dclr serve's packages the image lacks (scripts/device_bundle.py), in a folder of their own; a
+# failed install costs only the serving part, which then reports the import error
+if [ -d .device/wheels ]; then
+    site=/tmp/dclr-serve-site
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" .device/wheels/*.whl; then
+        export PYTHONPATH="$PYTHONPATH:$site"
+    else
+        echo "the serving wheels did not install: the serving part will fail" >&2
+    fi
+fi
 export DCLR_DATA_DIR="$PWD/.device/data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 status=0
-DCLR_PYTHON=python3 bash benchmarks/gpu_check.sh "$@" || status=$?
+started=$(mktemp)  # the reports this run writes are newer than it
+DCLR_PYTHON=python3 bash benchmarks/gpu_check.sh "$@" 2>&1 | tee "${OUT:-/tmp}/gpu_check.log" ||
+    status=$?  # pipefail (set -o above): the check's status, and its whole log beside the reports
 if [ -n "${OUT:-}" ]; then
-    cp benchmarks/results/gpu/gpu_check.* "$OUT"/ 2>/dev/null || true
+    find benchmarks/results/gpu -name 'gpu_check*' -newer "$started" -exec cp {} "$OUT"/ \;
 fi
 exit "$status"
