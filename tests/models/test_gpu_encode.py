@@ -48,6 +48,20 @@ def test_outputs_held_on_the_device_land_in_their_rows(encoder, monkeypatch):
     assert np.array_equal(encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4), plain)
 
 
+def test_held_outputs_are_copies_not_views_of_the_batch():
+    """A held batch is a copy: the output it came from may be a CUDA graph's, overwritten by the
+    next replay (a compiled backbone), or a view that keeps a batch's whole hidden states alive."""
+    out = {"cls": np.zeros((2, 3), dtype=np.float32)}
+    held = _Outputs(out, torch.device("cuda"))  # the GPU's way; nothing here runs on a GPU
+    hidden = torch.arange(24, dtype=torch.float32).reshape(2, 4, 3)  # (b, L, d)
+    first_token = hidden[:, 0]  # a view, as a CLS pooler gives
+    held.add("cls", np.array([0, 1]), first_token)
+    assert held.held[0][2].untyped_storage().nbytes() == 2 * 3 * 4  # its own (b, d), not (b, L, d)
+    hidden.fill_(-1.0)  # the next replay writes over the graph's output
+    held.flush()
+    assert out["cls"].tolist() == [[0.0, 1.0, 2.0], [12.0, 13.0, 14.0]]
+
+
 def test_dev_evaluation_tokenises_once_and_gives_encodes_vectors(encoder, monkeypatch):
     sentences = list(dict.fromkeys(SAMPLE_SENTENCES))
     cache: dict = {}

@@ -15,7 +15,7 @@ from helpers import nan_on_call, tiny_run_overrides
 import dclr.losses.simcse as simcse_module
 import dclr.training.loop as loop_module
 from dclr.driver import trainer_for
-from dclr.errors import TrainingDiverged
+from dclr.errors import ConfigError, TrainingDiverged
 from dclr.recipe import load_config
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.finite import FiniteGuard
@@ -144,10 +144,88 @@ def test_compiled_step_gives_the_same_run_to_rounding(
     import torch._inductor.config as inductor_config
 
     monkeypatch.setattr(inductor_config, "fallback_random", True)
-    base = run_losses(model_dir, corpus_file, tmp_path / "eager", length_bucket=16)
+    padded = {"length_bucket": 16, "packing": "off"}  # a compiled run does not pack
+    base = run_losses(model_dir, corpus_file, tmp_path / "eager", **padded)
     compiled = run_losses(
-        model_dir, corpus_file, tmp_path / "compiled", length_bucket=16, compile="default"
+        model_dir, corpus_file, tmp_path / "compiled", compile="default", **padded
     )
     assert compiled.keys() == base.keys()
     for step, loss in base.items():
         assert compiled[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
+
+
+def test_a_compiled_run_evaluates_in_eager_pytorch_without_compiling_again(
+    model_dir, corpus_file, tmp_path, monkeypatch, data_dir
+):
+    """The dev evaluation's batches have other shapes than training's (and eval mode): through
+    the compiled backbone each would compile again (minutes on a BERT-base on a GPU, and CUDA
+    graph outputs overwritten between batches). With recompiles made errors, a compiled run with
+    dev evaluations must still finish."""
+    import torch._dynamo.config as dynamo_config
+
+    torch._dynamo.reset()  # what earlier tests compiled (other shapes) is forgotten
+    monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
+    monkeypatch.setattr(dynamo_config, "error_on_recompile", True)
+    overrides = tiny_run_overrides(
+        model_dir, corpus_file, tmp_path / "run", max_steps=4, eval_steps=2, length_bucket=32,
+        max_length=32, compile="default",  # packing "auto": off when compiled, as on a GPU
+    )  # fmt: skip
+    trainer_for(load_config(None, overrides)).train()
+    assert [r["step"] for r in read_metrics(tmp_path / "run", "eval")] == [2, 4]
+
+
+# ---- fp16: the loss scale ------------------------------------------------------------------
+@pytest.mark.parametrize("chunk", [None, 4], ids=["plain", "gradcache"])
+def test_fp16_steps_scale_the_loss_and_a_resumed_run_goes_on_at_the_saved_scale(
+    model_dir, corpus_file, tmp_path, monkeypatch, chunk
+):
+    """fp16 (the paper recipes' precision) runs on a GPU only, so here the loop is given CPU
+    autocast in fp16 and a GradScaler("cpu"). The step used to read the scale without ever calling
+    `scaler.scale`, so `unscale_` found no scale and raised on the first step; the scale was not
+    in the checkpoint either."""
+    monkeypatch.setattr(loop_module.Trainer, "_autocast_dtype", lambda self: torch.float16)
+    run = tmp_path / "run"
+
+    def config(steps: int):
+        options = {
+            "max_steps": steps,
+            "save_steps": 2,
+            **({"grad_cache_chunk": chunk} if chunk else {}),
+        }
+        return load_config(None, tiny_run_overrides(model_dir, corpus_file, run, **options))
+
+    trainer_for(config(4)).train()
+    records = read_metrics(run, "train")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert all(math.isfinite(r["loss"]) for r in records)
+    checkpoint = latest_checkpoint(run / "checkpoints")
+    saved = torch.load(checkpoint / "trainer.pt", weights_only=True)["scaler"]
+    assert saved["scale"] > 1.0  # fp16's scale (65,536 at the start), not a plain loss
+
+    restored: list[dict] = []
+    real_load = torch.amp.GradScaler.load_state_dict
+    monkeypatch.setattr(
+        torch.amp.GradScaler,
+        "load_state_dict",
+        lambda self, state: (restored.append(state), real_load(self, state))[1],
+    )
+    trainer_for(config(6)).train(resume=True)
+    assert restored == [saved]
+    assert [r["step"] for r in read_metrics(run, "train")][-2:] == [5, 6]
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_gradcache_refuses_the_compile_modes_that_record_cuda_graphs(
+    model_dir, corpus_file, tmp_path, mode
+):
+    """GradCache holds each chunk's output while the next chunk runs the same graph (a replay
+    overwrites it) and sums gradients over several backwards: refused by name, not left to fail
+    on the GPU; `compile: default` (no graphs) still combines with it."""
+    options = {"grad_cache_chunk": 4}
+    with pytest.raises(ConfigError, match=f"grad_cache_chunk and compile: {mode}"):
+        load_config(
+            None, tiny_run_overrides(model_dir, corpus_file, tmp_path, compile=mode, **options)
+        )
+    load_config(
+        None, tiny_run_overrides(model_dir, corpus_file, tmp_path, compile="default", **options)
+    )

@@ -503,7 +503,10 @@ class _Outputs:
         if not self.wait:
             self.out[pooler][rows] = vectors.cpu().numpy()
             return
-        self.held.append((pooler, rows, vectors))
+        # a copy of its own: `vectors` can be a view that keeps a batch's whole hidden states
+        # alive, or the output of a CUDA graph (a compiled backbone) that its next replay
+        # overwrites
+        self.held.append((pooler, rows, vectors.clone()))
         self.rows += len(rows)
 
     def flush_if_full(self) -> None:

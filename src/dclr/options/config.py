@@ -44,6 +44,7 @@ Toggle = Literal["auto", "on", "off"]
 # torch.compile's modes (`off`: eager). reduce-overhead records CUDA graphs, one per input shape:
 # pair it with `model.length_bucket` so batches of nearby lengths share a graph.
 CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune"]
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the modes that record CUDA graphs
 # Training data smaller than one batch: refuse (default), train on all of it every step (the batch
 # shrinks to the data, as a DataLoader's last partial batch does in ConSERT's released code), or
 # repeat the examples until they fill a batch (ConSERT's `--do_upsampling`).
@@ -74,7 +75,9 @@ class ModelSection:
     mlp_head: bool = True  # SimCSE's dense+tanh head on [CLS], in training only (pooler cls)
     dropout: float | None = None  # override hidden/attention dropout (None: the model's own)
     max_length: int = 32  # training tokens per sentence (SimCSE: 32)
-    packing: Packing = "auto"  # padding-free packed forwards (auto: on CPU; GPU untested here)
+    # padding-free packed forwards (auto: on a CPU unless compiled, whose graphs want fixed
+    # shapes; GPU untested here)
+    packing: Packing = "auto"
     # pad each training batch's token length up to a multiple of this (0: to its longest
     # sentence, as always); with optimisation.compile, fewer shapes mean fewer recompilations
     # and CUDA graphs (e.g. 8; the vectors equal the unbucketed ones up to float rounding)
@@ -189,6 +192,13 @@ class OptimisationSection:
             raise ConfigError(
                 "optimisation.low_memory and optimisation.compile do not combine: torch.compile "
                 "cannot compile the sparse embedding gradients low_memory makes; drop one of them"
+            )
+        if self.grad_cache_chunk and self.compile in CUDA_GRAPH_MODES:
+            raise ConfigError(
+                f"optimisation.grad_cache_chunk and compile: {self.compile} do not combine: "
+                "GradCache keeps each chunk's output across the chunks' forwards, which a CUDA "
+                "graph's next replay overwrites, and sums gradients over several backwards; use "
+                "compile: default, or drop grad_cache_chunk"
             )
 
 

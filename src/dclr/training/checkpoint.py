@@ -102,11 +102,13 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int = 2,
     extra: dict[str, torch.nn.Module] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> Path:
     """Write checkpoint `root/step-XXXXXXXX` atomically and prune all but the newest `keep`.
 
     `extra` names modules trained alongside the model (e.g. the NLI head) that are saved too, each
-    as `<name>.safetensors`, and restored by `load_checkpoint(..., extra=...)`."""
+    as `<name>.safetensors`, and restored by `load_checkpoint(..., extra=...)`. `scaler` (fp16's
+    loss scale) is saved with the optimizer, so a resumed run goes on at the scale it reached."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:08d}"
     tmp = root / f"step-{step:08d}.tmp"
@@ -123,6 +125,7 @@ def save_checkpoint(
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
                     "rng": rng_state(),
+                    **({"scaler": scaler.state_dict()} if scaler is not None else {}),
                 },
                 tmp / TRAINER_FILE,
             )
@@ -243,6 +246,7 @@ def resume_checkpoint(
     extra: dict[str, torch.nn.Module] | None = None,
     run_id: str | None = None,
     config: dict[str, Any] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Load the newest intact checkpoint under `root`; returns (its folder, its state).
 
@@ -273,7 +277,7 @@ def resume_checkpoint(
             if config is not None:
                 check_identity(path, state, config)
             try:
-                return path, load_checkpoint(path, model, optimizer, scheduler, extra)
+                return path, load_checkpoint(path, model, optimizer, scheduler, extra, scaler)
             except CorruptCheckpoint as err:
                 problem = str(err)
         bad.append(problem)
@@ -299,8 +303,10 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     extra: dict[str, torch.nn.Module] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> dict[str, Any]:
-    """Restore everything saved by save_checkpoint; returns the saved state dict.
+    """Restore everything saved by save_checkpoint; returns the saved state dict (a `scaler`
+    from a checkpoint that has none, e.g. one written in fp32, keeps its initial scale).
 
     A file that cannot be read raises CorruptCheckpoint naming it (not the library's traceback).
     """
@@ -319,6 +325,8 @@ def load_checkpoint(
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
     set_rng_state(trainer["rng"])
+    if scaler is not None and "scaler" in trainer:
+        scaler.load_state_dict(trainer["scaler"])
     return _load_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))
 
 

@@ -41,7 +41,9 @@ class GradCache(nn.Module):
     `backward_scale`, e.g. the DDP world size) and returns the loss parts, detached.
     """
 
-    def __init__(self, loss: nn.Module, chunk_size: int, backward_scale: float = 1.0) -> None:
+    def __init__(
+        self, loss: nn.Module, chunk_size: int, backward_scale: float | torch.Tensor = 1.0
+    ) -> None:
         super().__init__()
         if chunk_size < 1:
             raise ConfigError(f"grad cache chunk size must be >= 1, got {chunk_size}")

@@ -16,6 +16,7 @@ batch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
@@ -292,7 +293,8 @@ class Trainer:
         scheduler = get_linear_schedule_with_warmup(
             optimizer, int(opt.warmup_ratio * self.run.total_steps), self.run.total_steps
         )
-        scaler = torch.amp.GradScaler("cuda") if self._autocast_dtype() == torch.float16 else None
+        half = self._autocast_dtype() == torch.float16
+        scaler = torch.amp.GradScaler(self.device.type) if half else None
         finite = FiniteGuard(lazy=self.device.type == "cuda")
         state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
         if self.config.model.length_bucket and hasattr(self.model, "length_bucket"):
@@ -321,6 +323,7 @@ class Trainer:
             state.extra,
             run_id(self.run_dir),
             self.config.to_dict(),
+            state.scaler,
         )
         state.start, state.best = saved["step"], saved.get("best_metric")
         state.best_step = saved.get("best_step")
@@ -338,8 +341,12 @@ class Trainer:
         opt, scaler, optimizer = self.config.optimisation, state.scaler, state.optimizer
         step_start, step_cpu = time.perf_counter(), time.process_time()
         batch, local = self._on_device(prepared or self.host_batch(step))
-        # DDP averages gradients while every rank's loss is already global: scale by W.
-        backward_scale = float(self.world) * (scaler.get_scale() if scaler else 1.0)
+        # DDP averages gradients while every rank's loss is already global: scale by W; in fp16
+        # by the loss scale too, through `scaler.scale` (it makes the scale its `unscale_` needs)
+        # as a device scalar: no read of it on the host per step
+        backward_scale: float | torch.Tensor = float(self.world)
+        if scaler is not None:
+            backward_scale = scaler.scale(torch.full((), float(self.world), device=self.device))
         with self._autocast():
             if opt.grad_cache_chunk:
                 parts = GradCache(state.objective, opt.grad_cache_chunk, backward_scale)(batch)
@@ -416,7 +423,7 @@ class Trainer:
             return
         if self.rank == 0 and self.evaluator is not None:
             assert log is not None
-            with phase("dev_eval"):
+            with phase("dev_eval"), eager_when_compiled(self.config.optimisation.compile):
                 results = self.evaluator(self.model)
             log.log(done, "eval", results)
             if state.best is None or results["metric"] > state.best:
@@ -446,6 +453,7 @@ class Trainer:
                 saved,
                 keep=self.config.run.keep_checkpoints,
                 extra=state.extra,
+                scaler=state.scaler,
             )
             state.last_ckpt = str(path)
         self._barrier()
@@ -530,7 +538,18 @@ class Trainer:
         dtype = self._autocast_dtype()
         if dtype is None:
             return torch.autocast(self.device.type, enabled=False)
-        return torch.autocast("cuda", dtype=dtype)
+        return torch.autocast(self.device.type, dtype=dtype)
+
+
+def eager_when_compiled(mode: str) -> Any:
+    """The dev evaluation in eager PyTorch when the step is compiled: its batches have other
+    shapes than training's (and eval mode), each of which would compile again (minutes on a
+    BERT-base, until torch's recompile limit), and a CUDA graph's outputs are overwritten by its
+    next replay. Where torch has no `set_stance` (before 2.6) it compiles as before."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if mode == "off" or set_stance is None:
+        return contextlib.nullcontext()
+    return set_stance("force_eager")
 
 
 def compile_backbone(model: torch.nn.Module, mode: str) -> None:

@@ -56,8 +56,10 @@ def prepare_run(
         f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     )
     model = (model or method.build_model(config)).to(device)
-    packing = config.model.packing
-    if packing == "on" or (packing == "auto" and device.type == "cpu"):
+    packing = config.model.packing  # auto: on a CPU, unless compiled (packed batches vary in
+    # shape, and each new shape compiles again)
+    compiled = config.optimisation.compile != "off"
+    if packing == "on" or (packing == "auto" and device.type == "cpu" and not compiled):
         enable = getattr(model, "enable_packing", None)
         if enable is not None:
             enable()
