@@ -349,3 +349,60 @@ def test_pair_margin_out_of_range_is_refused(margin):
         DCLROptions(false_negative_rule="pair_absolute", pair_margin=edge).check_options()
     with pytest.raises(ConfigError, match="pair_margin must be in"):
         DCLROptions(false_negative_rule="pair_absolute", pair_margin=margin).check_options()
+
+
+class CosineComplementary:
+    """A complementary model's cached vectors, scored as `PlannedComplementary.similarities`
+    scores them: their cosine matrix, computed when asked."""
+
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def similarities(self, indices, sentences):
+        from dclr.losses.infonce import cosine_matrix
+
+        return cosine_matrix(self.vectors, self.vectors)
+
+
+@pytest.mark.parametrize(
+    ("form", "weighting"),
+    [("paper", "self"), ("paper", "complementary"), ("official", "complementary")],
+)
+def test_false_negatives_are_judged_in_fp32_under_autocast(form, weighting, monkeypatch):
+    """A GPU run's objective runs under autocast (bf16 / fp16). The teacher's cosines, the weights
+    and the noise are kept out of it, so which negatives are dropped does not depend on the
+    training precision. Here, with the CPU's bf16 autocast, against phi = 0.9: a negative at
+    cosine 0.9001 is dropped and one at 0.8990 kept, as in fp32; in bf16 both cosines and phi
+    round to 0.8984 and both would be dropped. The official form's BCE, which CUDA's autocast
+    refuses in half precision, runs outside autocast."""
+    e = torch.eye(8)
+
+    def towards(v, c, side):  # a unit vector at cosine c to unit vector v
+        return c * v + math.sqrt(1 - c**2) * side
+
+    z1 = e[:3].clone()
+    z2 = e[:3].clone()
+    z2[1] = towards(z1[0], 0.9001, e[5])  # cos(z1_0, z2_1) = 0.9001: a false negative
+    z2[2] = towards(z1[1], 0.8990, e[6])  # cos(z1_1, z2_2) = 0.8990: a true one
+    vectors = torch.stack([e[0], towards(e[0], 0.9001, e[5]), towards(e[0], 0.8990, e[6])])
+    teacher = CosineComplementary(vectors)  # the same two cosines, (0, 1) and (0, 2)
+    loss = DCLRLoss.of(
+        lambda **_: None, teacher if weighting == "complementary" else None, temperature=0.05,
+        noise_mode="none", weighting=weighting, false_negative_threshold=0.9, dclr_form=form,
+    )  # fmt: skip
+    in_fp32 = loss.objective(z1, z2)
+    real_bce = torch.nn.functional.binary_cross_entropy
+    autocast_seen = []
+
+    def bce(*args, **kwargs):
+        autocast_seen.append(torch.is_autocast_enabled("cpu"))
+        return real_bce(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "binary_cross_entropy", bce)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled("cpu")
+        in_bf16 = loss.objective(z1, z2)
+    dropped = in_fp32["dropped_fraction"].item()
+    assert dropped == in_bf16["dropped_fraction"].item()
+    assert dropped * 3 * 2 == pytest.approx(2 if weighting == "complementary" else 1)
+    assert autocast_seen == ([False] if form == "official" else [])

@@ -187,6 +187,14 @@ def dclr_paper_loss(
     return info_nce(z1, blocks, temperature, masked=dropped)
 
 
+def without_autocast(device: torch.device) -> Any:
+    """A block run in the tensors' own precision (fp32) under a GPU run's autocast (bf16 / fp16):
+    the false-negative and noise decisions do not depend on the training precision (bf16 rounds a
+    cosine near phi = 0.9 to a 0.004 grid), and BCE, which CUDA's autocast refuses in half
+    precision, runs. Nothing changes where autocast is off (every CPU run)."""
+    return torch.autocast(device.type, enabled=False)
+
+
 def official_weights(teacher_cos: torch.Tensor, phi: float, temperature: float) -> torch.Tensor:
     """The released code's rule: teacher logits (cos / tau) >= phi * 20 -> weight 0, else 1."""
     teacher_logits = teacher_cos / temperature
@@ -211,7 +219,8 @@ def dclr_official_loss(
     probs = logits.float().softmax(dim=1)  # (n, n + k)
     target = torch.zeros_like(probs)
     target[:, : z1.shape[0]].fill_diagonal_(1.0)
-    return F.binary_cross_entropy(probs, target)
+    with without_autocast(probs.device):  # CUDA's autocast refuses BCE in half precision
+        return F.binary_cross_entropy(probs, target)
 
 
 def distillation_loss(
@@ -301,27 +310,23 @@ class DCLRLoss(torch.nn.Module):
             generator=gen,
         )
 
-    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """`batch.features`: the n sentences; `batch.indices` / `batch.sentences`: the global batch
-        (what the complementary model scores); `batch.step` seeds the noise."""
-        z1, z2 = two_views(self.model, dict(batch.features), self.views, batch.step)
-        return self.objective(z1, z2, batch)
-
-    def objective(
-        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None
-    ) -> dict[str, torch.Tensor]:
-        """The loss from this rank's two views (n_local, d); gathered across ranks here."""
-        indices = batch.indices if batch is not None else None
-        sentences = batch.sentences if batch is not None else None
-        step = batch.step if batch is not None else 0
-        z1, z2 = gather_with_grad(z1), gather_with_grad(z2)  # (n_global, d)
+    def _negatives(
+        self,
+        z1: torch.Tensor,
+        z2: torch.Tensor,
+        indices: Any,
+        sentences: Any,
+        step: int,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """The noise negatives, the teacher's cosines and the weights they give (in-batch, noise):
+        what the loss is told, none of it trained."""
         noise = self.noise(z1, z2, step)
         teacher = None
         if self.options.weighting in ("complementary", "distill"):
             teacher = self.complementary.similarities(indices, sentences).to(z1.device)
         elif self.options.weighting == "self":
             with torch.no_grad():
-                teacher = cosine_matrix(z1.detach(), z2.detach())
+                teacher = cosine_matrix(z1.detach().float(), z2.detach().float())
         weights = None
         if teacher is not None and self.options.weighting != "distill":
             if self.options.dclr_form == "official":
@@ -338,6 +343,26 @@ class DCLRLoss(torch.nn.Module):
             anchors = self.complementary.anchor_vectors(indices, sentences).to(z1.device)  # (n, d)
             noise_weights = noise_negative_weights(
                 anchors, noise, self.options.false_negative_threshold
+            )
+        return noise, teacher, weights, noise_weights
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """`batch.features`: the n sentences; `batch.indices` / `batch.sentences`: the global batch
+        (what the complementary model scores); `batch.step` seeds the noise."""
+        z1, z2 = two_views(self.model, dict(batch.features), self.views, batch.step)
+        return self.objective(z1, z2, batch)
+
+    def objective(
+        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The loss from this rank's two views (n_local, d); gathered across ranks here."""
+        indices = batch.indices if batch is not None else None
+        sentences = batch.sentences if batch is not None else None
+        step = batch.step if batch is not None else 0
+        z1, z2 = gather_with_grad(z1), gather_with_grad(z2)  # (n_global, d)
+        with without_autocast(z1.device):
+            noise, teacher, weights, noise_weights = self._negatives(
+                z1, z2, indices, sentences, step
             )
         if self.options.dclr_form == "official":
             contrastive = dclr_official_loss(z1, z2, noise, weights, self.temperature)
