@@ -21,7 +21,7 @@ qrels row and averages over every query pytrec_eval returns). Means are over the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
@@ -40,6 +40,15 @@ def trec_order(scores: Mapping[str, float]) -> list[str]:
     return [doc for doc, _ in sorted(scores.items(), key=lambda x: (x[1], x[0]), reverse=True)]
 
 
+def added_up(values: Iterable[float]) -> float:
+    """Left-to-right float addition, as trec_eval's C loops and BEIR's averaging add. Python 3.12's
+    `sum` compensates rounding (Neumaier), and then differs from trec_eval in the last bit."""
+    total = 0.0
+    for value in values:
+        total += value
+    return total
+
+
 def _n_relevant(rels: Mapping[str, int]) -> int:
     return sum(1 for r in rels.values() if r > 0)
 
@@ -48,10 +57,10 @@ def ndcg(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
     """nDCG@k of one ranked list (trec_eval's `ndcg_cut.k`; 0 when no judged gain is positive)."""
     gains = [max(rels.get(doc, 0), 0) for doc in ranked[:k]]
     ideal = sorted((max(r, 0) for r in rels.values()), reverse=True)[:k]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))  # rank i + 1 -> log2(i + 2)
+    idcg = added_up(g / math.log2(i + 2) for i, g in enumerate(ideal))  # rank i + 1: log2(i + 2)
     if idcg == 0:
         return 0.0
-    return sum(g / math.log2(i + 2) for i, g in enumerate(gains)) / idcg
+    return added_up(g / math.log2(i + 2) for i, g in enumerate(gains)) / idcg
 
 
 def reciprocal_rank(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
@@ -93,7 +102,7 @@ def per_query(metric: PerQuery, run: Run, qrels: Qrels, k: int) -> dict[str, flo
 
 
 def _mean(values: dict[str, float]) -> float:
-    return sum(values.values()) / len(values) if values else 0.0
+    return added_up(values.values()) / len(values) if values else 0.0
 
 
 def ndcg_at_k(run: Run, qrels: Qrels, k: int = NDCG_K) -> float:
