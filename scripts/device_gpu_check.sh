@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (the device tool, carry [".device"] made by scripts/device_bundle.py):
 # widen the bundled MiniLM's fp16 weights to fp32, put the bundle's package and data in reach,
-# run benchmarks/gpu_check.sh, and copy its results to $OUT (or benchmarks/results/gpu/).
+# run benchmarks/gpu_check.sh with its reports and log in $OUT (or benchmarks/results/gpu/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 - <<'PY'
@@ -27,11 +27,11 @@ if [ -d .device/wheels ]; then
 fi
 export DCLR_DATA_DIR="$PWD/.device/data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+# With $OUT (the device tool's) the reports are written there as the run goes, each part saved
+# as it starts and ends, so a run cut off by any limit still returns what it measured
+out=()
+if [ -n "${OUT:-}" ]; then out=(--out "$OUT/gpu_check"); fi
 status=0
-started=$(mktemp)  # the reports this run writes are newer than it
-DCLR_PYTHON=python3 bash benchmarks/gpu_check.sh "$@" 2>&1 | tee "${OUT:-/tmp}/gpu_check.log" ||
-    status=$?  # pipefail (set -o above): the check's status, and its whole log beside the reports
-if [ -n "${OUT:-}" ]; then
-    find benchmarks/results/gpu -name 'gpu_check*' -newer "$started" -exec cp {} "$OUT"/ \;
-fi
+DCLR_PYTHON=python3 bash benchmarks/gpu_check.sh "${out[@]}" "$@" 2>&1 |
+    tee "${OUT:-/tmp}/gpu_check.log" || status=$?  # pipefail: the check's status
 exit "$status"

@@ -4,6 +4,7 @@ one-element bug (issues 27, 44)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -73,6 +74,64 @@ def test_a_part_that_fails_is_reported_the_rest_run_and_each_is_saved(tmp_path):
     assert "| trajectory against the CPU | passed |" in shown
 
 
+@pytest.mark.parametrize("inside_training", [False, True], ids=["between", "in-training"])
+def test_sigterm_ends_the_run_at_the_part_it_cuts_keeping_what_was_measured(
+    tmp_path, monkeypatch, inside_training
+):
+    """The time limit's SIGTERM (gpu_check.sh's `timeout`, the device's) stops the check: the part
+    it cuts is recorded as cut short with the cells it finished, later parts are not started, and
+    the report is saved. In a training run the loop turns SIGTERM into `TrainingStopped`, which
+    the step cells used to record as one cell's failure and go on, past the limit."""
+    from dclr.training.runfolder import TrainingStopped
+
+    path = tmp_path / "check.json"
+    report = {"device": "cuda", "tiny": False, "torch": "x", "gpu": "g", "matmul_tflops": None}
+    cells = report.setdefault("steps", [])
+
+    def cell(model, method, batch, precision, out):
+        if method == "dclr":  # the second cell
+            if inside_training:
+                raise TrainingStopped(3, "ckpt", "run")
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {"seconds_per_step": 0.01}
+
+    monkeypatch.setattr(gpu_check, "step_cell", cell)
+    previous = signal.signal(signal.SIGTERM, gpu_check.on_sigterm)
+    try:
+        parts = {"steps": lambda: gpu_check.steps({"m": "m"}, tmp_path, True, None, cells),
+                 "trajectory": lambda: pytest.fail("a part after the cut ran")}  # fmt: skip
+        gpu_check.run_parts(parts, report, path, start=0.0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    saved = json.loads(path.read_text())
+    assert saved["failed"] == {"steps": "cut short (SIGTERM: the time limit?)"}
+    assert [(r["method"], r["status"]) for r in saved["steps"]] == [("simcse", "ok")]
+    assert "trajectory" not in saved["parts_seconds"]
+    assert "**steps failed**: cut short" in path.with_suffix(".md").read_text()
+
+
+def test_the_time_limit_cuts_the_run_and_the_report_says_where(tmp_path, data_dir):
+    """gpu_check.sh's `timeout` sends SIGTERM at the limit: the check stops there (not at the end
+    of every later part, past the device's limit), with the finished parts and the cut one in
+    its report."""
+    out = tmp_path / "check"
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--tiny",
+         "--out", str(out), "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DCLR_PYTHON": sys.executable, "DCLR_GPU_CHECK_LIMIT": "25"},
+    )  # fmt: skip
+    assert done.returncode == 124, (
+        done.stdout[-2000:] + done.stderr[-2000:]
+    )  # timeout's "timed out"
+    assert "cut short" in done.stdout  # the report printed on the way out
+    report = json.loads((tmp_path / "check-tiny-cpu.json").read_text())
+    (cut,) = report["failed"]  # the one part running at the limit
+    assert report["failed"][cut] == "cut short (SIGTERM: the time limit?)"
+    assert list(report["parts_seconds"])[-1] == cut  # nothing started after it
+    assert "compiled_steps" not in report["parts_seconds"]
+
+
 @pytest.fixture(scope="module")
 def tiny_check_model(tmp_path_factory):
     return gpu_check.tiny_model(tmp_path_factory.mktemp("gpu-check-model"))
@@ -134,6 +193,18 @@ def test_the_script_runs_the_python_it_is_given_not_the_one_on_path(tmp_path):
     assert "--tiny" in done.stdout and "the wrong python" not in done.stderr
 
 
+def test_the_encode_rows_time_distinct_sentences(data_dir, monkeypatch):
+    """dclr's encode encodes each distinct sentence once and sentence-transformers' every one, so
+    the rate of both is counted on distinct sentences (the first GPU run cycled the 29,511 STS
+    sentences to 100,000 and credited dclr 3.39x the work it did)."""
+    monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
+    from dclr.data.corpus import load_corpus
+
+    every = gpu_check.corpus_sentences(10**9)
+    assert len(every) == len(set(every)) == len(set(load_corpus("sts", None)))
+    assert gpu_check.corpus_sentences(100) == every[:100]
+
+
 def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     out = tmp_path / "check"
     done = subprocess.run(
@@ -154,6 +225,11 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert cells[("dclr", 64, "fp32")]["model_tflops"] > 0
     encode = {(r["engine"], r["precision"]): r for r in report["encode"]}
     assert encode[("dclr", "fp32")]["sentences_per_s"] > 0
+    assert (
+        encode[("dclr", "fp32")]["sentences"]
+        == encode[("sentence-transformers", "fp32")]["sentences"]
+        == 2000
+    )
     assert encode[("sentence-transformers", "fp32")]["min_cosine_to_dclr_fp32"] > 0.9999
     assert report["evaluation"][0]["seconds"] > 0
     serving = {r["scenario"]: r for r in report["serving"]}
@@ -162,6 +238,10 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert set(report["long_run"]["after"]) >= {"STS12", "SICKRelatedness", "avg"}
     assert report["trajectory"]["passed"] and report["trajectory"]["steps"] == 20
     assert "failed" not in report and all(v is not None for v in report["parts_seconds"].values())
+    compiled = {r["method"]: r for r in report["compiled_steps"]}
+    assert set(compiled) == {"simcse", "dclr"}
+    assert all(r["status"] == "ok" and r["ms_per_step"] > 0 for r in compiled.values())
+    assert all(r["compile"] == "reduce-overhead" for r in compiled.values())
     paper = {r["method"]: r for r in report["paper_runs"]}
     assert (paper["simcse"]["batch"], paper["dclr"]["batch"]) == (64, 128)  # the recipes'
     assert paper["dclr"]["projection"]["steps"] == 23436 and paper["dclr"]["evaluations"] == 3
