@@ -487,27 +487,11 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", f"## Training steps (steady state: {TIMED} steps after {WARMUP}, max length "
               f"{MAX_LENGTH})", ""]  # fmt: skip
     if not _missing(report, "steps", lines):
-        lines += ["| model | method | batch | precision | status | ms/step | sentences/s | "
-                  "TFLOP/s | share of matmul | peak MiB |",
-                  "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-        for r in report["steps"]:
-            lines.append(f"| {r['model']} | {r['method']} | {r['batch']} | {r['precision']} | "
-                         f"{r['status']} | {r.get('ms_per_step', '—')} | "
-                         f"{r.get('sentences_per_s', '—')} | {r.get('model_tflops', '—')} | "
-                         f"{r.get('share_of_matmul', '—')} | "
-                         f"{_round(r.get('peak_memory_mib'))} |")  # fmt: skip
+        lines += step_table(report["steps"])
     lines += ["", "## The compiled step (compile: reduce-overhead, every batch padded to "
               f"{MAX_LENGTH} tokens: one shape)", ""]  # fmt: skip
     if not _missing(report, "compiled_steps", lines):
-        lines += ["| model | method | batch | precision | status | ms/step | sentences/s | "
-                  "TFLOP/s | share of matmul | peak MiB |",
-                  "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-        for r in report["compiled_steps"]:
-            lines.append(f"| {r['model']} | {r['method']} | {r['batch']} | {r['precision']} | "
-                         f"{r['status']} | {r.get('ms_per_step', '—')} | "
-                         f"{r.get('sentences_per_s', '—')} | {r.get('model_tflops', '—')} | "
-                         f"{r.get('share_of_matmul', '—')} | "
-                         f"{_round(r.get('peak_memory_mib'))} |")  # fmt: skip
+        lines += step_table(report["compiled_steps"])
     lines += ["", "## Against issue 44's targets", "", "| target | measured |", "| --- | --- |"]
     lines += [f"| {name} | {value} |" for name, value in targets(report)]
     counts = {r["sentences"] for r in report.get("encode") or [] if "sentences" in r}
@@ -565,6 +549,19 @@ def markdown(report: dict[str, Any]) -> str:
                 shown = "—" if before is None else f"{before:.2f}"
                 lines.append(f"| {task} | {shown} | {after:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def step_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The Markdown table of step cells (eager or compiled)."""
+    lines = ["| model | method | batch | precision | status | ms/step | sentences/s | TFLOP/s | "
+             "share of matmul | peak MiB |",
+             "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['method']} | {r['batch']} | {r['precision']} | "
+                     f"{r['status']} | {r.get('ms_per_step', '—')} | "
+                     f"{r.get('sentences_per_s', '—')} | {r.get('model_tflops', '—')} | "
+                     f"{r.get('share_of_matmul', '—')} | {_round(r.get('peak_memory_mib'))} |")  # fmt: skip
+    return lines
 
 
 def _missing(report: dict[str, Any], part: str, lines: list[str]) -> bool:

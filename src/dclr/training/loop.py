@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -366,9 +367,17 @@ class Trainer:
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
+            with warnings.catch_warnings():  # fp16's first steps, while the scale backs off, skip
+                # the optimizer (inf gradients); the schedule moves on as in PyTorch's AMP recipe
+                # (knowing whether it skipped would read the GPU every step), so torch's warning
+                # that the scheduler stepped first says nothing here
+                warnings.filterwarnings(
+                    "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                )
+                state.scheduler.step()
         else:
             optimizer.step()
-        state.scheduler.step()
+            state.scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state.train_seconds += time.perf_counter() - step_start
         state.cpu_seconds += time.process_time() - step_cpu  # all threads: robust to sharing
