@@ -250,9 +250,11 @@ def peak_memory_mib() -> float | None:
 
 
 def steps(
-    named: dict[str, str], tmp: Path, cuda: bool, matmul: float | None, rows: list[dict]
-) -> list[dict]:
-    """Each step cell into `rows` as it is measured (a run cut short keeps the cells it did)."""
+    named: dict[str, str], tmp: Path, cuda: bool, matmul: float | None, rows: list[dict],
+    saved: Callable[[], None],
+) -> list[dict]:  # fmt: skip
+    """Each step cell into `rows` as it is measured, the report `saved` after each (a run cut
+    short keeps the cells it did)."""
     from dclr.training.runfolder import TrainingStopped
 
     for name, model in named.items():
@@ -277,15 +279,17 @@ def steps(
                         row["status"] = f"failed: {type(error).__name__}: {error}"[:200]
                     row = finish_row(row, matmul)
                     rows.append(row)
+                    saved()
                     print(json.dumps(row), flush=True)
     return rows
 
 
 def compiled_steps(
-    model: tuple[str, str], tmp: Path, cuda: bool, matmul: float | None, rows: list[dict]
-) -> list[dict]:
+    model: tuple[str, str], tmp: Path, cuda: bool, matmul: float | None, rows: list[dict],
+    saved: Callable[[], None],
+) -> list[dict]:  # fmt: skip
     """SimCSE then DCLR, batch 64, bf16 (fp32 on a CPU), compiled (`step_cell(compiled=True)`),
-    each into `rows` as it is measured."""
+    each into `rows` as it is measured, the report `saved` after each."""
     from dclr.training.runfolder import TrainingStopped
 
     name, path = model
@@ -301,6 +305,7 @@ def compiled_steps(
         except Exception as error:  # noqa: BLE001 - a cell's failure is reported
             row["status"] = f"failed: {type(error).__name__}: {error}"[:200]
         rows.append(finish_row(row, matmul))
+        saved()
         print(json.dumps(row), flush=True)
     return rows
 
@@ -665,18 +670,20 @@ def main() -> int:
             return next((r.get("sentences_per_s") for r in report.get("encode", [])), None)
 
         paper_model = named.get("bert-base-shape", first)
-        parts: dict[str, Callable[[], Any]] = {  # by what the issue's targets need first
-            "steps": lambda: steps(named, tmp, cuda, matmul, report.setdefault("steps", [])),
-            "encode": lambda: encode_rows(first, 2000 if args.tiny else 30_000, cuda),
-            "evaluation": lambda: evaluation_rows(first, cuda, args.data_dir),
-            "trajectory": lambda: compare(trajectory(first, tmp / "traj-device"),
-                                          cpu_trajectory(first, tmp)),
-            "paper_runs": lambda: paper_runs(paper_model, tmp, cuda, WARMUP, TIMED, args.data_dir),
-            "serving": lambda: serving_rows(first, cuda, bulk(), args.tiny),
-            "long_run": lambda: long_run(first, tmp, 4 if args.tiny else 200, args.data_dir),
-            "compiled_steps": lambda: compiled_steps(
+        # by what the issue's targets need first; each is handed `saved` (the report to disk)
+        parts: dict[str, Callable[[Callable[[], None]], Any]] = {
+            "steps": lambda saved: steps(named, tmp, cuda, matmul,
+                                         report.setdefault("steps", []), saved),
+            "encode": lambda _: encode_rows(first, 2000 if args.tiny else 30_000, cuda),
+            "evaluation": lambda _: evaluation_rows(first, cuda, args.data_dir),
+            "trajectory": lambda _: compare(trajectory(first, tmp / "traj-device"),
+                                            cpu_trajectory(first, tmp)),
+            "paper_runs": lambda _: paper_runs(paper_model, tmp, cuda, WARMUP, TIMED, args.data_dir),
+            "serving": lambda _: serving_rows(first, cuda, bulk(), args.tiny),
+            "long_run": lambda _: long_run(first, tmp, 4 if args.tiny else 200, args.data_dir),
+            "compiled_steps": lambda saved: compiled_steps(
                 next(iter(named.items())) if args.tiny else ("bert-base-shape", paper_model),
-                tmp, cuda, matmul, report.setdefault("compiled_steps", [])),
+                tmp, cuda, matmul, report.setdefault("compiled_steps", []), saved),
         }  # fmt: skip
         signal.signal(signal.SIGTERM, on_sigterm)  # a training run puts its own in, then back
         run_parts(parts, report, json_path, start)
@@ -691,37 +698,48 @@ class TimeLimit(BaseException):
 
 
 def on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cut: a second signal leaves the save be
     raise TimeLimit
 
 
 def run_parts(
-    parts: dict[str, Callable[[], Any]], report: dict[str, Any], json_path: Path, start: float
+    parts: dict[str, Callable[[Callable[[], None]], Any]],
+    report: dict[str, Any],
+    json_path: Path,
+    start: float,
 ) -> None:
     """Each part in order into report[part]; one that raises is recorded under "failed" and the
-    rest run; the report is saved as each part starts and ends (a run cut short keeps what it
-    measured and shows the part it was in). A stop (SIGTERM, in a training run or not, or ^C)
+    rest run. The report is saved as each part starts and ends, and whenever a part calls the
+    `saved` it is handed (after each step cell), so a run cut short, even by SIGKILL, keeps what
+    it measured and shows the part it was in. A stop (SIGTERM, in a training run or not, or ^C)
     ends the run there: the part is recorded as cut short and the rest as not reached."""
     from dclr.training.runfolder import TrainingStopped
 
-    for part, run in parts.items():
-        report.setdefault("parts_seconds", {})[part] = None  # started: a cut report shows where
-        save(report, json_path)
-        tic = time.perf_counter()
-        stop = False
-        try:
-            report[part] = run()
-        except (TimeLimit, TrainingStopped, KeyboardInterrupt) as error:
-            why = "SIGTERM" if not isinstance(error, KeyboardInterrupt) else "interrupted"
-            report.setdefault("failed", {})[part] = f"cut short ({why}: the time limit?)"
-            print(f"part {part} cut short: {error!r}", flush=True)
-            stop = True
-        except Exception as error:  # noqa: BLE001 - a part's failure is reported, the rest run
-            report.setdefault("failed", {})[part] = f"{type(error).__name__}: {error}"[:300]
-            print(f"part {part} failed: {error!r}", flush=True)
-        report["parts_seconds"][part] = round(time.perf_counter() - tic, 1)
+    def saved() -> None:
         report["wall_seconds"] = time.perf_counter() - start
         save(report, json_path)
-        if stop:
+
+    for part, run in parts.items():
+        tic = time.perf_counter()
+        try:
+            report.setdefault("parts_seconds", {})[part] = None  # started: a cut shows where
+            saved()
+            try:
+                report[part] = run(saved)
+            except TrainingStopped:  # SIGTERM in a training run: a stop, not a failure
+                raise
+            except Exception as error:  # noqa: BLE001 - a part's failure is reported, the rest run
+                report.setdefault("failed", {})[part] = f"{type(error).__name__}: {error}"[:300]
+                print(f"part {part} failed: {error!r}", flush=True)
+            report["parts_seconds"][part] = round(time.perf_counter() - tic, 1)
+            saved()
+        except (TimeLimit, TrainingStopped, KeyboardInterrupt) as error:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nothing cuts the last save
+            why = "SIGTERM" if not isinstance(error, KeyboardInterrupt) else "interrupted"
+            report.setdefault("failed", {})[part] = f"cut short ({why}: the time limit?)"
+            report["parts_seconds"][part] = round(time.perf_counter() - tic, 1)
+            saved()
+            print(f"part {part} cut short: {error!r}", flush=True)
             return
 
 

@@ -51,15 +51,15 @@ def test_a_part_that_fails_is_reported_the_rest_run_and_each_is_saved(tmp_path):
     path = tmp_path / "check.json"
     seen_on_disk = {}
 
-    def second():
+    def second(saved):
         seen_on_disk.update(json.loads(path.read_text()))
         raise RuntimeError("no kernel image")
 
     report = {"device": "cuda", "tiny": False, "torch": "x", "gpu": "g", "matmul_tflops": None}
-    parts = {"encode": lambda: [{"engine": "dclr", "precision": "fp32", "status": "ok",
+    parts = {"encode": lambda saved: [{"engine": "dclr", "precision": "fp32", "status": "ok",
                                  "sentences_per_s": 10.0}],
              "evaluation": second,
-             "trajectory": lambda: gpu_check.compare([0.5], [0.5])}  # fmt: skip
+             "trajectory": lambda saved: gpu_check.compare([0.5], [0.5])}  # fmt: skip
     gpu_check.run_parts(parts, report, path, start=0.0)
     assert seen_on_disk["encode"][0]["sentences_per_s"] == 10.0  # saved before part 2 ran
     assert seen_on_disk["parts_seconds"]["evaluation"] is None  # started, not finished
@@ -88,8 +88,11 @@ def test_sigterm_ends_the_run_at_the_part_it_cuts_keeping_what_was_measured(
     report = {"device": "cuda", "tiny": False, "torch": "x", "gpu": "g", "matmul_tflops": None}
     cells = report.setdefault("steps", [])
 
+    on_disk_at_the_cut = {}
+
     def cell(model, method, batch, precision, out):
         if method == "dclr":  # the second cell
+            on_disk_at_the_cut.update(json.loads(path.read_text()))  # what a SIGKILL would leave
             if inside_training:
                 raise TrainingStopped(3, "ckpt", "run")
             os.kill(os.getpid(), signal.SIGTERM)
@@ -98,11 +101,13 @@ def test_sigterm_ends_the_run_at_the_part_it_cuts_keeping_what_was_measured(
     monkeypatch.setattr(gpu_check, "step_cell", cell)
     previous = signal.signal(signal.SIGTERM, gpu_check.on_sigterm)
     try:
-        parts = {"steps": lambda: gpu_check.steps({"m": "m"}, tmp_path, True, None, cells),
-                 "trajectory": lambda: pytest.fail("a part after the cut ran")}  # fmt: skip
+        parts = {"steps": lambda saved: gpu_check.steps({"m": "m"}, tmp_path, True, None, cells,
+                                                        saved),
+                 "trajectory": lambda saved: pytest.fail("a part after the cut ran")}  # fmt: skip
         gpu_check.run_parts(parts, report, path, start=0.0)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    assert [r["method"] for r in on_disk_at_the_cut["steps"]] == ["simcse"]  # saved per cell
     saved = json.loads(path.read_text())
     assert saved["failed"] == {"steps": "cut short (SIGTERM: the time limit?)"}
     assert [(r["method"], r["status"]) for r in saved["steps"]] == [("simcse", "ok")]

@@ -124,6 +124,48 @@ def test_sigterm_before_the_first_save_leaves_a_resumable_checkpoint(
     assert losses(run) == reference
 
 
+class CallersStop(BaseException):
+    """What a caller's own SIGTERM handler raises (benchmarks/gpu_check.py's time limit)."""
+
+
+@pytest.mark.parametrize("caller", ["default", "python-handler"])
+def test_a_signal_in_the_last_step_finishes_the_run_then_reaches_the_callers_handler(
+    model_dir, corpus_file, tmp_path, monkeypatch, caller
+):
+    """SIGTERM in the last step: the run finishes (nothing is left to resume), and then the signal
+    goes to the handler in place before the run. A caller's Python handler used to never hear
+    of it, so a time-limited benchmark ran on past its limit; with the default action
+    `dclr train` ends normally, as before."""
+    run = tmp_path / "run"
+    config = make_config(model_dir, corpus_file, run, max_steps=3, save_steps=1000)
+    real, calls = simcse_module.simcse_loss, {"n": 0}
+
+    def signalled(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the last step
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    def handler(signum, frame):
+        raise CallersStop
+
+    monkeypatch.setattr(simcse_module, "simcse_loss", signalled)
+    previous = signal.signal(
+        signal.SIGTERM, handler if caller == "python-handler" else signal.SIG_DFL
+    )
+    try:
+        if caller == "python-handler":
+            with pytest.raises(CallersStop):
+                trainer_for(config).train()
+        else:
+            assert trainer_for(config).train().final_dir == run / "final"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (run / "final").is_dir() and latest_checkpoint(
+        run / "checkpoints"
+    ).name == "step-00000003"
+
+
 def test_manifest_lists_size_and_checksum_of_every_file(model_dir, corpus_file, tmp_path):
     run = tmp_path / "run"
     trainer_for(make_config(model_dir, corpus_file, run, max_steps=2, save_steps=2)).train()

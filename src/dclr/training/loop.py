@@ -264,7 +264,9 @@ class Trainer:
         record_phase("train_steps", seconds)
         if work:
             record(f"train:{self.config.method}", work, seconds, self.device)
-        return self._finish(state, end)
+        result = self._finish(state, end)
+        stop.pass_on()  # a signal of the last step, the run now complete, to the caller's handler
+        return result
 
     # ---- the named steps of `train` ---------------------------------------------------------
     def _setup(self) -> _RunState:
@@ -296,6 +298,11 @@ class Trainer:
         )
         half = self._autocast_dtype() == torch.float16
         scaler = torch.amp.GradScaler(self.device.type) if half else None
+        if half:  # fp16's first steps, while the scale backs off, skip the optimizer (inf
+            # gradients) and the schedule moves on, as in PyTorch's AMP recipe (knowing whether it
+            # skipped would read the GPU every step): torch's warning that the scheduler stepped
+            # before the optimizer says nothing here
+            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         finite = FiniteGuard(lazy=self.device.type == "cuda")
         state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
         if self.config.model.length_bucket and hasattr(self.model, "length_bucket"):
@@ -367,17 +374,9 @@ class Trainer:
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
-            with warnings.catch_warnings():  # fp16's first steps, while the scale backs off, skip
-                # the optimizer (inf gradients); the schedule moves on as in PyTorch's AMP recipe
-                # (knowing whether it skipped would read the GPU every step), so torch's warning
-                # that the scheduler stepped first says nothing here
-                warnings.filterwarnings(
-                    "ignore", "Detected call of `lr_scheduler.step", UserWarning
-                )
-                state.scheduler.step()
         else:
             optimizer.step()
-            state.scheduler.step()
+        state.scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state.train_seconds += time.perf_counter() - step_start
         state.cpu_seconds += time.process_time() - step_cpu  # all threads: robust to sharing

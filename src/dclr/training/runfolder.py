@@ -183,11 +183,15 @@ class GracefulStop:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.requested = False
+        self.signum: int | None = None  # the first signal taken
         self._previous: dict[int, Any] = {}
+        self._restored: dict[int, Any] = {}  # the handlers `restore` put back
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: stop now, without a checkpoint
+        if not self.requested:
+            self.signum = signum
         self.requested = True
         print(
             f"\n{signal.Signals(signum).name}: stopping after this step (a checkpoint is saved); "
@@ -209,7 +213,18 @@ class GracefulStop:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._restored.update(self._previous)
         self._previous.clear()
+
+    def pass_on(self) -> None:
+        """A signal taken and not acted on (it came in the last step, so the run finished) goes to
+        the handler in place before, when that is a caller's Python function (e.g.
+        benchmarks/gpu_check.py's time limit, which would otherwise never hear of it). The
+        default action, SIG_IGN and Python's own Ctrl-C handler are left alone: `dclr train`
+        ends as before, its run complete."""
+        handler = self._restored.get(self.signum) if self.signum is not None else None
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(self.signum, None)
 
     def __enter__(self) -> GracefulStop:
         return self.install()
