@@ -229,3 +229,31 @@ def test_gradcache_refuses_the_compile_modes_that_record_cuda_graphs(
     load_config(
         None, tiny_run_overrides(model_dir, corpus_file, tmp_path, compile="default", **options)
     )
+
+
+def test_fp16_gradients_reach_clipping_unscaled_as_in_fp32(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """The loss scale is applied once and taken off once: the gradient norm that clipping sees in
+    fp16 (CPU autocast, GradScaler("cpu")) is fp32's, step for step, once the scale has backed off
+    from the steps it skips (non-finite gradients). Scaled twice, it would be 2^14 or more times
+    larger; never taken off, the same."""
+    norms: dict[str, list[float]] = {"fp32": [], "fp16": []}
+    real = torch.nn.utils.clip_grad_norm_
+    key = "fp32"
+
+    def spy(params, max_norm, *args, **kwargs):
+        total = real(params, max_norm, *args, **kwargs)
+        norms[key].append(float(total))
+        return total
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    for key in ("fp32", "fp16"):
+        if key == "fp16":
+            monkeypatch.setattr(loop_module.Trainer, "_autocast_dtype", lambda self: torch.float16)
+        overrides = tiny_run_overrides(model_dir, corpus_file, tmp_path / key, max_steps=8)
+        trainer_for(load_config(None, overrides)).train()
+    finite = [(a, b) for a, b in zip(norms["fp32"], norms["fp16"], strict=True) if math.isfinite(b)]
+    assert len(finite) >= 4  # the scale backed off within the first steps
+    for fp32, fp16 in finite:
+        assert fp16 == pytest.approx(fp32, rel=0.05)
