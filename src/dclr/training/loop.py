@@ -106,6 +106,7 @@ class _RunState:
     extra: dict[str, torch.nn.Module]
     scaler: torch.amp.GradScaler | None
     finite: FiniteGuard
+    world_scalar: torch.Tensor | None = None  # fp16: the world size on the device, made once
     start: int = 0
     best: float | None = None
     best_step: int | None = None
@@ -305,6 +306,8 @@ class Trainer:
             warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         finite = FiniteGuard(lazy=self.device.type == "cuda")
         state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
+        if half:
+            state.world_scalar = torch.full((), float(self.world), device=self.device)
         if self.config.model.length_bucket and hasattr(self.model, "length_bucket"):
             setattr(self.model, "length_bucket", self.config.model.length_bucket)  # noqa: B010
         if opt.compile != "off":
@@ -353,8 +356,8 @@ class Trainer:
         # by the loss scale too, through `scaler.scale` (it makes the scale its `unscale_` needs)
         # as a device scalar: no read of it on the host per step
         backward_scale: float | torch.Tensor = float(self.world)
-        if scaler is not None:
-            backward_scale = scaler.scale(torch.full((), float(self.world), device=self.device))
+        if scaler is not None and state.world_scalar is not None:
+            backward_scale = scaler.scale(state.world_scalar)  # W x the scale, one multiply
         with self._autocast():
             if opt.grad_cache_chunk:
                 parts = GradCache(state.objective, opt.grad_cache_chunk, backward_scale)(batch)
