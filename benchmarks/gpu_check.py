@@ -52,6 +52,7 @@ benchmarks/results/gpu/gpu_check.{json,md}).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -255,8 +256,6 @@ def steps(
 ) -> list[dict]:  # fmt: skip
     """Each step cell into `rows` as it is measured, the report `saved` after each (a run cut
     short keeps the cells it did)."""
-    from dclr.training.runfolder import TrainingStopped
-
     for name, model in named.items():
         for batch in BATCHES:
             for precision in PRECISIONS:
@@ -266,21 +265,12 @@ def steps(
                     if precision != "fp32" and not cuda:
                         rows.append({**row, "status": "not run (CPU runs fp32)"})
                         continue
-                    try:
-                        if method == "st-mnrl":
-                            row |= peer_cell(model, batch, precision)
-                        else:
-                            out = tmp / f"steps-{name}-{method}-{batch}-{precision}"
-                            row |= step_cell(model, method, batch, precision, out)
-                        row["status"] = "ok"
-                    except TrainingStopped:  # SIGTERM in a training run: the run stops
-                        raise
-                    except Exception as error:  # noqa: BLE001 - a cell's failure is reported
-                        row["status"] = f"failed: {type(error).__name__}: {error}"[:200]
-                    row = finish_row(row, matmul)
-                    rows.append(row)
-                    saved()
-                    print(json.dumps(row), flush=True)
+                    if method == "st-mnrl":
+                        measure = functools.partial(peer_cell, model, batch, precision)
+                    else:
+                        out = tmp / f"steps-{name}-{method}-{batch}-{precision}"
+                        measure = functools.partial(step_cell, model, method, batch, precision, out)
+                    add_cell(rows, row, matmul, saved, measure)
     return rows
 
 
@@ -290,24 +280,36 @@ def compiled_steps(
 ) -> list[dict]:  # fmt: skip
     """SimCSE then DCLR, batch 64, bf16 (fp32 on a CPU), compiled (`step_cell(compiled=True)`),
     each into `rows` as it is measured, the report `saved` after each."""
-    from dclr.training.runfolder import TrainingStopped
-
     name, path = model
     precision = "bf16" if cuda else "fp32"
     for method in ("simcse", "dclr"):
         row: dict[str, Any] = {"model": name, "method": method, "batch": 64,
                                "precision": precision, "compile": "reduce-overhead"}  # fmt: skip
-        try:
-            row |= step_cell(path, method, 64, precision, tmp / f"compiled-{method}", True)
-            row["status"] = "ok"
-        except TrainingStopped:
-            raise
-        except Exception as error:  # noqa: BLE001 - a cell's failure is reported
-            row["status"] = f"failed: {type(error).__name__}: {error}"[:200]
-        rows.append(finish_row(row, matmul))
-        saved()
-        print(json.dumps(row), flush=True)
+        out = tmp / f"compiled-{method}"
+        add_cell(rows, row, matmul, saved,
+                 functools.partial(step_cell, path, method, 64, precision, out, True))  # fmt: skip
     return rows
+
+
+def add_cell(
+    rows: list[dict], row: dict[str, Any], matmul: float | None, saved: Callable[[], None],
+    measure: Callable[[], dict[str, Any]],
+) -> None:  # fmt: skip
+    """One step cell: `measure`'s figures (or its failure) into `row`, finished, added to `rows`,
+    the report saved. A stop signal in its training run (`TrainingStopped`) ends the check."""
+    from dclr.training.runfolder import TrainingStopped
+
+    try:
+        row |= measure()
+        row["status"] = "ok"
+    except TrainingStopped:  # SIGTERM in a training run: the run stops
+        raise
+    except Exception as error:  # noqa: BLE001 - a cell's failure is reported
+        row["status"] = f"failed: {type(error).__name__}: {error}"[:200]
+    row = finish_row(row, matmul)
+    rows.append(row)
+    saved()
+    print(json.dumps(row), flush=True)
 
 
 def finish_row(row: dict[str, Any], matmul: float | None) -> dict[str, Any]:
