@@ -180,12 +180,31 @@ def _tiny_data(tmp_path: Path, data_dir: Path) -> Path:
     return root
 
 
+def hand_samplers_seed_zero(monkeypatch) -> None:
+    """The trainer as sentence-transformers before 6.2 builds a single dataset's batch sampler:
+    with `seed=0`, not the trainer's seed."""
+    from sentence_transformers import SentenceTransformerTrainer
+
+    original = SentenceTransformerTrainer.get_batch_sampler
+
+    def seed_zero(self, *args, **kwargs):
+        kwargs["seed"] = 0
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "get_batch_sampler", seed_zero)
+
+
 @pytest.mark.slow
-def test_trainer_draws_the_planned_batches_and_runs_write_records(tmp_path, data_dir, monkeypatch):
+@pytest.mark.parametrize("handed", ["trainer seed", "seed 0 (before 6.2)"])
+def test_trainer_draws_the_planned_batches_and_runs_write_records(
+    tmp_path, data_dir, monkeypatch, handed
+):
     pytest.importorskip("datasets")
     from helpers import make_tiny_model_dir
     from sentence_transformers.base.sampler import DefaultBatchSampler, NoDuplicatesBatchSampler
 
+    if handed != "trainer seed":
+        hand_samplers_seed_zero(monkeypatch)
     root = _tiny_data(tmp_path, data_dir)
     model = make_tiny_model_dir(tmp_path / "tiny")
     seen: list[list[int]] = []
@@ -298,12 +317,15 @@ def test_dense_sampler_draws_the_planned_batches():
 
 
 @pytest.mark.slow
-def test_a_dense_ablation_run_trains_on_the_dense_batches(tmp_path, data_dir, monkeypatch):
+@pytest.mark.parametrize("handed", ["trainer seed", "seed 0 (before 6.2)"])
+def test_a_dense_ablation_run_trains_on_the_dense_batches(tmp_path, data_dir, monkeypatch, handed):
     """--density swaps the trainer's default sampler for dense_pair_batches (the batches the
     audit plans), and an ablation's record holds its main variant's options with its changes."""
     pytest.importorskip("datasets")
     from helpers import make_tiny_model_dir
 
+    if handed != "trainer seed":
+        hand_samplers_seed_zero(monkeypatch)
     root = _tiny_data(tmp_path, data_dir)
     model = make_tiny_model_dir(tmp_path / "tiny")
     seen: list[list[list[int]]] = []

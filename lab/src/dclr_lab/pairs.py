@@ -256,6 +256,22 @@ def dense_batch_sampler(density: float) -> type:
     return DensePairsBatchSampler
 
 
+def run_seeded(sampler_class: type, seed: int) -> type:
+    """`sampler_class` seeded by the run's `seed` whatever seed the trainer hands it. Before
+    sentence-transformers 6.2 the trainer hands a single dataset's batch sampler `seed=0`, not
+    its own seed, and NO_DUPLICATES (and any sampler that reseeds from `seed`) draws the same
+    batches for every seed of a study; from 6.2 on it hands `args.seed`, and this changes
+    nothing. So the runs draw `planned_batches(..., seed, ...)` on every release."""
+
+    class RunSeeded(sampler_class):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["seed"] = seed
+            super().__init__(*args, **kwargs)
+
+    RunSeeded.__name__ = RunSeeded.__qualname__ = sampler_class.__name__
+    return RunSeeded
+
+
 # ---- the audit (pure functions) -----------------------------------------------------------------
 def known_false_negatives(groups: np.ndarray) -> np.ndarray:
     """(n, n) bool over a batch's anchors (rows) x positives (columns): True off the diagonal where
@@ -493,6 +509,7 @@ def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int
         SentenceTransformerTrainer,
         SentenceTransformerTrainingArguments,
     )
+    from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
     from sentence_transformers.base.training_args import BatchSamplers
 
     from dclr.lab_api import resolve_model
@@ -508,8 +525,8 @@ def train_model(setup: Setup, pairs: Pairs, family: str, sampler: str, seed: int
             output_dir=scratch, max_steps=setup.steps, per_device_train_batch_size=setup.batch_size,
             learning_rate=setup.lr, save_strategy="no", logging_steps=max(1, setup.steps // 4),
             report_to=[], seed=seed, use_cpu=setup.device == "cpu",
-            batch_sampler=BatchSamplers.NO_DUPLICATES if sampler == "no_duplicates"
-            else dense_batch_sampler(setup.density) if setup.density is not None
+            batch_sampler=run_seeded(NoDuplicatesBatchSampler, seed) if sampler == "no_duplicates"
+            else run_seeded(dense_batch_sampler(setup.density), seed) if setup.density is not None
             else BatchSamplers.BATCH_SAMPLER,
         )  # fmt: skip
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
