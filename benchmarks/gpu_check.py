@@ -206,7 +206,7 @@ def step_cell(
 def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
     """sentence-transformers' MNRL in a plain loop, the same batches and autocast."""
     import torch
-    from sentence_transformers import SentenceTransformer, losses
+    from sentence_transformers import SentenceTransformer, losses  # type: ignore[attr-defined]
     from sentence_transformers.util import batch_to_device
 
     from dclr.data.corpus import load_corpus
@@ -227,7 +227,7 @@ def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
 
     def step(i: int) -> None:
         texts = [corpus[int(j)] for j in plan.global_batch(i)]
-        features = batch_to_device(prepare(texts), device)
+        features = batch_to_device(prepare(texts), torch.device(device))
         with autocast:
             value = loss([features, dict(features)], None)
         value.backward()
@@ -344,7 +344,7 @@ def encode_rows(model: str, n: int, cuda: bool) -> list[dict[str, Any]]:
             continue
         encoder = load_inference_encoder(model, "mean", precision, device=device)
         vectors = encoder.encode(sentences, batch_size=256)
-        seconds = timed(lambda e=encoder: e.encode(sentences, batch_size=256), 3)
+        seconds = timed(functools.partial(encoder.encode, sentences, batch_size=256), 3)
         reference = vectors if reference is None else reference
         rows.append({"engine": "dclr", "precision": precision, "status": "ok", "sentences": n,
                      "sentences_per_s": round(n / seconds, 1),
@@ -359,7 +359,7 @@ def encode_rows(model: str, n: int, cuda: bool) -> list[dict[str, Any]]:
         if precision != "fp32":
             st = st.to(torch.float16 if precision == "fp16" else torch.bfloat16)
         vectors = np.asarray(st.encode(sentences, batch_size=256), dtype=np.float32)
-        seconds = timed(lambda m=st: m.encode(sentences, batch_size=256), 3)
+        seconds = timed(functools.partial(st.encode, sentences, batch_size=256), 3)
         rows.append({"engine": "sentence-transformers", "precision": precision, "status": "ok",
                      "sentences": n, "sentences_per_s": round(n / seconds, 1),
                      "min_cosine_to_dclr_fp32": min_cosine(vectors, reference)})  # fmt: skip
@@ -377,7 +377,7 @@ def evaluation_rows(model: str, cuda: bool, data_dir: str | None) -> list[dict[s
     """The 7-task STS test evaluation as `dclr eval` runs it (`dclr.evaluate`), timed whole."""
     from dclr.api import evaluate
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for precision in ("fp32", "fp16", "bf16"):
         if precision != "fp32" and not cuda:
             rows.append({"precision": precision, "status": "not run (CPU)"})
@@ -644,8 +644,8 @@ def main() -> int:
     import torch
 
     if args.part == "trajectory":
-        with tempfile.TemporaryDirectory(prefix="dclr-gpu-check-") as tmp:
-            losses = trajectory(args.model, Path(tmp) / "traj")
+        with tempfile.TemporaryDirectory(prefix="dclr-gpu-check-") as scratch:
+            losses = trajectory(args.model, Path(scratch) / "traj")
         args.out_json.write_text(json.dumps(losses))
         return 0
     cuda = torch.cuda.is_available()
