@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dclr.methods.dclr_rows import sample_rows_only
+from dclr.models.token_ids import batch_token_ids
 
 if TYPE_CHECKING:
     from dclr.contract import PreparedRun
@@ -75,7 +76,7 @@ def shared_start_scores(run: PreparedRun, pooler: str) -> dict[str, float] | Non
     wanted = evaluator.sentences()
     full = encoder.max_length or model_limit(encoder.tokenizer)  # what the evaluator truncates at
     clipped = clip_all(wanted, full)  # bounded work per text
-    lengths = encoder.tokenizer(clipped, truncation=True, max_length=full)["input_ids"]
+    lengths = batch_token_ids(encoder.tokenizer, clipped, full)
     in_corpus = set(corpus)
     shared = {
         s for s, ids in zip(wanted, lengths, strict=True) if s in in_corpus and len(ids) <= limit

@@ -38,6 +38,7 @@ from dclr.models.resolve import (
     load_backbone,
     resolve_model,
 )
+from dclr.models.token_ids import batch_token_ids
 from dclr.progress import announce, progress_bar
 
 if TYPE_CHECKING:
@@ -383,7 +384,7 @@ class SentenceEncoder(nn.Module):
         dev evaluation, tokenises them once)."""
         limit = max_length or self.max_length or model_limit(self.tokenizer)
         clipped = clip_all(list(sentences), limit)  # bounded work per text (dclr.data.text)
-        return list(self.tokenizer(clipped, truncation=True, max_length=limit)["input_ids"])
+        return batch_token_ids(self.tokenizer, clipped, limit)
 
     @torch.inference_mode()
     def encode_poolers(
