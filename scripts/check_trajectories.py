@@ -17,7 +17,9 @@ AVX512 differs from the machine of the first recordings at 1e-7), so a CPU kind 
 recordings, `<case>[-short]@<hardware_key>.json`, made the same way from the pre-refactor commit
 (`git archive 7e02519`, this script copied in, `--record`; DualCSE then trained through
 `dclr dualcse train`); `recording_path` picks this machine's when there is one. AMD EPYC AVX512
-has them for the short cases and for simcse, dclr, consert and dualcse_cross (issue 24). Note that
+has them for every short case and for simcse, dclr, consert and dualcse_cross (issue 24; the
+three supervised short cases, recorded only in their short form, from 7e02519 with the script of
+3517e56, which recorded the originals). Note that
 `--record` overwrites the file `recording_path` picks: on a new CPU kind it writes `<case>.json`,
 to be renamed `<case>@<hardware_key>.json` (printed by `hardware_key`).
 """
