@@ -18,11 +18,14 @@ def test_the_benchmark_compares_both_paths_on_equal_ids(tmp_path, data_dir):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert report["ids_equal"] and report["evaluation_sts_avg_equal"]
+    assert report["ids_equal"] and report["padded_batch_equal"]
+    assert report["evaluation_sts_avg_equal"]
     assert report["sentences"] > 20_000
     assert set(report["median_seconds"]) == {
         "dclr batch_token_ids",
         "transformers call",
+        "padded batch of 512, dclr batch_features",
+        "padded batch of 512, transformers call",
         "evaluation, dclr batch_token_ids",
         "evaluation, transformers call",
     }

@@ -4,9 +4,10 @@ and whatever an earlier call left in its backend."""
 from __future__ import annotations
 
 import pytest
+import torch
 from helpers import SAMPLE_SENTENCES, minilm_path
 
-from dclr.models.token_ids import batch_token_ids
+from dclr.models.token_ids import batch_features, batch_token_ids
 
 TEXTS = [
     *SAMPLE_SENTENCES,
@@ -87,3 +88,46 @@ class SlowTokenizer:
 def test_a_slow_tokenizer_takes_the_plain_call_and_no_text_gives_no_ids():
     assert batch_token_ids(SlowTokenizer(), ["ab", "abc"], 4) == [[2], [3]]
     assert batch_token_ids(SlowTokenizer(), [], 4) == []
+
+
+def reference_features(tokenizer, texts, limit, multiple):
+    return dict(tokenizer(texts, padding=True, truncation=True, max_length=limit,
+                          pad_to_multiple_of=multiple, return_tensors="pt"))  # fmt: skip
+
+
+def assert_same_features(a, b):
+    assert list(a) == list(b)  # the same inputs, in the call's order
+    for name in a:
+        assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.parametrize(("limit", "multiple"), [(8, None), (32, 8), (512, None)])
+def test_a_padded_batch_is_the_calls_batch(minilm_tokenizer, limit, multiple):
+    features = batch_features(minilm_tokenizer, TEXTS, limit, multiple)
+    assert_same_features(features, reference_features(minilm_tokenizer, TEXTS, limit, multiple))
+    assert set(features) == {"input_ids", "token_type_ids", "attention_mask"}  # BERT's inputs
+    if multiple:
+        assert features["input_ids"].shape[1] % multiple == 0
+
+
+def test_a_padded_batch_keeps_the_tokenizers_side_and_inputs():
+    """Left padding, and a model without token type ids (byte-level BPE, RoBERTa's inputs)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TEXTS * 3, vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, pad_token="<pad>", padding_side="left",
+        model_input_names=["input_ids", "attention_mask"],
+    )  # fmt: skip
+    tokenizer(TEXTS, truncation=True, max_length=5)  # an earlier call without padding
+    features = batch_features(tokenizer, TEXTS, 24)
+    assert_same_features(features, reference_features(tokenizer, TEXTS, 24, None))
+    assert set(features) == {"input_ids", "attention_mask"}
+    assert features["attention_mask"][2, 0] == 0  # a short text, padded on the left
+
+
+def test_one_text_takes_the_call(minilm_tokenizer):
+    one = batch_features(minilm_tokenizer, TEXTS[:1], 16)
+    assert_same_features(one, reference_features(minilm_tokenizer, TEXTS[:1], 16, None))

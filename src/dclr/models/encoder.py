@@ -38,7 +38,7 @@ from dclr.models.resolve import (
     load_backbone,
     resolve_model,
 )
-from dclr.models.token_ids import batch_token_ids
+from dclr.models.token_ids import batch_features, batch_token_ids
 from dclr.progress import announce, progress_bar
 
 if TYPE_CHECKING:
@@ -234,17 +234,11 @@ class SentenceEncoder(nn.Module):
     def tokenize(
         self, sentences: Sequence[str], max_length: int | None = None
     ) -> dict[str, torch.Tensor]:
+        """A padded batch: the tokenizer's call with padding, truncation at the limit and
+        `length_bucket`, built from its backend (`dclr.models.token_ids.batch_features`)."""
         limit = max_length or self.max_length or model_limit(self.tokenizer)
-        return dict(
-            self.tokenizer(
-                clip_all(list(sentences), limit),  # bounded work per text
-                padding=True,
-                truncation=True,
-                max_length=limit,
-                pad_to_multiple_of=self.length_bucket or None,
-                return_tensors="pt",
-            )
-        )
+        clipped = clip_all(list(sentences), limit)  # bounded work per text
+        return batch_features(self.tokenizer, clipped, limit, self.length_bucket or None)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs: torch.Tensor
