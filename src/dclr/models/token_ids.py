@@ -4,7 +4,7 @@ tokenizer call.
 `tokenizer(texts, truncation=True, max_length=limit)["input_ids"]` turns each text's Rust
 `Encoding` into a dict of Python lists (transformers' `_convert_encoding`: ids, type ids, mask)
 and then keeps only the ids. On the 29,511 distinct STS sentences, which the 7-task evaluation
-tokenises, the call took 1.07 s and this path 0.39 s (`benchmarks/token_ids.py`, 2-core AMD EPYC,
+tokenises, the call took 0.98 s and this path 0.38 s (`benchmarks/token_ids.py`, 2-core AMD EPYC,
 AuthenticAMD-AVX512).
 
 `batch_token_ids` gives the same ids: the first text goes through the tokenizer's own call,
