@@ -201,8 +201,18 @@ def step_cell(
     seconds = steady_step_seconds(out, WARMUP, TIMED)
     tokens = trainer._tokens_per_step()
     flops = work_flops("train", linear_weights(trainer.model), tokens)
-    return {"seconds_per_step": seconds, "tokens_per_step": tokens, "flops_per_step": flops,
-            "peak_memory_mib": peak_memory_mib()}  # fmt: skip
+    row = {"seconds_per_step": seconds, "tokens_per_step": tokens, "flops_per_step": flops,
+           "peak_memory_mib": peak_memory_mib()}  # fmt: skip
+    return row | compile_counts() if compiled else row
+
+
+def compile_counts() -> dict[str, int]:
+    """What torch.compile did so far in this process: graphs compiled (a compiled figure with
+    none is an eager one) and graph breaks (each splits the CUDA graphs reduce-overhead records)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs_compiled": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}  # fmt: skip
 
 
 def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
@@ -503,6 +513,11 @@ def markdown(report: dict[str, Any]) -> str:
               f"{MAX_LENGTH} tokens: one shape)", ""]  # fmt: skip
     if not _missing(report, "compiled_steps", lines):
         lines += step_table(report["compiled_steps"])
+        done = [r for r in report["compiled_steps"] if "graphs_compiled" in r]
+        last: dict[str, Any] = done[-1] if done else {}
+        if last:
+            lines += ["", f"torch.compile in this process: {last['graphs_compiled']} graphs "
+                      f"compiled, {last['graph_breaks']} graph breaks."]  # fmt: skip
     lines += ["", "## Against issue 44's targets", "", "| target | measured |", "| --- | --- |"]
     lines += [f"| {name} | {value} |" for name, value in targets(report)]
     counts = {r["sentences"] for r in report.get("encode") or [] if "sentences" in r}

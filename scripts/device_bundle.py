@@ -92,7 +92,7 @@ def main() -> None:
         shutil.copytree(args.data_dir / "senteval" / task, args.out / "data" / "senteval" / task)
     download_wheels(args.out / "wheels", args.python)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file()) / 2**20
-    tree = working_tree_mib()
+    tree = working_tree_mib(ROOT, args.out)
     print(f"wrote {args.out} ({size:.1f} MiB); carry it as .device: with the working tree "
           f"({tree:.1f} MiB) {size + tree:.1f} of the {CARRY_MIB} MiB the device tool sends")  # fmt: skip
     if size + tree > CARRY_MIB:
@@ -100,14 +100,21 @@ def main() -> None:
                  "remove untracked files from the working tree, or carry less")  # fmt: skip
 
 
-def working_tree_mib(root: Path = ROOT) -> float:
+def working_tree_mib(root: Path = ROOT, bundle: Path | None = None) -> float:
     """What the device tool sends besides the carried paths: tracked files and untracked ones
-    git does not ignore, in MiB."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root, capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    return sum((root / f).stat().st_size for f in listed if f and (root / f).is_file()) / 2**20
+    git does not ignore, in MiB. Outside a git checkout (a copy of the tree, as
+    `scripts/device_image_check.sh` makes), every file but the `bundle` folder's."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root, capture_output=True, check=True,
+        ).stdout.decode().split("\0")  # fmt: skip
+        files = [root / f for f in listed if f]
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
+        skip = bundle.resolve() if bundle is not None else None
+        files = [f for f in root.rglob("*")
+                 if skip is None or not f.resolve().is_relative_to(skip)]  # fmt: skip
+    return sum(f.stat().st_size for f in files if f.is_file()) / 2**20
 
 
 if __name__ == "__main__":

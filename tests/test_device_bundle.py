@@ -29,3 +29,13 @@ def test_the_working_tree_counts_tracked_and_unignored_files_only(tmp_path):
     mib = script.working_tree_mib(tmp_path)
     assert abs(mib - (2 + len("ignored.bin\n") / 2**20)) < 1e-9
     assert script.CARRY_MIB == 64
+
+
+def test_outside_a_checkout_every_file_but_the_bundle_counts(tmp_path):
+    """A copy of the tree without .git (the rehearsal's): all its files, not the bundle's."""
+    script = load_script()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.bin").write_bytes(b"\0" * 2**20)
+    (tmp_path / ".device").mkdir()
+    (tmp_path / ".device" / "model.bin").write_bytes(b"\0" * 2**21)
+    assert script.working_tree_mib(tmp_path, tmp_path / ".device") == 1.0

@@ -258,6 +258,10 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert list(compiled) == [("simcse", 64), ("dclr", 64), ("simcse", 512), ("dclr", 512)]
     assert all(r["status"] == "ok" and r["ms_per_step"] > 0 for r in compiled.values())
     assert all(r["compile"] == "reduce-overhead" for r in compiled.values())
+    # compiled for real: the backbone as one graph per shape, no graph break
+    assert compiled[("dclr", 512)]["graphs_compiled"] >= 2
+    assert all(r["graph_breaks"] == 0 for r in compiled.values())
+    assert "graph breaks." in (tmp_path / "check-tiny-cpu.md").read_text()
     paper = {r["method"]: r for r in report["paper_runs"]}
     assert (paper["simcse"]["batch"], paper["dclr"]["batch"]) == (64, 128)  # the recipes'
     assert paper["dclr"]["projection"]["steps"] == 23436 and paper["dclr"]["evaluations"] == 3
