@@ -29,18 +29,27 @@ import torch
 FIELDS = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
 
 
+def rust_backend(tokenizer: Any, texts: Sequence[str]) -> Any:
+    """The fast tokenizer's Rust backend when it pays (two texts or more), else None: the plain
+    call then does it."""
+    if len(texts) < 2 or not getattr(tokenizer, "is_fast", False):
+        return None
+    return getattr(tokenizer, "backend_tokenizer", None)
+
+
 def batch_token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> list[list[int]]:
     """Each text's token ids, truncated at `limit` tokens: what
     `tokenizer(texts, truncation=True, max_length=limit)["input_ids"]` returns."""
     texts = list(texts)
     if not texts:
         return []
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if len(texts) == 1 or not getattr(tokenizer, "is_fast", False) or backend is None:
-        return list(tokenizer(texts, truncation=True, max_length=limit)["input_ids"])
-    first = tokenizer(texts[:1], truncation=True, max_length=limit)["input_ids"]
+    call = {"truncation": True, "max_length": limit}
+    backend = rust_backend(tokenizer, texts)
+    if backend is None:
+        return list(tokenizer(texts, **call)["input_ids"])
+    first = tokenizer(texts[:1], **call)["input_ids"][0]  # sets the backend as the call does
     rest = backend.encode_batch(texts[1:], add_special_tokens=True)
-    return [list(first[0]), *(encoding.ids for encoding in rest)]
+    return [first, *(encoding.ids for encoding in rest)]
 
 
 def batch_features(
@@ -50,12 +59,13 @@ def batch_features(
     max_length=limit, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")` returns
     (input ids, and token type ids and attention mask where the tokenizer's model takes them)."""
     texts = list(texts)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
     call = {"padding": True, "truncation": True, "max_length": limit,
             "pad_to_multiple_of": pad_to_multiple_of}  # fmt: skip
-    if len(texts) < 2 or not getattr(tokenizer, "is_fast", False) or backend is None:
+    backend = rust_backend(tokenizer, texts)
+    if backend is None:
         return dict(tokenizer(texts, return_tensors="pt", **call))
     tokenizer(texts[:1], **call)  # sets the backend's truncation and padding as the call does
+    # all of them (the first again): padded to the batch's longest, not the first's length
     encodings = backend.encode_batch(texts, add_special_tokens=True)
     names = ["input_ids"] + [
         n for n in ("token_type_ids", "attention_mask") if n in tokenizer.model_input_names
