@@ -9,6 +9,11 @@ Variants (each one that can be built here; the others are listed with the reason
   - dclr_int8_dynamic_packed: the int8 engine before it (SmoothQuant-scaled dynamic int8), packed;
   - dclr_int8_unfused_packed: the static engine in NNCF's layout, an ablation (the second
                        feed-forward layer smooths its own input: `fuse_feed_forward=False`), packed;
+  - dclr_int8_{full,exact_pairs,int7}_packed: the static engine with every layer's weights
+                       rounded one way (`static_int8.round_weights`): full range, or what a kernel
+                       without VNNI (it saturates pairs of products in int16) computes exactly;
+                       ablations of `dclr_int8_packed`, which picks per layer where the kernel
+                       saturates; the run records whether it does (`int8_pairs_saturate`);
   - st_fp32:           SentenceTransformer(path).encode (torch);
   - st_onnx_int8:      SentenceTransformer(backend="onnx") + export_dynamic_quantized_onnx_model
                        ("avx2", or --onnx-config); needs optimum[onnxruntime];
@@ -55,6 +60,7 @@ from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
 from dclr.evaluation.sts import StsEvaluator, cosine_rows
 from dclr.models.cpu_kind import hardware_key
+from dclr.models.cpu_measure import int8_pairs_saturate
 from dclr.models.encoder import resolve_model
 from dclr.models.precision import load_inference_encoder, quantize_int8
 
@@ -72,6 +78,12 @@ VARIANTS = (
     "st_onnx_int8",
     "st_openvino_int8",
     "ort_int8",
+)
+# Built by name (--variants), not run by default: one weight rounding for every layer
+WEIGHT_ABLATIONS = (
+    "dclr_int8_full_packed",
+    "dclr_int8_exact_pairs_packed",
+    "dclr_int8_int7_packed",
 )
 EncodeFn = Callable[[list[str]], np.ndarray]
 # The OpenVINO peer's venv (benchmarks/README.md): optimum-intel pins transformers < 5.6, so it
@@ -107,6 +119,15 @@ def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
         from dclr.models.smoothing import CALIBRATION_SENTENCES
 
         return static_int8_encoder(CALIBRATION_SENTENCES, fuse_feed_forward=False)
+    if variant in (
+        "dclr_int8_full_packed",
+        "dclr_int8_exact_pairs_packed",
+        "dclr_int8_int7_packed",
+    ):
+        from dclr.models.smoothing import CALIBRATION_SENTENCES
+
+        weights = variant.removeprefix("dclr_int8_").removesuffix("_packed")
+        return static_int8_encoder(CALIBRATION_SENTENCES, weights=weights)
     if variant.startswith("dclr_"):
         precision = "int8" if "int8" in variant else "fp32"
         encoder = load_inference_encoder(
@@ -332,7 +353,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--n-sentences", type=int, help=f"default {FULL['n_sentences']}")
     parser.add_argument("--repeats", type=int, help=f"default {FULL['repeats']}")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"default: every one but {', '.join(WEIGHT_ABLATIONS)}",
+    )
     parser.add_argument("--sts", choices=("test", "dev", "none"), help=f"default {FULL['sts']}")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--onnx-config", default="avx2", help="arm64 | avx2 | avx512 | avx512_vnni")
@@ -401,6 +426,7 @@ def main() -> None:
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
         "torch_quantized_engine": torch.backends.quantized.engine,
+        "int8_pairs_saturate": int8_pairs_saturate(),
         "median_seconds": medians,
         "sentences_per_s": rate,
         "speedup_vs_dclr_fp32_packed": {k: rate[k] / rate[reference] for k in rate}
@@ -464,6 +490,12 @@ def render(result: dict, names: list[str]) -> str:
     lines.append(
         f"\n{result['sentences']} sentences, {result['repeats']} repeats, STS {result['sts_mode']}"
     )
+    saturate = result.get("int8_pairs_saturate")
+    if saturate is not None:
+        lines.append(
+            "static int8 kernel: "
+            + ("saturates input pairs in int16 (no VNNI)" if saturate else "exact (VNNI)")
+        )
     versions = result.get("versions", {})
     if versions:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = "/tmp/dclr-heavy.lock"
 SETUP = ROOT / "scripts" / "peer_venvs.sh"  # the peers' venvs, pinned (--setup-peers)
 INT8_VARIANTS = (
-    "dclr_fp32_packed,dclr_int8_packed,dclr_int8_dynamic_packed,st_fp32,st_openvino_int8,ort_int8"
+    "dclr_fp32_packed,dclr_int8_packed,dclr_int8_dynamic_packed,dclr_int8_full_packed,"
+    "dclr_int8_exact_pairs_packed,dclr_int8_int7_packed,st_fp32,st_openvino_int8,ort_int8"
 )
 
 

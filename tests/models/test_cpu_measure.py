@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from dclr.cli.main import app
 from dclr.errors import InputError
-from dclr.models import cpu_kind, cpu_measure, onednn
+from dclr.models import cpu_kind, cpu_measure, onednn, static_int8
 from dclr.models.smoothing import CALIBRATION_SENTENCES
 
 
@@ -69,6 +69,7 @@ def test_a_measurement_is_kept_and_followed(unrecorded_kind, tiny_model_dir):
     assert len(steps) == 3 and record["hardware_key"] == "TestVendor-AVX2"
     assert [r["texts"] for r in record["thread_scaling"]] == list(cpu_measure.PASS_SIZES)
     assert set(record["int8_bulk_texts_per_s"]) == {"static", "dynamic"}
+    assert record["int8_pairs_saturate"] is static_int8.pairs_saturate()  # recorded, not chosen
     policy = cpu_kind.cpu_policy()  # followed at once: the cached policy was cleared
     assert policy.source.startswith("measured on this machine")
     assert (policy.linear_kernel, policy.one_thread_below_tokens, policy.int8_engine) == (
@@ -82,6 +83,8 @@ def test_the_command_shows_the_policy_and_its_source(unrecorded_kind, tiny_model
     shown = runner.invoke(app, ["cpu-policy"])
     assert shown.exit_code == 0, shown.output
     assert "TestVendor-AVX2" in shown.output and "default" in shown.output
+    kernel = "saturating" if static_int8.pairs_saturate() else "exact"  # a word: rich wraps
+    assert "static int8 kernel" in shown.output and kernel in shown.output
     measured = runner.invoke(app, ["cpu-policy", "--measure", "--model", str(tiny_model_dir)])
     assert measured.exit_code == 0, measured.output
     assert "measured now" in measured.output and "measured on this machine" in measured.output

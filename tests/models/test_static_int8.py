@@ -1,8 +1,14 @@
 """Static int8 (`dclr.models.static_int8`): the quantiser and the layer against hand-written
-formulas, one quantised copy for query, key and value, calibration without padding."""
+formulas, one quantised copy for query, key and value, calibration without padding, and the
+weight roundings a CPU without VNNI computes exactly."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -17,15 +23,22 @@ from dclr.models import static_int8
 from dclr.models.precision import load_inference_encoder, quantize_int8
 from dclr.models.smoothing import smoothing_factors
 from dclr.models.static_int8 import (
+    WEIGHT_MODES,
     SharedQuantizer,
     StaticQLinear,
     affine,
+    clip_pairs,
     input_ranges,
     quantize_static,
     quantize_uint8,
+    round_weights,
 )
 
 pytestmark = pytest.mark.skipif(not static_int8.available(), reason="no oneDNN int8 linear")
+# What these tests' exact comparisons build layers with: full-range weights where this CPU's
+# kernel computes them exactly (VNNI), else the rounding it computes exactly; the saturation
+# itself is tested under an AVX2 limit (`test_without_vnni_...`), on every x86 machine.
+EXACT_HERE = "exact_pairs" if static_int8.pairs_saturate() else "full"
 
 
 def static_encoder(model_dir, packing: bool = False):
@@ -44,24 +57,112 @@ def test_affine_and_quantize_follow_the_formulas():
     assert quantize_uint8(x, scale, zero).dtype == torch.uint8
 
 
-def _reference(linear: nn.Linear, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """Dequantised input times dequantised per-channel int8 weights, plus the bias."""
+def _reference(
+    linear: nn.Linear, x: torch.Tensor, lo: float, hi: float, weights: str = EXACT_HERE
+) -> torch.Tensor:
+    """Dequantised input times dequantised per-channel int8 weights (7-bit for "int7", pairs
+    clipped for "exact_pairs"), plus the bias."""
     scale, zero = affine(lo, hi)
     xq = (torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero) * scale
     w = linear.weight.detach()
-    w_scale = w.abs().amax(1) / 127
-    wq = torch.clamp(torch.round(w / w_scale[:, None]), -128, 127) * w_scale[:, None]
-    return xq @ wq.T + linear.bias.detach()
+    top = 63 if weights == "int7" else 127
+    w_scale = w.abs().amax(1) / top
+    wq = torch.clamp(torch.round(w / w_scale[:, None]), -top - 1, top)
+    if weights == "exact_pairs":
+        wq = clip_pairs(wq)
+    return xq @ (wq * w_scale[:, None]).T + linear.bias.detach()
 
 
-def test_the_layer_computes_dequantised_input_times_dequantised_weights():
+@pytest.mark.parametrize("weights", WEIGHT_MODES)
+def test_the_layer_computes_dequantised_input_times_dequantised_weights(weights):
+    if weights == "full" and EXACT_HERE != "full":
+        pytest.skip("this CPU's int8 kernel saturates full-range weights (no VNNI)")
     torch.manual_seed(0)
     linear = nn.Linear(64, 48)
     x = torch.randn(2, 7, 64)
-    layer = StaticQLinear(linear, SharedQuantizer(-2.5, 2.0))
+    layer = StaticQLinear(linear, SharedQuantizer(-2.5, 2.0), weights=weights)
     out = layer(x)
     assert out.shape == (2, 7, 48) and out.dtype == torch.float32
-    torch.testing.assert_close(out, _reference(linear, x, -2.5, 2.0), atol=1e-4, rtol=1e-4)
+    expected = _reference(linear, x, -2.5, 2.0, weights)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_round_weights_scales_each_row_to_its_range_and_refuses_an_unknown_mode():
+    torch.manual_seed(0)
+    w = torch.randn(6, 10)
+    for mode, top in (("full", 127), ("int7", 63)):
+        q, scale = round_weights(w, mode)
+        assert q.dtype == torch.int8
+        torch.testing.assert_close(scale, w.abs().amax(1) / top)
+        assert q.abs().amax(1).tolist() == [top] * 6  # each row's largest weight at the top
+        assert torch.equal(q, torch.round(w / scale[:, None]).to(torch.int8))
+    full, _ = round_weights(w, "full")
+    assert torch.equal(round_weights(w, "exact_pairs")[0], clip_pairs(full))
+    with pytest.raises(ValueError, match="'int6'.*full, exact_pairs, int7"):
+        round_weights(w, "int6")
+
+
+def test_clip_pairs_brings_same_sign_pairs_to_128_and_leaves_the_rest():
+    q = torch.tensor(
+        [[127, 127, -128, -1, 100, -100, 64, 64, 65, 64, 0, 127, -3, -127, 9]], dtype=torch.int8
+    )
+    expected = [[64, 64, -127, -1, 100, -100, 64, 64, 64, 64, 0, 127, -2, -126, 9]]
+    # 254 -> 128: 63 off each; 129: the larger gives the 1; opposite signs, 128 exactly and a
+    # zero stay; 130: 1 off each; the odd last column has no partner
+    assert clip_pairs(q).tolist() == expected
+    torch.manual_seed(1)
+    q = torch.randint(-128, 128, (64, 384), dtype=torch.int8)
+    clipped = clip_pairs(q).int().reshape(64, -1, 2)
+    same = clipped[..., 0] * clipped[..., 1] > 0
+    assert (clipped.abs().sum(-1)[same] <= 128).all()
+    before = q.int().reshape(64, -1, 2)
+    kept = (before[..., 0] * before[..., 1] <= 0) | (before.abs().sum(-1) <= 128)
+    assert torch.equal(clipped[kept], before[kept])  # only offending pairs move
+    assert ((clipped.sign() == before.sign()) | (clipped == 0)).all()  # and none changes sign
+
+
+KERNEL_PROBE = """
+import json, torch
+from dclr.models import static_int8 as s
+torch.manual_seed(0)
+w, x = torch.randn(96, 384), torch.randint(0, 256, (37, 384), dtype=torch.uint8)
+exact = {}
+for mode in s.WEIGHT_MODES:
+    q, _ = s.round_weights(w, mode)
+    y = torch.ops.onednn.qlinear_pointwise(
+        x, 1.0, 0, torch.ops.onednn.qlinear_prepack(q, None), torch.ones(96),
+        torch.zeros(96, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
+    exact[mode] = torch.equal(y, (x.double() @ q.double().T).float())
+print(json.dumps({"saturate": s.pairs_saturate(), "exact": exact}))
+"""
+
+
+def _probe_kernel(**env: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL_PROBE], env={**os.environ, **env}, capture_output=True,
+        text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 ISA limit")
+def test_without_vnni_the_kernel_saturates_and_the_exact_roundings_do_not():
+    """oneDNN limited to AVX2 (no VNNI, as on an AVX2-only EPYC) sums pairs of u8 x s8 products
+    in int16: `pairs_saturate` says so, full-range weights come back wrong, and the two roundings
+    made for it come back exact, integer for integer."""
+    seen = _probe_kernel(ONEDNN_MAX_CPU_ISA="AVX2")
+    assert seen == {"saturate": True, "exact": {"full": False, "exact_pairs": True, "int7": True}}
+
+
+def test_this_cpus_kernel_is_exact_for_what_pairs_saturate_says_it_is():
+    seen = _probe_kernel()
+    assert seen["exact"] == {"full": not seen["saturate"], "exact_pairs": True, "int7": True}
+
+
+def test_quantize_static_refuses_an_unknown_weight_rounding_before_calibrating(tiny_model_dir):
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
+    with pytest.raises(ValueError, match="'int4'.*full, exact_pairs, int7"):
+        quantize_static(encoder.eval(), [], weights="int4")  # no sentences: it never got there
 
 
 def test_gelu_fused_with_uint8_out_is_the_next_layers_input():
@@ -69,7 +170,9 @@ def test_gelu_fused_with_uint8_out_is_the_next_layers_input():
     linear = nn.Linear(32, 64)
     x = torch.randn(5, 32)
     out_range = (-0.2, 3.0)
-    layer = StaticQLinear(linear, SharedQuantizer(-3.0, 3.0), gelu=True, out_range=out_range)
+    layer = StaticQLinear(
+        linear, SharedQuantizer(-3.0, 3.0), gelu=True, out_range=out_range, weights=EXACT_HERE
+    )
     q = layer(x)
     assert q.dtype == torch.uint8
     expected = quantize_uint8(
@@ -208,10 +311,11 @@ def test_bias_shift_is_the_mean_output_error_and_correcting_it_removes_it(monkey
             observe("0", linear, chunk)
 
     monkeypatch.setattr(static_int8, "each_linear_input", feed)
-    shift = static_int8.bias_shifts(OneLayer(), ["x"], {linear: (lo, hi)})[linear]
+    ranges = {linear: (lo, hi)}
+    shift = static_int8.bias_shifts(OneLayer(), ["x"], ranges, weights={linear: EXACT_HERE})[linear]
     torch.testing.assert_close(shift, expected, atol=1e-5, rtol=1e-4)
     assert shift.abs().max() > 1e-4  # there was a shift to remove
-    corrected = StaticQLinear(linear, SharedQuantizer(lo, hi))
+    corrected = StaticQLinear(linear, SharedQuantizer(lo, hi), weights=EXACT_HERE)
     corrected.bias = corrected.bias + shift
     residual = (linear(tokens) - corrected(tokens)).mean(0)
     assert residual.abs().max() < shift.abs().max() / 100
@@ -361,3 +465,105 @@ def test_unfused_the_first_feed_forward_writes_float_and_the_second_is_smoothed(
     assert fused.backbone.encoder.layer[0].intermediate.dense.out_dtype == torch.uint8
     got = encoder.encode(SAMPLE_SENTENCES, normalize=True)
     assert (got * expected).sum(1).min() > 0.95
+
+
+def test_auto_rounding_is_full_where_the_kernel_is_exact_and_least_error_where_not(
+    tiny_model_dir, monkeypatch
+):
+    """`quantize_static(weights="auto")`: bit-identical to "full" on a kernel that does not
+    saturate (no extra calibration pass), and each layer the rounding `least_error_weights`
+    names where it does."""
+
+    def quantized(weights: str) -> dict[str, torch.Tensor]:
+        encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten")
+        quantize_static(encoder.eval(), SAMPLE_SENTENCES, weights=weights)
+        return encoder.backbone.state_dict()
+
+    def never(*args, **kwargs):
+        raise AssertionError("least_error_weights ran on an exact kernel")
+
+    monkeypatch.setattr(static_int8, "pairs_saturate", lambda: False)
+    monkeypatch.setattr(static_int8, "least_error_weights", never)
+    auto, full = quantized("auto"), quantized("full")
+    assert auto.keys() == full.keys() and all(torch.equal(auto[k], full[k]) for k in auto)
+
+    chosen: dict[nn.Module, str] = {}
+
+    def choose(encoder, sentences, ranges, smooth):  # a fixed choice, one per layer in turn
+        chosen.update({m: WEIGHT_MODES[i % len(WEIGHT_MODES)] for i, m in enumerate(ranges)})
+        return dict(chosen)
+
+    monkeypatch.setattr(static_int8, "pairs_saturate", lambda: True)
+    monkeypatch.setattr(static_int8, "least_error_weights", choose)
+    encoder = load_inference_encoder(tiny_model_dir, "mean", "fp32", linear_kernel="aten").eval()
+    named = {n: m for n, m in encoder.backbone.named_modules() if isinstance(m, nn.Linear)}
+    quantize_static(encoder, SAMPLE_SENTENCES)
+    assert set(chosen.values()) == set(WEIGHT_MODES) and set(chosen) == set(named.values())
+    for name, linear in named.items():  # each layer rounded as named
+        layer = encoder.backbone.get_submodule(name)
+        assert isinstance(layer, StaticQLinear)
+        weight = linear.weight.detach() * getattr(layer, "smooth", 1.0)
+        assert torch.equal(layer.qweight, round_weights(weight, chosen[linear])[0]), name
+
+
+@pytest.mark.skipif(static_int8.pairs_saturate(), reason="the hand reference is this CPU's kernel")
+def test_least_error_weights_names_the_rounding_closest_to_fp32(monkeypatch):
+    torch.manual_seed(3)
+    layers = [nn.Linear(32, 16) for _ in range(2)]
+    with torch.no_grad():
+        layers[1].weight[:, ::2] = layers[1].weight[:, ::2].abs()  # pairs of one sign, large
+        layers[1].weight[:, 1::2] = layers[1].weight[:, ::2]
+    tokens = torch.randn(40, 32) * 2 + 1.0
+    lo, hi = float(tokens.min()), float(tokens.max())
+
+    class TwoLayers:
+        backbone = nn.Sequential(*layers)
+
+    def feed(encoder, sentences, observe):
+        for linear in layers:
+            for chunk in tokens.split(8):
+                observe("0", linear, chunk)
+
+    monkeypatch.setattr(static_int8, "each_linear_input", feed)
+    ranges = {m: (lo, hi) for m in layers}
+    chosen = static_int8.least_error_weights(TwoLayers(), ["x"], ranges)
+    for linear in layers:
+        linear.requires_grad_(False)
+        error = {
+            w: float((linear(tokens) - _reference(linear, tokens, lo, hi, w)).square().sum())
+            for w in WEIGHT_MODES
+        }
+        assert chosen[linear] == min(error, key=error.__getitem__)
+    assert chosen[layers[0]] == "full"  # exact here, on the finest grid
+
+
+AUTO_PROBE = """
+import json, sys, numpy as np
+from dclr.models.precision import load_inference_encoder
+from dclr.models.static_int8 import quantize_static, pairs_saturate
+sentences = json.loads(sys.argv[2])
+def unit(v):
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+fp32 = unit(load_inference_encoder(sys.argv[1], "cls_before_pooler").encode(sentences))
+worst = {}
+for weights in ("full", "auto"):
+    e = load_inference_encoder(sys.argv[1], "cls_before_pooler", linear_kernel="aten").eval()
+    quantize_static(e, sentences, weights=weights)
+    e.precision = "int8"
+    worst[weights] = float((fp32 * unit(e.encode(sentences))).sum(1).min())
+print(json.dumps({"saturate": pairs_saturate(), "worst": worst}))
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 ISA limit")
+def test_without_vnni_auto_rounding_keeps_a_random_model_close_to_fp32(tiny_model_dir):
+    """A random model (uniform weights: many large pairs) under an AVX2 limit: full-range weights
+    saturate its vectors away from fp32; the per-layer rounding keeps them within 0.99."""
+    done = subprocess.run(
+        [sys.executable, "-c", AUTO_PROBE, str(tiny_model_dir), json.dumps(SAMPLE_SENTENCES)],
+        env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}, capture_output=True, text=True,
+        timeout=300, check=True,
+    )  # fmt: skip
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["saturate"] is True
+    assert seen["worst"]["auto"] >= 0.99 > seen["worst"]["full"], seen

