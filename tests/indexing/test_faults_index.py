@@ -145,6 +145,22 @@ def test_a_same_size_file_from_another_build_is_refused_by_its_checksum(
         SearchIndex(fp32)
 
 
+def test_an_int8_index_refusing_a_model_says_its_rounding_follows_the_cpu(
+    model_dir, corpus_file, tmp_path
+):
+    """An int8 model's weights are rounded for the CPU's int8 kernel (`static_int8`): the same
+    model built on a CPU without VNNI is refused with a fix that says so; an fp32 one is not
+    told about int8."""
+    fp32, int8 = tmp_path / "fp32", tmp_path / "int8"
+    build(model_dir, corpus_file, fp32, "flat")
+    build_index(str(model_dir), open_source(corpus_file), int8, IndexParams("flat"), "mean",
+                precision="int8")  # fmt: skip
+    for folder, hinted in ((int8, True), (fp32, False)):
+        with pytest.raises(InputError, match="not comparable") as err:
+            SearchIndex(folder).check_model("0" * 64, str(model_dir))
+        assert ("dclr cpu-policy" in str(err.value)) is hinted
+
+
 def test_python_m_dclr_does_not_import_from_the_current_folder(tmp_path):
     """Issue 25 item 3: even a model named on the command line is not imported from the folder
     `python -m dclr` runs in (python -m puts it first on sys.path; dclr removes it)."""

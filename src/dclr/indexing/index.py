@@ -62,6 +62,12 @@ FORMAT_VERSION = "dclr-index-1"
 # Up to here exact search is cheap (100k x 384 floats = 150 MB, a few ms per query on one core)
 # and has perfect recall, so `auto` only goes approximate beyond it.
 EXACT_MAX_VECTORS = 100_000
+# An int8 model's weights are rounded for the CPU's int8 kernel (`dclr.models.static_int8`):
+# the same model on a CPU without VNNI has another fingerprint than on one with it.
+INT8_HINT = (
+    "; an int8 index also needs the same int8 rounding, which follows this CPU's int8 kernel "
+    "(`dclr cpu-policy`): build it on the kind of machine that queries it"
+)
 # k-means needs a few dozen points per cell to place centroids well (FAISS warns below 39).
 IVF_MIN_POINTS_PER_CELL = 39
 # The folder a build writes its files into before renaming them into place (+ the builder's pid).
@@ -488,7 +494,8 @@ class SearchIndex:
                 f"{fingerprint[:SHORT]}): their vectors are not comparable",
                 path=self.folder,
                 fix=f"use --model {self.meta['model']}, or rebuild the index with "
-                f"`dclr index build {model} ...`",
+                f"`dclr index build {model} ...`"
+                + (INT8_HINT if self.meta.get("precision") == "int8" else ""),
             )
 
     def record(self, vector_id: int) -> dict[str, Any]:
