@@ -302,6 +302,22 @@ def smoothing_scales(
     return scales
 
 
+def int8_probes(
+    input_range: Mapping[nn.Linear, tuple[float, float]],
+    smooth: Mapping[nn.Module, torch.Tensor],
+    roundings: Callable[[nn.Module], Sequence[str]],
+) -> dict[nn.Module, list[StaticQLinear]]:
+    """{linear: one `StaticQLinear` of it per rounding in roundings(linear)}, each quantising its
+    own input at the layer's calibrated range (smoothed where `smooth` has it)."""
+    return {
+        m: [
+            StaticQLinear(m, SharedQuantizer(*r, smooth=smooth.get(m)), weights=w)
+            for w in roundings(m)
+        ]
+        for m, r in input_range.items()
+    }
+
+
 def each_output_error(
     encoder: SentenceEncoder,
     sentences: Sequence[str],
@@ -337,14 +353,7 @@ def bias_shifts(
     correction"; Nagel et al. 2019, "Data-Free Quantization", section 4.2): added to the int8
     layer's bias, it removes the mean shift that rounding its weights and input adds to each
     output channel. `weights`: each layer's rounding ("full" where absent)."""
-    probes: dict[nn.Module, list[StaticQLinear]] = {
-        m: [
-            StaticQLinear(
-                m, SharedQuantizer(*r, smooth=smooth.get(m)), weights=weights.get(m, "full")
-            )
-        ]
-        for m, r in input_range.items()
-    }
+    probes = int8_probes(input_range, smooth, lambda m: [weights.get(m, "full")])
     sums: dict[nn.Module, torch.Tensor] = {}
     tokens: dict[nn.Module, int] = {}
 
@@ -368,13 +377,7 @@ def least_error_weights(
     fp32 layer's, by squared error summed over every calibration token}: on a CPU whose kernel
     saturates (`pairs_saturate`), full-range weights win where little saturates (a trained
     model's layers, mostly) and an exact rounding where much does (e.g. random weights)."""
-    probes: dict[nn.Module, list[StaticQLinear]] = {
-        m: [
-            StaticQLinear(m, SharedQuantizer(*r, smooth=smooth.get(m)), weights=w)
-            for w in WEIGHT_MODES
-        ]
-        for m, r in input_range.items()
-    }
+    probes = int8_probes(input_range, smooth, lambda m: WEIGHT_MODES)
     errors: dict[nn.Module, list[float]] = {m: [0.0] * len(WEIGHT_MODES) for m in probes}
 
     def observe(linear: nn.Module, i: int, diff: torch.Tensor) -> None:
