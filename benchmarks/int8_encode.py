@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dclr.cli.cpu import INT8_KERNEL
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
 from dclr.evaluation.sts import StsEvaluator, cosine_rows
@@ -119,11 +120,7 @@ def make(variant: str, work: Path, args: argparse.Namespace) -> EncodeFn:
         from dclr.models.smoothing import CALIBRATION_SENTENCES
 
         return static_int8_encoder(CALIBRATION_SENTENCES, fuse_feed_forward=False)
-    if variant in (
-        "dclr_int8_full_packed",
-        "dclr_int8_exact_pairs_packed",
-        "dclr_int8_int7_packed",
-    ):
+    if variant in WEIGHT_ABLATIONS:
         from dclr.models.smoothing import CALIBRATION_SENTENCES
 
         weights = variant.removeprefix("dclr_int8_").removesuffix("_packed")
@@ -490,12 +487,8 @@ def render(result: dict, names: list[str]) -> str:
     lines.append(
         f"\n{result['sentences']} sentences, {result['repeats']} repeats, STS {result['sts_mode']}"
     )
-    saturate = result.get("int8_pairs_saturate")
-    if saturate is not None:
-        lines.append(
-            "static int8 kernel: "
-            + ("saturates input pairs in int16 (no VNNI)" if saturate else "exact (VNNI)")
-        )
+    if "int8_pairs_saturate" in result:  # runs before it was recorded have no line
+        lines.append(f"static int8 kernel: {INT8_KERNEL[result['int8_pairs_saturate']]}")
     versions = result.get("versions", {})
     if versions:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))

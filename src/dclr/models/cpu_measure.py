@@ -223,7 +223,7 @@ def policy_record(report: dict) -> dict:
             "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
             "int8_engine": int8_engine(report["int8_bulk_texts_per_s"]),
             "int8_bulk_texts_per_s": report["int8_bulk_texts_per_s"],
-            "int8_pairs_saturate": report.get("int8_pairs_saturate"),
+            "int8_pairs_saturate": report["int8_pairs_saturate"],
             "dynamic_int8_speedup_needed": DYNAMIC_INT8_SPEEDUP,
             "second_thread_speedup_needed": SECOND_THREAD_SPEEDUP,
             "thread_scaling": report["thread_scaling"],
