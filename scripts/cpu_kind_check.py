@@ -6,7 +6,9 @@ under the heavy-job lock (timings are never taken beside another heavy job):
   2. benchmarks/serve_vs_peer.py             dclr serve against infinity-emb (its own venv);
   3. benchmarks/int8_encode.py               int8 against the OpenVINO and ONNX peers (the
                                              OpenVINO venv, dclr from src/);
-  4. benchmarks/serve_faults.py --quick      the fault table: 0 good requests may fail;
+  4. benchmarks/int8_rounding_speed.py       whether the int8 kernel's time depends on the
+                                             weights' rounding (seconds);
+  5. benchmarks/serve_faults.py --quick      the fault table: 0 good requests may fail;
 with the load average before and after each. Results land under benchmarks/results/ named by
 `hardware_key()`, the recording under src/dclr/models/cpu_policies/: commit both. The peers'
 venvs are built by scripts/peer_venvs.sh (`--setup-peers` runs it first; versions pinned to
@@ -56,6 +58,7 @@ def steps(args: argparse.Namespace) -> list[tuple[str, list[str], dict[str, str]
           "--calibration-n", "300", "--sts", "test", "--variants", INT8_VARIANTS],
          {"PYTHONPATH": str(ROOT / "src")},
          None if openvino.is_file() else f"no {openvino} (benchmarks/README.md builds it)"),
+        ("int8 time by weight rounding", [py, "benchmarks/int8_rounding_speed.py"], {}, None),
         ("fault table", [py, "benchmarks/serve_faults.py", "--quick"], {}, None),
     ]  # fmt: skip
 

@@ -22,8 +22,9 @@ def test_dry_run_names_every_step_and_skips_a_missing_peer(tmp_path, capsys, mon
     assert "benchmarks/linear_kernels.py --data-dir DATA --record" in out
     assert f"skipped: serving against infinity-emb: no {tmp_path / 'none'}" in out
     assert f"PYTHONPATH={REPO_ROOT / 'src'} {openvino} benchmarks/int8_encode.py" in out
+    assert "benchmarks/int8_rounding_speed.py" in out
     assert "benchmarks/serve_faults.py --quick" in out
-    assert out.count("flock /tmp/dclr-heavy.lock") == 3
+    assert out.count("flock /tmp/dclr-heavy.lock") == 4
 
 
 def test_an_emulated_kind_is_refused(monkeypatch):
