@@ -93,7 +93,7 @@ def test_speed_and_memory_options_at_their_defaults_keep_a_recorded_runs_hash() 
     """A run recorded before an option existed has no key for it; a new run writes its default."""
     recorded = {"model": "m", "seed": 1}
     new = {**recorded, "prefetch": "auto", "fused_optimizer": "auto", "compile": "off",
-           "length_bucket": 0, "low_memory": False}  # fmt: skip
+           "length_bucket": 0, "low_memory": False, "noise_gradient": "auto"}  # fmt: skip
     assert config_hash(recorded) == config_hash(new)
     assert config_hash(recorded) != config_hash({**new, "low_memory": True})
 

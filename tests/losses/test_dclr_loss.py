@@ -9,12 +9,14 @@ from dclr.contract import Batch
 from dclr.errors import ConfigError
 from dclr.losses.dclr import (
     DCLRLoss,
+    ascent_gradient,
     dclr_official_loss,
     dclr_paper_loss,
     false_negative_weights,
     noise_negative_weights,
     noise_negatives,
     non_uniformity_loss,
+    non_uniformity_noise_grad,
     official_weights,
 )
 from dclr.losses.simcse import SimCSELoss, simcse_loss
@@ -168,16 +170,77 @@ def test_noise_ascent_moves_each_vector_by_beta_and_raises_nonuniformity():
     assert non_uniformity_loss(h, hp, big, 0.05) > non_uniformity_loss(h, hp, start, 0.05)
 
 
+def hand_noise_grad(anchors, noise, tau):
+    """dL_U/dx_k written out: L_U = mean_i logsumexp_k(cos(a_i, x_k) / tau) - (positive term),
+    d cos(a, x) / dx = (a / |a| - cos(a, x) x / |x|) / |x|."""
+    n, grads = len(anchors), []
+    for x in noise:
+        nx = math.sqrt(sum(v * v for v in x))
+        g = [0.0] * len(x)
+        for a in anchors:
+            na = math.sqrt(sum(v * v for v in a))
+            den = sum(math.exp(cos(a, e) / tau) for e in noise)
+            p, c = math.exp(cos(a, x) / tau) / den, cos(a, x)
+            for j in range(len(x)):
+                g[j] += p / (n * tau) * (a[j] / na - c * x[j] / nx) / nx
+        grads.append(g)
+    return grads
+
+
+def test_closed_form_noise_gradient_equals_hand_formula_and_autograd():
+    unit = torch.nn.functional.normalize(T(Z1, dtype=torch.float64), dim=-1)
+    got = non_uniformity_noise_grad(unit, T(NOISE, dtype=torch.float64), 0.1)
+    assert torch.allclose(got, T(hand_noise_grad(Z1, NOISE, 0.1), dtype=torch.float64), atol=1e-12)
+    torch.manual_seed(0)
+    for n, k, d in ((64, 64, 384), (5, 300, 8)):
+        a, pos = torch.randn(n, d) * 3, torch.randn(n, d)
+        x = torch.randn(k, d).requires_grad_(True)
+        (want,) = torch.autograd.grad(non_uniformity_loss(a, pos, x, 0.05), x)
+        got = non_uniformity_noise_grad(torch.nn.functional.normalize(a, dim=-1), x.detach(), 0.05)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-6 * want.abs().max().item())
+
+
+def test_both_ascents_move_the_noise_alike_and_auto_picks_by_device():
+    torch.manual_seed(2)
+    h, hp = torch.randn(32, 48), torch.randn(32, 48)
+    runs = [noise_negatives(h, hp, 40, 1.0, 4, 1e-2, 0.05, torch.Generator().manual_seed(5),
+                            gradient=g) for g in ("autograd", "closed_form")]  # fmt: skip
+    start = noise_negatives(h, hp, 40, 1.0, 0, 1e-2, 0.05, torch.Generator().manual_seed(5))
+    assert (runs[0] - start).abs().max() > 1e-3  # the ascent moved them
+    assert torch.allclose(runs[0], runs[1], atol=1e-6)
+    assert ascent_gradient(torch.device("cpu")) == "autograd"  # the recorded trajectories
+    assert ascent_gradient(torch.device("cuda")) == "closed_form"
+    assert ascent_gradient(torch.device("cpu"), "closed_form") == "closed_form"
+    assert ascent_gradient(torch.device("cuda"), "autograd") == "autograd"
+
+
+def test_the_module_takes_its_noise_gradient_from_the_option(monkeypatch):
+    import dclr.losses.dclr as dclr_loss
+
+    seen = []
+    real = dclr_loss.noise_negatives
+    monkeypatch.setattr(dclr_loss, "noise_negatives",
+                        lambda *a, **k: seen.append(k["gradient"]) or real(*a, **k))  # fmt: skip
+    z = torch.randn(4, 6)
+    for choice in ("auto", "closed_form", "autograd"):
+        loss = DCLRLoss.of(lambda **_: None, None, weighting="none", noise_gradient=choice)
+        loss.objective(z, z + 0.1)
+    assert seen == ["autograd", "closed_form", "autograd"]  # auto on a CPU: autograd
+
+
 def test_noise_is_drawn_from_sigma():
     h = torch.randn(4, 64)
     noise = noise_negatives(h, h, 4000, 2.0, 0, 1e-3, 0.05, torch.Generator().manual_seed(0))
     assert noise.std().item() == pytest.approx(2.0, rel=0.02)
 
 
-def test_zero_gradient_does_not_produce_nan():
+@pytest.mark.parametrize("gradient", ["autograd", "closed_form"])
+def test_zero_gradient_does_not_produce_nan(gradient):
     h = torch.zeros(3, 4)  # cosine with a zero vector is 0 everywhere: the gradient is zero
-    noise = noise_negatives(h, h, 2, 1.0, 4, 1e-3, 0.05, torch.Generator().manual_seed(0))
-    assert torch.isfinite(noise).all()
+    start = noise_negatives(h, h, 2, 1.0, 0, 1e-3, 0.05, torch.Generator().manual_seed(0))
+    noise = noise_negatives(h, h, 2, 1.0, 4, 1e-3, 0.05, torch.Generator().manual_seed(0),
+                            gradient=gradient)  # fmt: skip
+    assert torch.equal(noise, start)  # left in place
 
 
 def test_no_gradient_reaches_the_encoder_from_the_noise_loop():
@@ -195,6 +258,10 @@ def test_no_gradient_reaches_the_encoder_from_the_noise_loop():
         ({"noise_steps": -1}, "noise_steps"),
         ({"noise_std": 0}, "sigma"),
         ({"temperature": 0}, "temperature"),
+        (
+            {"noise_gradient": "numeric"},
+            "noise_gradient must be one of auto, autograd, closed_form",
+        ),
     ],
 )
 def test_bad_options(kwargs, message):

@@ -34,6 +34,7 @@ SPEED_DEFAULTS = {
     "compile": "off",
     "length_bucket": 0,
     "low_memory": False,
+    "noise_gradient": "auto",  # DCLR's ascent: autograd on a CPU, as before the option existed
 }
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 

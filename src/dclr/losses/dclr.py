@@ -55,6 +55,32 @@ def non_uniformity_loss(
     return (torch.logsumexp(neg, dim=1) - pos).mean()
 
 
+def non_uniformity_noise_grad(
+    unit_anchors: torch.Tensor, noise: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """dL_U / d noise (k, d) in closed form, `unit_anchors` (n, d) the anchors at unit length.
+
+    With a_i the unit anchors, x_k the noise, u_k = x_k / |x_k|, c_ik = a_i . u_k and
+    p_ik = softmax_k(c_ik / tau_u): dL_U/dx_k = 1 / (n tau_u |x_k|) sum_i p_ik (a_i - c_ik u_k)
+    (the positives' term of L_U does not depend on the noise). What autograd gives through
+    `non_uniformity_loss`, up to float rounding, in a dozen kernels and no graph."""
+    length = noise.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (k, 1), as F.normalize's eps
+    unit = noise / length  # (k, d)
+    cos = unit_anchors @ unit.T  # (n, k)
+    p = torch.softmax(cos / temperature, dim=1)  # (n, k)
+    pulled = p.T @ unit_anchors - (p * cos).sum(0).unsqueeze(1) * unit  # (k, d)
+    return pulled / (unit_anchors.shape[0] * temperature * length)
+
+
+def ascent_gradient(device: torch.device, choice: str = "auto") -> str:
+    """How the noise's gradient is taken: `choice`, or for auto the closed form on a GPU (a
+    dozen kernels a step where autograd launches ~70 and builds a graph) and autograd elsewhere
+    (what the recorded CPU trajectories computed, bit for bit)."""
+    if choice != "auto":
+        return choice
+    return "closed_form" if device.type == "cuda" else "autograd"
+
+
 def noise_negatives(
     anchors: torch.Tensor,
     positives: torch.Tensor,
@@ -64,21 +90,28 @@ def noise_negatives(
     step_size: float,
     temperature: float,
     generator: torch.Generator | None = None,
+    gradient: str = "autograd",
 ) -> torch.Tensor:
     """k noise vectors (k, d), each moved `steps` times by a normalised ascent step on L_U.
 
     The anchors are detached: nothing here reaches the encoder. A zero gradient (e.g. a noise
     vector orthogonal to everything) leaves that vector in place instead of dividing by zero.
+    `gradient`: "autograd" (through `non_uniformity_loss`) or "closed_form"
+    (`non_uniformity_noise_grad`): the same ascent up to float rounding.
     """
     anchors, positives = anchors.detach().float(), positives.detach().float()
     d = anchors.shape[1]
     noise = torch.randn(k, d, generator=generator, device=anchors.device) * std  # (k, d)
+    unit_anchors = F.normalize(anchors, dim=-1) if gradient == "closed_form" else None
     for _ in range(steps):
-        noise.requires_grad_(True)
-        with torch.enable_grad():
-            (grad,) = torch.autograd.grad(
-                non_uniformity_loss(anchors, positives, noise, temperature), noise
-            )
+        if unit_anchors is not None:
+            grad = non_uniformity_noise_grad(unit_anchors, noise, temperature)
+        else:
+            noise.requires_grad_(True)
+            with torch.enable_grad():
+                (grad,) = torch.autograd.grad(
+                    non_uniformity_loss(anchors, positives, noise, temperature), noise
+                )
         norm = grad.norm(dim=1, keepdim=True)  # (k, 1)
         direction = torch.where(
             norm > 0, grad / norm.clamp_min(torch.finfo(grad.dtype).tiny), torch.zeros_like(grad)
@@ -308,6 +341,7 @@ class DCLRLoss(torch.nn.Module):
             self.options.noise_step_size,
             self.noise_temperature,
             generator=gen,
+            gradient=ascent_gradient(z1.device, self.options.noise_gradient),
         )
 
     def _negatives(

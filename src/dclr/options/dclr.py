@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 LossForm = Literal["paper", "official"]
 NoiseMode = Literal["optimized", "random", "none"]
+# how the ascent takes L_U's gradient: auto = closed_form on a GPU, autograd elsewhere (the same
+# ascent up to float rounding; autograd is what the recorded CPU trajectories computed)
+NoiseGradient = Literal["auto", "autograd", "closed_form"]
 Weighting = Literal["complementary", "self", "none", "distill"]
 ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 ComplementaryRows = Literal["auto", "all", "sampled"]
@@ -47,6 +50,7 @@ class DCLROptions:
     noise_step_size: float = 1e-3  # beta, the size of each normalised step
     noise_temperature: float | None = None  # tau_u of the non-uniformity loss (None: temperature)
     noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
+    noise_gradient: NoiseGradient = "auto"  # auto | autograd | closed_form (dclr.losses.dclr)
     false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
     weighting: Weighting = "complementary"  # complementary | self | none | distill
     # none: noise negatives always kept (released code); complementary: alpha = 0 where
@@ -117,6 +121,7 @@ class DCLROptions:
 
 _LITERALS: dict[str, tuple[str, ...]] = {
     "noise_mode": get_args(NoiseMode),
+    "noise_gradient": get_args(NoiseGradient),
     "weighting": get_args(Weighting),
     "noise_weighting": get_args(NoiseWeighting),
     "dclr_form": get_args(LossForm),

@@ -270,6 +270,7 @@ class DCLRLoss(nn.Module):
             "noise_step_size": o.noise_step_size,
             "noise_temperature": self.noise_temperature,
             "noise_mode": o.noise_mode,
+            "noise_gradient": o.noise_gradient,
             "false_negative_threshold": o.false_negative_threshold,
             "false_negative_rule": o.false_negative_rule,
             "pair_margin": o.pair_margin,
