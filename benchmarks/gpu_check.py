@@ -12,6 +12,8 @@ evaluation `dclr eval` runs):
    (`dclr.estimate`), TFLOP/s against the bf16 matmul rate measured in the same run.
    Peer row: sentence-transformers' `MultipleNegativesRankingLoss` (their class) in a plain loop
    on the same batches (the anchor twice, as SimCSE trains), AdamW, the same autocast.
+   Then **the objectives alone**: SimCSE's loss, DCLR's noise ascent (autograd and closed form)
+   and DCLR's loss, each on vectors of the step table's sizes: where DCLR's extra time goes.
 2. **Encode**: sentences/s of `SentenceEncoder.encode` (fp32 / fp16 / bf16 through
    `load_inference_encoder`) and of sentence-transformers' `encode` (fp32, `.half()`, bf16) on the
    STS sentences, batch 256; the minimum cosine of each against dclr fp32.
@@ -37,7 +39,7 @@ evaluation `dclr eval` runs):
    (`benchmarks/paper_run_cost.py`): what the BERT-base SimCSE + DCLR pair costs on this device.
 8. **dclr serve** under 32 x 1 and 8 x 64 clients as a share of bulk encoding.
 
-The parts run in the order the issue's targets need them (steps, encode, evaluation, trajectory,
+The parts run in the order the issue's targets need them (steps, objectives, encode, evaluation, trajectory,
 the compiled step, then paper runs, serving, the 200-step run, which no target reads); the report
 is written after each cell and part, so a run cut short by the time limit keeps what it measured,
 and a part that fails is reported and the rest run.
@@ -260,6 +262,53 @@ def peak_memory_mib() -> float | None:
     import torch
 
     return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+
+
+OBJECTIVE_PIECES = ("simcse loss", "dclr ascent (autograd)", "dclr ascent (closed form)",
+                    "dclr loss")  # fmt: skip
+
+
+def objective_rows(cuda: bool, tiny: bool) -> list[dict[str, Any]]:
+    """Milliseconds of each piece of the objectives alone, on the step table's vectors (BERT-base's
+    768 wide, k = batch, t = 4, fp32 as DCLR's decisions run): SimCSE's loss forward and backward,
+    DCLR's noise ascent each way (`dclr.noise_gradient`), and DCLR's loss forward and backward
+    with that noise and weights. What DCLR adds to a step beside the encoder, piece by piece (the
+    target DCLR / SimCSE <= 1.10), each the median of `repeats` samples of 10 calls, settled."""
+    device = "cuda" if cuda else "cpu"
+    width, repeats = (64, 3) if tiny else (768, 20)
+    return [row for batch in ((8,) if tiny else BATCHES)
+            for row in objective_cell(batch, width, device, repeats)]  # fmt: skip
+
+
+def objective_cell(batch: int, width: int, device: str, repeats: int) -> list[dict[str, Any]]:
+    """`objective_rows`' rows of one batch size."""
+    import torch
+
+    from dclr.losses.dclr import dclr_paper_loss, false_negative_weights, noise_negatives
+    from dclr.losses.infonce import cosine_matrix
+    from dclr.losses.simcse import simcse_loss
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    z1, z2, guide = (torch.randn(batch, width, device=device, generator=gen) for _ in range(3))
+    z1.requires_grad_(True)
+    z2.requires_grad_(True)
+    weights = false_negative_weights(cosine_matrix(guide, guide), 0.9)
+
+    def ascent(gradient: str) -> Any:
+        return noise_negatives(z1, z2, batch, 1.0, 4, 1e-3, 0.05, generator=gen, gradient=gradient)
+
+    noise = ascent("closed_form")
+    pieces = {
+        "simcse loss": lambda: simcse_loss(z1, z2, 0.05).backward(),
+        "dclr ascent (autograd)": lambda: ascent("autograd"),
+        "dclr ascent (closed form)": lambda: ascent("closed_form"),
+        "dclr loss": lambda: dclr_paper_loss(z1, z2, noise, weights, 0.05).backward(),
+    }
+    rows = []
+    for piece, fn in pieces.items():
+        ten = timed(lambda fn=fn: [fn() for _ in range(10)], repeats) / 10  # type: ignore[misc]
+        rows.append({"piece": piece, "batch": batch, "ms": round(ten * 1e3, 3)})
+    return rows
 
 
 def steps(
@@ -509,6 +558,14 @@ def markdown(report: dict[str, Any]) -> str:
               f"{MAX_LENGTH})", ""]  # fmt: skip
     if not _missing(report, "steps", lines):
         lines += step_table(report["steps"])
+    lines += ["", "## The objectives alone (ms; 768 wide, k = batch, t = 4, fp32)", ""]
+    if not _missing(report, "objective", lines):
+        batches = sorted({r["batch"] for r in report["objective"]})
+        ms = {(r["piece"], r["batch"]): r["ms"] for r in report["objective"]}
+        lines += ["| piece | " + " | ".join(f"batch {b}" for b in batches) + " |",
+                  "| --- |" + " ---: |" * len(batches)]  # fmt: skip
+        lines += [f"| {piece} | " + " | ".join(str(ms.get((piece, b), "—")) for b in batches)
+                  + " |" for piece in OBJECTIVE_PIECES]  # fmt: skip
     lines += ["", "## The compiled step (compile: reduce-overhead, every batch padded to "
               f"{MAX_LENGTH} tokens: one shape)", ""]  # fmt: skip
     if not _missing(report, "compiled_steps", lines):
@@ -704,6 +761,7 @@ def main() -> int:
         parts: dict[str, Callable[[Callable[[], None]], Any]] = {
             "steps": lambda saved: steps(named, tmp, cuda, matmul,
                                          report.setdefault("steps", []), saved),
+            "objective": lambda _: objective_rows(cuda, args.tiny),
             "encode": lambda _: encode_rows(first, 2000 if args.tiny else 30_000, cuda),
             "evaluation": lambda _: evaluation_rows(first, cuda, args.data_dir),
             "trajectory": lambda _: compare(trajectory(first, tmp / "traj-device"),

@@ -237,6 +237,8 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     )
     assert encode[("sentence-transformers", "fp32")]["min_cosine_to_dclr_fp32"] > 0.9999
     assert report["evaluation"][0]["seconds"] > 0
+    objective = {r["piece"]: r["ms"] for r in report["objective"]}
+    assert set(objective) == set(gpu_check.OBJECTIVE_PIECES) and min(objective.values()) > 0
     serving = {r["scenario"]: r for r in report["serving"]}
     assert set(serving) == {"32x1", "8x64"}
     assert all(r["errors"] == 0 and r["share_of_bulk"] > 0 for r in serving.values())
@@ -246,6 +248,7 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     # the parts a target reads first (the compiled step among them), then the rest
     assert list(report["parts_seconds"]) == [
         "steps",
+        "objective",
         "encode",
         "evaluation",
         "trajectory",
