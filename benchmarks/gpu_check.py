@@ -265,7 +265,7 @@ def peak_memory_mib() -> float | None:
 
 
 OBJECTIVE_PIECES = ("simcse loss", "dclr ascent (autograd)", "dclr ascent (closed form)",
-                    "dclr loss")  # fmt: skip
+                    "dclr ascent (closed form, compiled)", "dclr loss")  # fmt: skip
 
 
 def objective_rows(cuda: bool, tiny: bool) -> list[dict[str, Any]]:
@@ -283,8 +283,14 @@ def objective_rows(cuda: bool, tiny: bool) -> list[dict[str, Any]]:
 def objective_cell(batch: int, width: int, device: str, repeats: int) -> list[dict[str, Any]]:
     """`objective_rows`' rows of one batch size."""
     import torch
+    from torch.nn.functional import normalize
 
-    from dclr.losses.dclr import dclr_paper_loss, false_negative_weights, noise_negatives
+    from dclr.losses.dclr import (
+        ascend_closed_form,
+        dclr_paper_loss,
+        false_negative_weights,
+        noise_negatives,
+    )
     from dclr.losses.infonce import cosine_matrix
     from dclr.losses.simcse import simcse_loss
 
@@ -298,16 +304,24 @@ def objective_cell(batch: int, width: int, device: str, repeats: int) -> list[di
         return noise_negatives(z1, z2, batch, 1.0, 4, 1e-3, 0.05, generator=gen, gradient=gradient)
 
     noise = ascent("closed_form")
+    # the ascent's 4 steps fused by torch.compile (default mode: no CUDA graph), from one start
+    start, unit = torch.randn(batch, width, device=device, generator=gen), normalize(z1.detach())
+    fused = torch.compile(ascend_closed_form, dynamic=False)
     pieces = {
         "simcse loss": lambda: simcse_loss(z1, z2, 0.05).backward(),
         "dclr ascent (autograd)": lambda: ascent("autograd"),
         "dclr ascent (closed form)": lambda: ascent("closed_form"),
+        "dclr ascent (closed form, compiled)": lambda: fused(start, unit, 4, 1e-3, 0.05),
         "dclr loss": lambda: dclr_paper_loss(z1, z2, noise, weights, 0.05).backward(),
     }
     rows = []
     for piece, fn in pieces.items():
         ten = timed(lambda fn=fn: [fn() for _ in range(10)], repeats) / 10  # type: ignore[misc]
         rows.append({"piece": piece, "batch": batch, "ms": round(ten * 1e3, 3)})
+    eager = ascend_closed_form(start, unit, 4, 1e-3, 0.05)
+    rows[3]["max_abs_diff_to_eager"] = float(
+        (fused(start, unit, 4, 1e-3, 0.05) - eager).abs().max()
+    )
     return rows
 
 
@@ -566,6 +580,11 @@ def markdown(report: dict[str, Any]) -> str:
                   "| --- |" + " ---: |" * len(batches)]  # fmt: skip
         lines += [f"| {piece} | " + " | ".join(str(ms.get((piece, b), "—")) for b in batches)
                   + " |" for piece in OBJECTIVE_PIECES]  # fmt: skip
+        diffs = [r["max_abs_diff_to_eager"] for r in report["objective"]
+                 if "max_abs_diff_to_eager" in r]  # fmt: skip
+        if diffs:
+            lines += ["", f"The compiled ascent against the eager closed form: max |d| "
+                          f"{max(diffs):.1e}."]  # fmt: skip
     lines += ["", "## The compiled step (compile: reduce-overhead, every batch padded to "
               f"{MAX_LENGTH} tokens: one shape)", ""]  # fmt: skip
     if not _missing(report, "compiled_steps", lines):

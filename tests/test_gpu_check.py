@@ -239,6 +239,8 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert report["evaluation"][0]["seconds"] > 0
     objective = {r["piece"]: r["ms"] for r in report["objective"]}
     assert set(objective) == set(gpu_check.OBJECTIVE_PIECES) and min(objective.values()) > 0
+    fused = next(r for r in report["objective"] if "compiled" in r["piece"])
+    assert fused["max_abs_diff_to_eager"] < 1e-5  # torch.compile computed the same ascent
     serving = {r["scenario"]: r for r in report["serving"]}
     assert set(serving) == {"32x1", "8x64"}
     assert all(r["errors"] == 0 and r["share_of_bulk"] > 0 for r in serving.values())

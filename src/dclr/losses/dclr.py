@@ -81,6 +81,29 @@ def ascent_gradient(device: torch.device, choice: str = "auto") -> str:
     return "closed_form" if device.type == "cuda" else "autograd"
 
 
+def unit_rows(grad: torch.Tensor) -> torch.Tensor:
+    """Each row at unit length; a zero (or NaN) row becomes zeros: that vector stays in place."""
+    norm = grad.norm(dim=1, keepdim=True)  # (k, 1)
+    return torch.where(
+        norm > 0, grad / norm.clamp_min(torch.finfo(grad.dtype).tiny), torch.zeros_like(grad)
+    )
+
+
+def ascend_closed_form(
+    noise: torch.Tensor,
+    unit_anchors: torch.Tensor,
+    steps: int,
+    step_size: float,
+    temperature: float,
+) -> torch.Tensor:
+    """`steps` normalised ascent steps of the noise on L_U, by `non_uniformity_noise_grad`: plain
+    tensor arithmetic, no autograd graph, so torch.compile can fuse it whole."""
+    for _ in range(steps):
+        grad = non_uniformity_noise_grad(unit_anchors, noise, temperature)
+        noise = noise + step_size * unit_rows(grad)
+    return noise
+
+
 def noise_negatives(
     anchors: torch.Tensor,
     positives: torch.Tensor,
@@ -102,21 +125,17 @@ def noise_negatives(
     anchors, positives = anchors.detach().float(), positives.detach().float()
     d = anchors.shape[1]
     noise = torch.randn(k, d, generator=generator, device=anchors.device) * std  # (k, d)
-    unit_anchors = F.normalize(anchors, dim=-1) if gradient == "closed_form" else None
-    for _ in range(steps):
-        if unit_anchors is not None:
-            grad = non_uniformity_noise_grad(unit_anchors, noise, temperature)
-        else:
+    if gradient == "closed_form":
+        unit_anchors = F.normalize(anchors, dim=-1)
+        noise = ascend_closed_form(noise, unit_anchors, steps, step_size, temperature)
+    else:
+        for _ in range(steps):
             noise.requires_grad_(True)
             with torch.enable_grad():
                 (grad,) = torch.autograd.grad(
                     non_uniformity_loss(anchors, positives, noise, temperature), noise
                 )
-        norm = grad.norm(dim=1, keepdim=True)  # (k, 1)
-        direction = torch.where(
-            norm > 0, grad / norm.clamp_min(torch.finfo(grad.dtype).tiny), torch.zeros_like(grad)
-        )
-        noise = (noise + step_size * direction).detach()
+            noise = (noise + step_size * unit_rows(grad)).detach()
     # Never let a NaN reach the loss: a non-finite entry stays non-finite through later steps
     # (a NaN gradient leaves a vector in place, see above), so one check after the last step
     # sees what a check per step would. On a GPU that read would stall every step; there a
