@@ -162,6 +162,14 @@ class HasDerivedSettings(Protocol):
 
 
 @runtime_checkable
+class HasCompiledParts(Protocol):
+    """An objective with maths of its own worth compiling when the step is
+    (`optimisation.compile`): the loop calls `compile_parts(mode)` after compiling the backbone."""
+
+    def compile_parts(self, mode: str) -> None: ...
+
+
+@runtime_checkable
 class SupportsGradCache(Protocol):
     """A two-view loss split into its encoder (`model`) and its objective on the embeddings
     (`objective(z1, z2, batch)`), so GradCache can encode in chunks."""

@@ -228,6 +228,27 @@ def test_the_module_takes_its_noise_gradient_from_the_option(monkeypatch):
     assert seen == ["autograd", "closed_form", "autograd"]  # auto on a CPU: autograd
 
 
+def test_a_compiled_step_compiles_the_ascent_and_auto_takes_it(monkeypatch):
+    """`compile_parts` (the loop calls it when `optimisation.compile` is on) hands the ascent to
+    torch.compile; auto then takes the closed form on a CPU too, an explicit autograd does not."""
+    import dclr.losses.dclr as dclr_loss
+
+    ran = []
+
+    def fake_compile(fn, **kwargs):
+        assert fn is dclr_loss.ascend_closed_form and kwargs == {"dynamic": False}
+        return lambda *a: ran.append(a[2]) or fn(*a)
+
+    monkeypatch.setattr(dclr_loss.torch, "compile", fake_compile)
+    z = torch.randn(4, 6)
+    for choice, expected in (("auto", [4]), ("closed_form", [4]), ("autograd", [])):
+        ran.clear()
+        loss = DCLRLoss.of(lambda **_: None, None, weighting="none", noise_gradient=choice)
+        loss.compile_parts("reduce-overhead")
+        loss.objective(z, z + 0.1)
+        assert ran == expected, choice  # t = 4 steps through the compiled ascent, or none
+
+
 def test_noise_is_drawn_from_sigma():
     h = torch.randn(4, 64)
     noise = noise_negatives(h, h, 4000, 2.0, 0, 1e-3, 0.05, torch.Generator().manual_seed(0))

@@ -154,6 +154,31 @@ def test_compiled_step_gives_the_same_run_to_rounding(
         assert compiled[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
 
 
+def test_a_compiled_dclr_run_compiles_its_noise_ascent_and_follows_the_eager_one(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """With the step compiled, DCLR's closed-form ascent is compiled too (`compile_parts`); the
+    run follows the eager closed-form run to rounding."""
+    import torch._inductor.config as inductor_config
+
+    import dclr.losses.dclr as dclr_loss
+
+    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    compiled_parts = []
+    real = dclr_loss.DCLRLoss.compile_parts
+    monkeypatch.setattr(dclr_loss.DCLRLoss, "compile_parts",
+                        lambda self, mode: compiled_parts.append(mode) or real(self, mode))  # fmt: skip
+    dclr = {"method": "dclr", "weighting": "none", "length_bucket": 16, "packing": "off"}
+    base = run_losses(model_dir, corpus_file, tmp_path / "eager", noise_gradient="closed_form",
+                      **dclr)  # fmt: skip
+    assert compiled_parts == []
+    compiled = run_losses(model_dir, corpus_file, tmp_path / "compiled", compile="default", **dclr)
+    assert compiled_parts == ["default"]
+    assert compiled.keys() == base.keys()
+    for step, loss in base.items():
+        assert compiled[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
+
+
 def test_a_compiled_run_evaluates_in_eager_pytorch_without_compiling_again(
     model_dir, corpus_file, tmp_path, monkeypatch, data_dir
 ):

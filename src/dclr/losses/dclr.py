@@ -29,6 +29,7 @@ With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -114,20 +115,22 @@ def noise_negatives(
     temperature: float,
     generator: torch.Generator | None = None,
     gradient: str = "autograd",
+    ascend: Callable[..., torch.Tensor] = ascend_closed_form,
 ) -> torch.Tensor:
     """k noise vectors (k, d), each moved `steps` times by a normalised ascent step on L_U.
 
     The anchors are detached: nothing here reaches the encoder. A zero gradient (e.g. a noise
     vector orthogonal to everything) leaves that vector in place instead of dividing by zero.
     `gradient`: "autograd" (through `non_uniformity_loss`) or "closed_form"
-    (`non_uniformity_noise_grad`): the same ascent up to float rounding.
+    (`non_uniformity_noise_grad`, stepped by `ascend`: `ascend_closed_form` or a compiled copy):
+    the same ascent up to float rounding.
     """
     anchors, positives = anchors.detach().float(), positives.detach().float()
     d = anchors.shape[1]
     noise = torch.randn(k, d, generator=generator, device=anchors.device) * std  # (k, d)
     if gradient == "closed_form":
         unit_anchors = F.normalize(anchors, dim=-1)
-        noise = ascend_closed_form(noise, unit_anchors, steps, step_size, temperature)
+        noise = ascend(noise, unit_anchors, steps, step_size, temperature)
     else:
         for _ in range(steps):
             noise.requires_grad_(True)
@@ -336,6 +339,15 @@ class DCLRLoss(torch.nn.Module):
         self.views = views
         self.start_records = dict(start_records or {})
         self.derived_settings = dict(derived_settings or {})
+        self._ascend: Callable[..., torch.Tensor] | None = None  # compiled (`compile_parts`)
+
+    def compile_parts(self, mode: str) -> None:
+        """The step is compiled (`optimisation.compile`): compile the closed-form noise ascent
+        too, its t steps fused into a few kernels, and let `noise_gradient: auto` take the closed
+        form on any device (a compiled run equals the eager one only to rounding already). It is
+        compiled in torch.compile's default mode whatever `mode` is: a CUDA graph of its own
+        beside the backbone's would gain little over kernels already fused."""
+        self._ascend = torch.compile(ascend_closed_form, dynamic=False)
 
     @classmethod
     def of(
@@ -351,6 +363,9 @@ class DCLRLoss(torch.nn.Module):
             return None
         gen = torch.Generator(device=z1.device).manual_seed(self.seed * SEED_STRIDE + step)
         steps = self.options.noise_steps if self.options.noise_mode == "optimized" else 0
+        choice = self.options.noise_gradient
+        compiled = self._ascend is not None and choice == "auto"
+        gradient = "closed_form" if compiled else ascent_gradient(z1.device, choice)
         return noise_negatives(
             z1,
             z2,
@@ -360,7 +375,8 @@ class DCLRLoss(torch.nn.Module):
             self.options.noise_step_size,
             self.noise_temperature,
             generator=gen,
-            gradient=ascent_gradient(z1.device, self.options.noise_gradient),
+            gradient=gradient,
+            ascend=self._ascend or ascend_closed_form,
         )
 
     def _negatives(

@@ -30,6 +30,7 @@ from transformers import get_linear_schedule_with_warmup
 from dclr.contract import (
     Batch,
     Evaluator,
+    HasCompiledParts,
     HasDerivedSettings,
     HasStartRecords,
     HasTrainingModules,
@@ -312,6 +313,8 @@ class Trainer:
             setattr(self.model, "length_bucket", self.config.model.length_bucket)  # noqa: B010
         if opt.compile != "off":
             compile_backbone(self.model, opt.compile)
+            if isinstance(objective, HasCompiledParts):
+                objective.compile_parts(opt.compile)
         if self.run.batch_size != opt.batch_size:  # data.small_data: shrink_batch
             state.derived["batch_size"] = self.run.batch_size
         if isinstance(objective, HasDerivedSettings):
