@@ -12,8 +12,9 @@ evaluation `dclr eval` runs):
    (`dclr.estimate`), TFLOP/s against the bf16 matmul rate measured in the same run.
    Peer row: sentence-transformers' `MultipleNegativesRankingLoss` (their class) in a plain loop
    on the same batches (the anchor twice, as SimCSE trains), AdamW, the same autocast.
-   Then **the objectives alone**: SimCSE's loss, DCLR's noise ascent (autograd and closed form)
-   and DCLR's loss, each on vectors of the step table's sizes: where DCLR's extra time goes.
+   Then **the objectives alone**: SimCSE's loss, DCLR's noise ascent (autograd, closed form, and
+   closed form compiled as a compiled step runs it) and DCLR's loss, each on vectors of the step
+   table's sizes: where DCLR's extra time goes.
 2. **Encode**: sentences/s of `SentenceEncoder.encode` (fp32 / fp16 / bf16 through
    `load_inference_encoder`) and of sentence-transformers' `encode` (fp32, `.half()`, bf16) on the
    STS sentences, batch 256; the minimum cosine of each against dclr fp32.
@@ -572,7 +573,8 @@ def markdown(report: dict[str, Any]) -> str:
               f"{MAX_LENGTH})", ""]  # fmt: skip
     if not _missing(report, "steps", lines):
         lines += step_table(report["steps"])
-    lines += ["", "## The objectives alone (ms; 768 wide, k = batch, t = 4, fp32)", ""]
+    width = 64 if report["tiny"] else 768
+    lines += ["", f"## The objectives alone (ms; {width} wide, k = batch, t = 4, fp32)", ""]
     if not _missing(report, "objective", lines):
         batches = sorted({r["batch"] for r in report["objective"]})
         ms = {(r["piece"], r["batch"]): r["ms"] for r in report["objective"]}
