@@ -64,7 +64,7 @@ def non_uniformity_noise_grad(
     With a_i the unit anchors, x_k the noise, u_k = x_k / |x_k|, c_ik = a_i . u_k and
     p_ik = softmax_k(c_ik / tau_u): dL_U/dx_k = 1 / (n tau_u |x_k|) sum_i p_ik (a_i - c_ik u_k)
     (the positives' term of L_U does not depend on the noise). What autograd gives through
-    `non_uniformity_loss`, up to float rounding, in a dozen kernels and no graph."""
+    `non_uniformity_loss`, up to float rounding, with no autograd graph."""
     length = noise.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (k, 1), as F.normalize's eps
     unit = noise / length  # (k, d)
     cos = unit_anchors @ unit.T  # (n, k)
@@ -74,9 +74,9 @@ def non_uniformity_noise_grad(
 
 
 def ascent_gradient(device: torch.device, choice: str = "auto") -> str:
-    """How the noise's gradient is taken: `choice`, or for auto the closed form on a GPU (a
-    dozen kernels a step where autograd launches ~70 and builds a graph) and autograd elsewhere
-    (what the recorded CPU trajectories computed, bit for bit)."""
+    """How the noise's gradient is taken: `choice`, or for auto the closed form on a GPU (~28
+    aten calls an ascent step where autograd makes ~68 and builds a graph: benchmarks/step_ops.py)
+    and autograd elsewhere (what the recorded CPU trajectories computed, bit for bit)."""
     if choice != "auto":
         return choice
     return "closed_form" if device.type == "cuda" else "autograd"
