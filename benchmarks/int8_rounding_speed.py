@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from linear_kernels import SHAPES
+from linear_kernels import SHAPES, emulation_note
 from torch import nn
 
 from dclr.atomic import write_text
@@ -92,12 +92,7 @@ def markdown(report: dict) -> str:
         lines.append(f"| {r['shape']} | {r['rows']} | "
                      + " | ".join(str(r["us"][m]) for m in WEIGHT_MODES) + " | "
                      + " | ".join(f"{r['vs_full'][m]}×" for m in WEIGHT_MODES[1:]) + " |")  # fmt: skip
-    limits = report.get("isa_limits")
-    if limits:
-        lines += ["", "Emulated: kernels limited by " + ", ".join(
-            f"{k}={v}" for k, v in limits.items()) + f" on a {report['cpu_model']} machine. Not "
-            "a machine of this kind: the same cores, caches and clocks; a real run replaces "
-            "this."]  # fmt: skip
+    lines += emulation_note(report)
     return "\n".join(lines) + "\n"
 
 

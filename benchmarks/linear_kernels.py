@@ -112,13 +112,19 @@ def markdown(report: dict) -> str:
         for r in scaling:
             lines.append(f"| {r['texts']} | {r['tokens']} | {r['ms_1t']} | {r['ms_2t']} | "
                          f"{r['speedup_2t']}× |")  # fmt: skip
-    limits = report.get("isa_limits")
-    if limits:
-        lines += ["", "Emulated: kernels limited by " + ", ".join(
-            f"{k}={v}" for k, v in limits.items()) + f" on a {report.get('cpu_model', '?')} "
-            "machine. Not a machine of this kind: the same cores, caches and clocks; a real run "
-            "replaces this."]  # fmt: skip
+    lines += emulation_note(report)
     return "\n".join(lines) + "\n"
+
+
+def emulation_note(report: dict) -> list[str]:
+    """The lines that say a table was measured under ISA limits (`report["isa_limits"]`), or none."""
+    limits = report.get("isa_limits")
+    if not limits:
+        return []
+    return ["", "Emulated: kernels limited by " + ", ".join(
+        f"{k}={v}" for k, v in limits.items()) + f" on a {report.get('cpu_model', '?')} "
+        "machine. Not a machine of this kind: the same cores, caches and clocks; a real run "
+        "replaces this."]  # fmt: skip
 
 
 def main() -> None:
