@@ -212,6 +212,8 @@ def test_both_ascents_move_the_noise_alike_and_auto_picks_by_device():
     assert ascent_gradient(torch.device("cuda")) == "closed_form"
     assert ascent_gradient(torch.device("cpu"), "closed_form") == "closed_form"
     assert ascent_gradient(torch.device("cuda"), "autograd") == "autograd"
+    assert ascent_gradient(torch.device("cpu"), compiled=True) == "closed_form"
+    assert ascent_gradient(torch.device("cpu"), "autograd", compiled=True) == "autograd"
 
 
 def test_the_module_takes_its_noise_gradient_from_the_option(monkeypatch):

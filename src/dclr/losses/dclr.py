@@ -73,13 +73,14 @@ def non_uniformity_noise_grad(
     return pulled / (unit_anchors.shape[0] * temperature * length)
 
 
-def ascent_gradient(device: torch.device, choice: str = "auto") -> str:
+def ascent_gradient(device: torch.device, choice: str = "auto", compiled: bool = False) -> str:
     """How the noise's gradient is taken: `choice`, or for auto the closed form on a GPU (~28
     aten calls an ascent step where autograd makes ~68 and builds a graph: benchmarks/step_ops.py)
-    and autograd elsewhere (what the recorded CPU trajectories computed, bit for bit)."""
+    or in a `compiled` step, and autograd elsewhere (what the recorded CPU trajectories computed,
+    bit for bit)."""
     if choice != "auto":
         return choice
-    return "closed_form" if device.type == "cuda" else "autograd"
+    return "closed_form" if compiled or device.type == "cuda" else "autograd"
 
 
 def unit_rows(grad: torch.Tensor) -> torch.Tensor:
@@ -363,9 +364,8 @@ class DCLRLoss(torch.nn.Module):
             return None
         gen = torch.Generator(device=z1.device).manual_seed(self.seed * SEED_STRIDE + step)
         steps = self.options.noise_steps if self.options.noise_mode == "optimized" else 0
-        choice = self.options.noise_gradient
-        compiled = self._ascend is not None and choice == "auto"
-        gradient = "closed_form" if compiled else ascent_gradient(z1.device, choice)
+        compiled = self._ascend is not None
+        gradient = ascent_gradient(z1.device, self.options.noise_gradient, compiled)
         return noise_negatives(
             z1,
             z2,
