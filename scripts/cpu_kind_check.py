@@ -10,7 +10,9 @@ under the heavy-job lock (timings are never taken beside another heavy job):
                                              weights' rounding (seconds);
   5. benchmarks/serve_faults.py --quick      the fault table: 0 good requests may fail;
 with the load average before and after each. Results land under benchmarks/results/ named by
-`hardware_key()`, the recording under src/dclr/models/cpu_policies/: commit both. The peers'
+`recording_name()` (the hardware key; with the CPU model appended on another model of a kind the
+package has recorded, e.g. AuthenticAMD-AVX512-family25-model17, so that the first machine's
+tables stay), the recording under src/dclr/models/cpu_policies/: commit both. The peers'
 venvs are built by scripts/peer_venvs.sh (`--setup-peers` runs it first; versions pinned to
 those of the committed tables); a missing one skips its step and says so.
 
@@ -59,7 +61,8 @@ def steps(args: argparse.Namespace) -> list[tuple[str, list[str], dict[str, str]
          {"PYTHONPATH": str(ROOT / "src")},
          None if openvino.is_file() else f"no {openvino} (benchmarks/README.md builds it)"),
         ("int8 time by weight rounding", [py, "benchmarks/int8_rounding_speed.py"], {}, None),
-        ("fault table", [py, "benchmarks/serve_faults.py", "--quick"], {}, None),
+        ("fault table", [py, "benchmarks/serve_faults.py", "--quick", "--out",
+                         f"benchmarks/results/serve_faults@{args.name}.json"], {}, None),
     ]  # fmt: skip
 
 
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                              "into ~/venvs: the defaults of --infinity and --openvino-python)")  # fmt: skip
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from dclr.models.cpu_kind import cpu_model, hardware_key, isa_limits
+    from dclr.models.cpu_kind import cpu_model, hardware_key, isa_limits, recording_name
 
     limits = isa_limits()
     if limits:
@@ -86,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             f"kernels limited by {', '.join(limits)}: this would record an emulated kind; "
             "run it on a real machine of the kind, with the variables unset"
         )
-    print(f"CPU kind {hardware_key()} ({cpu_model()}), load average {load()}", flush=True)
+    args.name = recording_name()
+    print(f"CPU kind {hardware_key()} ({cpu_model()}), recorded as {args.name}, load average "
+          f"{load()}", flush=True)  # fmt: skip
     if args.setup_peers:
         print(f"== peers' venvs: bash {SETUP}", flush=True)
         if not args.dry_run and subprocess.call(["bash", str(SETUP)], cwd=ROOT):

@@ -23,7 +23,14 @@ def test_dry_run_names_every_step_and_skips_a_missing_peer(tmp_path, capsys, mon
     assert f"skipped: serving against infinity-emb: no {tmp_path / 'none'}" in out
     assert f"PYTHONPATH={REPO_ROOT / 'src'} {openvino} benchmarks/int8_encode.py" in out
     assert "benchmarks/int8_rounding_speed.py" in out
-    assert "benchmarks/serve_faults.py --quick" in out
+    from dclr.models.cpu_kind import recording_name
+
+    name = recording_name()  # the fault table too is this machine's, not the committed quiet one
+    assert (
+        f"benchmarks/serve_faults.py --quick --out benchmarks/results/serve_faults@{name}.json"
+        in out
+    )
+    assert f"recorded as {name}," in out
     assert out.count("flock /tmp/dclr-heavy.lock") == 4
 
 

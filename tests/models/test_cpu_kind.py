@@ -116,3 +116,58 @@ def test_the_recordings_in_the_package_are_valid():
 def test_the_hardware_key_names_vendor_and_kernel_set():
     vendor, _, capability = cpu_kind.hardware_key().rpartition("-")
     assert vendor and capability in {"DEFAULT", "AVX2", "AVX512", "ZVECTOR", "NO AVX", "VSX"}
+
+
+def test_another_model_of_a_recorded_kind_records_beside_it(policies, monkeypatch):
+    """Zen 4 and Zen 5 are one hardware key: the second model's recording and tables get their
+    own name instead of overwriting the first's, and its own recording is what it follows."""
+    monkeypatch.setattr(cpu_kind, "cpu_model", lambda: "family 25 model 17")
+    assert cpu_kind.recording_name() == "TestVendor-AVX2"  # nothing recorded: the kind's name
+    first = {
+        "linear_kernel": "onednn",
+        "one_thread_below_tokens": 56,
+        "cpu_model": "family 25 model 17",
+    }
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps(first))
+    assert cpu_kind.recording_name() == "TestVendor-AVX2"  # recorded on this very model
+    (policies / "TestVendor-AVX2.json").write_text(
+        json.dumps({**first, "cpu_model": "family 26 model 2"})
+    )
+    assert cpu_kind.recording_name() == "TestVendor-AVX2-family25-model17"
+    policy = cpu_kind.cpu_policy()  # no recording of this model: the other model's
+    assert policy.one_thread_below_tokens == 56
+    assert policy.source.startswith("measured on family 26 model 2: TestVendor-AVX2.json")
+    own = {**first, "one_thread_below_tokens": 25}
+    (policies / "TestVendor-AVX2-family25-model17.json").write_text(json.dumps(own))
+    cpu_kind.cpu_policy.cache_clear()
+    assert cpu_kind.cpu_policy().one_thread_below_tokens == 25
+    assert "TestVendor-AVX2-family25-model17.json" in cpu_kind.cpu_policy().source
+
+
+def test_this_users_measurement_comes_before_another_models_recording(policies, monkeypatch):
+    monkeypatch.setattr(cpu_kind, "cpu_model", lambda: "family 25 model 17")
+    other = {
+        "linear_kernel": "onednn",
+        "one_thread_below_tokens": 56,
+        "cpu_model": "family 26 model 2",
+    }
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps(other))
+    user = cpu_kind.user_policy_path("TestVendor-AVX2")
+    user.parent.mkdir(parents=True)
+    user.write_text(json.dumps({"linear_kernel": "aten", "one_thread_below_tokens": 30}))
+    policy = cpu_kind.cpu_policy()
+    assert (policy.linear_kernel, policy.one_thread_below_tokens) == ("aten", 30)
+    assert policy.source.startswith("measured on this machine: ")
+
+
+def test_a_recording_that_names_no_model_is_the_kinds(policies, monkeypatch):
+    monkeypatch.setattr(cpu_kind, "cpu_model", lambda: "family 25 model 17")
+    (policies / "TestVendor-AVX2.json").write_text(json.dumps({"linear_kernel": "aten"}))
+    assert cpu_kind.recording_name() == "TestVendor-AVX2"
+    (policies / "TestVendor-AVX2.json").write_text("[1, 2]")  # not an object: no model named
+    assert cpu_kind.recording_name() == "TestVendor-AVX2"
+
+
+def test_the_model_tag_is_a_file_name(monkeypatch):
+    monkeypatch.setattr(cpu_kind, "cpu_model", lambda: "family 26 model 2")
+    assert cpu_kind.model_tag() == "family26-model2"

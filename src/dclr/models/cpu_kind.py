@@ -13,10 +13,13 @@ separately, and on a CPU without VNNI oneDNN's may lose).
 `python benchmarks/linear_kernels.py --data-dir ../shared/data --record` measures both kernels on
 the machine it runs on (the MiniLM encoder: one text at 1 and 2 threads, a bulk pass, passes of
 1-64 texts on 1 and 2 threads, a bulk pass at each int8 engine) and writes
-`cpu_policies/<hardware_key>.json` beside this module. For a kind the package has no recording
-of, `dclr cpu-policy --measure` runs the same measurements (`dclr.models.cpu_measure`) on the
-user's machine and keeps the result in the user's cache (`user_policy_path`); a kind with neither
-gets `DEFAULT`. `source` says which. The files are data (a kernel name, a token count and the
+`cpu_policies/<recording_name>.json` beside this module: `<hardware_key>.json` for the first
+machine of a kind, `<hardware_key>-family<F>-model<M>.json` for another CPU model of that kind
+(Zen 4 and Zen 5 are both AuthenticAMD-AVX512 and differ in speed). For a machine the package has
+no recording of, `dclr cpu-policy --measure` runs the same measurements
+(`dclr.models.cpu_measure`) on the user's machine and keeps the result in the user's cache
+(`user_policy_path`), which comes before the package's recording of another model of the kind; a
+kind with neither gets `DEFAULT`. `source` says which. The files are data (a kernel name, a token count and the
 figures that chose them), read as JSON, never executed.
 """
 
@@ -82,6 +85,31 @@ def cpu_model() -> str:
     hardware key can differ in speed; recordings name the one they were measured on."""
     fields = _first_cpu()
     return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+
+
+def model_tag() -> str:
+    """cpu_model() as part of a file name (e.g. "family25-model17")."""
+    return cpu_model().replace("family ", "family").replace(" model ", "-model")
+
+
+def recording_name() -> str:
+    """The name this machine's recordings go under (its kind's policy in cpu_policies/, its
+    benchmark tables in benchmarks/results/): the hardware key for the first machine of a kind
+    the package recorded, or of a kind it has none of; the key and the CPU model (e.g.
+    AuthenticAMD-AVX512-family25-model17) for another model of a recorded kind, so that its tables
+    stand beside the first machine's instead of over them."""
+    key = hardware_key()
+    recorded = recorded_model(policy_path(key))
+    if recorded is None or recorded == cpu_model():
+        return key
+    return f"{key}-{model_tag()}"
+
+
+def recorded_model(path: Path) -> str | None:
+    """The CPU model a packaged recording names (None: no file, or one that names none)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return json.loads(path.read_text(encoding="utf-8")).get("cpu_model")
+    return None
 
 
 def cpu_name() -> str:
@@ -151,12 +179,18 @@ def read_policy(
 
 @functools.cache
 def cpu_policy() -> CpuPolicy:
-    """The policy for this machine's CPU kind: the package's recording, else this user's
-    measurement (`dclr cpu-policy --measure`), else DEFAULT."""
+    """The policy for this machine's CPU kind: the package's recording of this CPU model, else
+    this user's measurement (`dclr cpu-policy --measure`), else the package's recording of the
+    kind made on another model, else DEFAULT."""
     key = hardware_key()
-    if policy_path(key).is_file():
-        return read_policy(policy_path(key))
+    own = policy_path(recording_name())
+    if own.is_file():
+        return read_policy(own)
     user = user_policy_path(key)
     if user.is_file():
         return read_policy(user, USER_FIX, "measured on this machine", str(user))
+    if policy_path(key).is_file():
+        return read_policy(
+            policy_path(key), origin=f"measured on {recorded_model(policy_path(key))}"
+        )
     return DEFAULT

@@ -11,7 +11,7 @@ The measurements run on a real encoder, `load_inference_encoder(model, ..., pack
   kernel saturates on this CPU (`int8_pairs_saturate`, recorded, not a choice).
 
 `benchmarks/linear_kernels.py --record` runs this on the STS sample and records the result in the
-package for a CPU kind (`cpu_policies/<hardware_key>.json`); `dclr cpu-policy --measure` runs it on
+package for a CPU kind (`cpu_policies/<recording_name>.json`); `dclr cpu-policy --measure` runs it on
 the user's machine and keeps it in the user's cache, for a kind the package has no recording of.
 The core returns data; rendering is the caller's.
 """
