@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -29,6 +30,7 @@ import torch
 
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
+from dclr.models.cpu_kind import cpu_description, cpu_model, hardware_key
 from dclr.models.encoder import SentenceEncoder, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +109,7 @@ def main() -> None:
         check_all(args.data_dir)
         return
 
+    load_start = [round(x, 2) for x in os.getloadavg()]
     sentences = sample(args.data_dir, args.n)
     variants = {name: make(name) for name in ("dclr_packed", "dclr_padded", "st")}
     ref = reference(sentences)
@@ -141,6 +144,13 @@ def main() -> None:
         "parent_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "all_seconds": times,
         "command": " ".join(["python", *sys.argv]),
+        "machine": {
+            "cpu": cpu_description(),
+            "hardware_key": hardware_key(),
+            "cpu_model": cpu_model(),
+            "load_start": load_start,
+            "load_end": [round(x, 2) for x in os.getloadavg()],
+        },
     }
     out = ROOT / "benchmarks" / "results" / "encode.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
