@@ -12,7 +12,15 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${1:-$HOME/venvs/gpuimage}"
-python312="${PYTHON312:-$(command -v python3.12 || echo "$HOME/.pyenv/versions/3.12.1/bin/python3")}"
+# the first Python 3.12 that runs (a pyenv shim can exist and refuse: "command exists in these
+# Python versions")
+python312="${PYTHON312:-}"
+if [ -z "$python312" ]; then
+    for candidate in python3.12 "$HOME/.pyenv/versions/3.12.1/bin/python3"; do
+        if "$candidate" -c "" 2>/dev/null; then python312="$candidate"; break; fi
+    done
+fi
+[ -n "$python312" ] || { echo "no Python 3.12 that runs: set PYTHON312" >&2; exit 1; }
 if [ ! -x "$venv/bin/python" ]; then
     "$python312" -m venv "$venv"
     "$venv/bin/pip" install -q torch==2.11.0 transformers==5.17.0 sentence-transformers==6.0.1 \
