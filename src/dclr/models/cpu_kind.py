@@ -19,8 +19,8 @@ machine of a kind, `<hardware_key>-family<F>-model<M>.json` for another CPU mode
 no recording of, `dclr cpu-policy --measure` runs the same measurements
 (`dclr.models.cpu_measure`) on the user's machine and keeps the result in the user's cache
 (`user_policy_path`), which comes before the package's recording of another model of the kind; a
-kind with neither gets `DEFAULT`. `source` says which. The files are data (a kernel name, a token count and the
-figures that chose them), read as JSON, never executed.
+kind with neither gets `DEFAULT`. `source` says which. The files are data (a kernel name, a token
+count and the figures that chose them), read as JSON, never executed.
 """
 
 from __future__ import annotations
