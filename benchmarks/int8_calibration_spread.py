@@ -15,7 +15,7 @@ in the OpenVINO venv (benchmarks/README.md), dclr from the checkout:
     PYTHONPATH=src ~/venvs/openvino/bin/python benchmarks/int8_calibration_spread.py \\
         --data-dir ../shared/data --draws 5
 
-Writes benchmarks/results/int8_calibration_spread@<recording_name>.{json,md}. Without the OpenVINO
+Writes benchmarks/results/int8_calibration_spread@<table_name>.{json,md}. Without the OpenVINO
 venv only dclr's rows are measured (the peer is reported as skipped, with the reason).
 """
 
@@ -42,7 +42,7 @@ from int8_encode import (
 
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
-from dclr.models.cpu_kind import cpu_model, hardware_key, recording_name
+from dclr.models.cpu_kind import cpu_model, hardware_key, table_name
 from dclr.models.precision import load_inference_encoder
 
 # The experiment reports' statistics (the lab package); the OpenVINO venv runs dclr from src/
@@ -91,9 +91,7 @@ def main() -> None:
     )
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--calibration-n", type=int, default=300)
-    parser.add_argument(
-        "--out", default=str(RESULTS / f"int8_calibration_spread@{recording_name()}")
-    )
+    parser.add_argument("--out", default=str(RESULTS / f"int8_calibration_spread@{table_name()}"))
     args = parser.parse_args()
     load_start = [round(x, 2) for x in os.getloadavg()]
     evaluator = StsEvaluator(resolve_data_dir(args.data_dir), mode="test", geometry=False)

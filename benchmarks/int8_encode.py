@@ -31,8 +31,8 @@ rotated each round, median reported. Quality: the 7-task STS test table of every
 fidelity: the mean and minimum cosine of each variant's vectors of the timing sample to dclr fp32's
 (a quantised model can score above fp32 on STS by chance; this says how far it moved). Peak RSS:
 VmHWM of a fresh process that builds the variant and encodes the sample once (`--no-memory` skips).
-Writes benchmarks/results/int8_encode@<recording_name>.{json,md} (one table per CPU kind and model:
-`dclr.models.cpu_kind.recording_name`).
+Writes benchmarks/results/int8_encode@<table_name>.{json,md} (one table per CPU kind and model, `-emulated` under ISA
+limits: `dclr.models.cpu_kind.table_name`).
 
     python benchmarks/int8_encode.py --data-dir ../shared/data [--n-sentences 4000 --repeats 3]
     python benchmarks/int8_encode.py --data-dir ../shared/data --quick   # 500 sentences, STS dev
@@ -61,7 +61,7 @@ from dclr.cli.cpu import INT8_KERNEL
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
 from dclr.evaluation.sts import StsEvaluator, cosine_rows
-from dclr.models.cpu_kind import recording_name
+from dclr.models.cpu_kind import table_name
 from dclr.models.cpu_measure import int8_pairs_saturate
 from dclr.models.encoder import resolve_model
 from dclr.models.precision import load_inference_encoder, quantize_int8
@@ -363,7 +363,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", default=None, help="folder for exported models (default: tmp)")
     parser.add_argument(
         "--out",
-        default=str(RESULTS / f"int8_encode@{recording_name()}"),
+        default=str(RESULTS / f"int8_encode@{table_name()}"),
         help="path without suffix (default: one per CPU kind)",
     )
     parser.add_argument("--quick", action="store_true", help=f"a short look: {QUICK} (what is set)")

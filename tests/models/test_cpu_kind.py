@@ -171,3 +171,14 @@ def test_a_recording_that_names_no_model_is_the_kinds(policies, monkeypatch):
 def test_the_model_tag_is_a_file_name(monkeypatch):
     monkeypatch.setattr(cpu_kind, "cpu_model", lambda: "family 26 model 2")
     assert cpu_kind.model_tag() == "family26-model2"
+
+
+def test_an_emulated_table_is_named_so_whatever_the_benchmark(policies, monkeypatch):
+    """Under instruction-set limits every benchmark's default table name says "-emulated", so an
+    emulated run never writes where the real machine of that kind's table belongs."""
+    for name in cpu_kind.ISA_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    assert cpu_kind.table_name() == cpu_kind.recording_name() == "TestVendor-AVX2"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert cpu_kind.table_name() == "TestVendor-AVX2-emulated"
+    assert cpu_kind.recording_name() == "TestVendor-AVX2"  # the policy lookup is not renamed

@@ -105,6 +105,13 @@ def recording_name() -> str:
     return f"{key}-{model_tag()}"
 
 
+def table_name() -> str:
+    """The name this machine's benchmark tables go under: `recording_name()`, with "-emulated"
+    appended when the kernels run under instruction-set limits (`isa_limits`): such a table is
+    evidence about the kind it emulates, never that kind's own."""
+    return recording_name() + "-emulated" * bool(isa_limits())
+
+
 def recorded_model(path: Path) -> str | None:
     """The CPU model a packaged recording names (None: no file, or one that names none)."""
     with contextlib.suppress(OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
