@@ -107,21 +107,36 @@ def markdown(report: dict) -> str:
                       f"`--precision int8` runs {int8_engine(rates)} here."]  # fmt: skip
     scaling = report.get("thread_scaling")
     if scaling:
-        lines += ["", f"Pass size and threads (packed, the chosen kernel; a pass runs on two "
-                      f"threads from {one_thread_below(scaling)} tokens: two must be "
-                      f"≥ {SECOND_THREAD_SPEEDUP}× one there and above):", "",
-                  "| texts | tokens | 1 thread (ms) | 2 threads (ms) | 1 ÷ 2 |",
-                  "|---:|---:|---:|---:|---:|"]  # fmt: skip
+        paired = all("speedup_2t_ci95" in r for r in scaling)  # older runs timed them apart
+        lines += ["", f"Pass size and threads (packed, the chosen kernel; each pass timed on 1 and "
+                      f"2 threads {'in turn' if paired else 'apart'}; a pass runs on two threads from "
+                      f"{one_thread_below(scaling)} tokens: two must be ≥ "
+                      f"{SECOND_THREAD_SPEEDUP}× one there and above):", "",
+                  "| texts | tokens | 1 thread (ms) | 2 threads (ms) | 1 ÷ 2 | 95 % interval |",
+                  "|---:|---:|---:|---:|---:|---|"]  # fmt: skip
         for r in scaling:
+            ci = r.get("speedup_2t_ci95")
             lines.append(f"| {r['texts']} | {r['tokens']} | {r['ms_1t']} | {r['ms_2t']} | "
-                         f"{r['speedup_2t']}× |")  # fmt: skip
+                         f"{r['speedup_2t']}× | {f'{ci[0]}–{ci[1]}×' if ci else '–'} |")  # fmt: skip
+        ties = ties_with_the_criterion(scaling)
+        if ties:
+            lines += ["", f"Within the noise of {SECOND_THREAD_SPEEDUP}× (its 95 % interval "
+                          f"holds it): {', '.join(f'{t} tokens' for t in ties)}. Either thread "
+                          f"count costs about the same there, and another run may put the "
+                          f"threshold on the other side of these sizes."]  # fmt: skip
     lines += emulation_note(report)
     return "\n".join(lines) + "\n"
 
 
+def ties_with_the_criterion(scaling: list[dict]) -> list[int]:
+    """The pass sizes (tokens) whose speedup interval holds `SECOND_THREAD_SPEEDUP`."""
+    return [r["tokens"] for r in scaling if "speedup_2t_ci95" in r
+            and r["speedup_2t_ci95"][0] <= SECOND_THREAD_SPEEDUP <= r["speedup_2t_ci95"][1]]  # fmt: skip
+
+
 def emulation_note(report: dict) -> list[str]:
     """The lines that say a table was measured under ISA limits (`report["isa_limits"]`), or none."""
-    limits = report.get("isa_limits")
+    limits = report.get("isa_limits") or report.get("emulated", {}).get("env")  # or as first kept
     if not limits:
         return []
     return ["", "Emulated: kernels limited by " + ", ".join(
@@ -146,7 +161,16 @@ def main() -> None:
         help="write this CPU kind's kernel choice into the package "
         "(src/dclr/models/cpu_policies/<recording_name>.json)",
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only write the table of a kept run (its .md beside it), measuring nothing",
+    )
     args = parser.parse_args()
+    if args.render:
+        write_text(args.render.with_suffix(".md"), markdown(json.loads(args.render.read_text())))
+        return
     key = hardware_key()
     limits = isa_limits()
     name = table_name()  # an emulated kind's table is named so, never the kind's own

@@ -5,8 +5,10 @@ cache and followed, and `dclr cpu-policy` showing where the policy comes from.""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from dclr.cli.main import app
@@ -24,6 +26,29 @@ def test_a_second_thread_from_where_it_pays_and_keeps_paying():
     assert cpu_measure.one_thread_below(scaling(1.42, 1.02, 1.39, 1.58, 1.5)) == 30
     assert cpu_measure.one_thread_below(scaling(1.5, 1.6, 1.7)) == 10  # every size: from the first
     assert cpu_measure.one_thread_below(scaling(1.5, 1.6, 1.2)) == 31  # the largest fails: never
+
+
+def test_the_paired_speedup_is_the_geometric_mean_of_ratios_with_its_t_interval():
+    one, two = [3.0, 4.0, 6.0], [2.0, 2.0, 4.0]  # ratios 1.5, 2, 1.5
+    speedup, (lo, hi) = cpu_measure.paired_speedup(one, two)
+    logs = [math.log(1.5), math.log(2.0), math.log(1.5)]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    half = 4.302652729749462 * sd / math.sqrt(3)  # t(0.975, 2 degrees of freedom)
+    assert speedup == pytest.approx(math.exp(mean)) == pytest.approx((1.5 * 2 * 1.5) ** (1 / 3))
+    assert (lo, hi) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    assert cpu_measure.paired_speedup([2.0], [1.0]) == (2.0, (2.0, 2.0))  # one pair: no spread
+    assert cpu_measure.paired_speedup([2.0, 4.0], [1.0, 2.0]) == (2.0, (2.0, 2.0))
+
+
+def test_one_and_two_threads_are_timed_in_turn(monkeypatch):
+    seen: list[int] = []
+    with cpu_measure.threads_restored():
+        taken = cpu_measure.alternating_seconds(
+            lambda _: seen.append(torch.get_num_threads()), None, rounds=4
+        )
+    assert seen == [1, 2] + [1, 2, 2, 1, 1, 2, 2, 1]  # one unmeasured call each, then in turn
+    assert set(taken) == {1, 2} and all(s >= 0 for s in taken.values())
 
 
 def test_the_kernel_and_the_int8_engine_by_their_rules():

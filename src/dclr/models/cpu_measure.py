@@ -5,8 +5,9 @@ The measurements run on a real encoder, `load_inference_encoder(model, ..., pack
 - the kernel: one text at a time on 1 and 2 intra-op threads (median ms) and a bulk pass on 2,
   for oneDNN with packed weights and for PyTorch's BLAS ("aten"); oneDNN is chosen when the
   geometric mean of its three speedups is at least 1 (`kernel_choice`);
-- the thread threshold: passes of 1-64 texts on 1 and 2 threads; a pass runs on two from the
-  smallest size where two are `SECOND_THREAD_SPEEDUP` times as fast and stay so (`one_thread_below`);
+- the thread threshold: passes of 1-64 texts, each timed on 1 and 2 threads in turn (paired: the
+  speedup and its 95 % interval over the passes); a pass runs on two from the smallest size where
+  two are `SECOND_THREAD_SPEEDUP` times as fast and stay so (`one_thread_below`);
 - the int8 engine: a bulk pass of each (`int8_engine`); beside it, whether the static engine's
   kernel saturates on this CPU (`int8_pairs_saturate`, recorded, not a choice).
 
@@ -19,6 +20,7 @@ The core returns data; rendering is the caller's.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import statistics
@@ -110,9 +112,14 @@ def thread_scaling(
     kernel: str,
     sizes: Sequence[int] = PASS_SIZES,
     passes: int = 40,
+    rounds: int = 5,
 ) -> list[dict]:
     """Passes of each size in texts (packed, `kernel`; sizes above len(sentences) left out), up
-    to `passes` per size: median ms on 1 and 2 threads and the median tokens of a pass."""
+    to `passes` per size, each timed `rounds` times on 1 and 2 threads in turn (1-2, 2-1, ...:
+    the two counts share the machine's state, and the thread pool switches per pass as a server
+    switches it, `dclr.serving.encoding`). Per size: the median ms on each count, the median
+    tokens of a pass, and the speedup of two threads with its 95 % interval over the passes
+    (`paired_speedup`)."""
     from dclr.models.precision import load_inference_encoder
 
     e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel=kernel)
@@ -122,16 +129,48 @@ def thread_scaling(
             last = min(len(sentences), passes * texts) - texts
             chunks = [list(sentences[i : i + texts]) for i in range(0, last + 1, texts)]
             tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in chunks)
-            times = {}
-            for threads in (1, 2):
-                torch.set_num_threads(threads)
-                times[threads] = statistics.median(
-                    seconds(e.encode, p, budget_s=0.0) for p in chunks
-                )
-            rows.append({"texts": texts, "tokens": int(tokens), "ms_1t": round(1000 * times[1], 2),
-                         "ms_2t": round(1000 * times[2], 2),
-                         "speedup_2t": round(times[1] / times[2], 2)})  # fmt: skip
+            times: dict[int, list[float]] = {1: [], 2: []}
+            for chunk in chunks:
+                taken = alternating_seconds(e.encode, chunk, rounds)
+                for threads in (1, 2):
+                    times[threads].append(taken[threads])
+            speedup, interval = paired_speedup(times[1], times[2])
+            rows.append({"texts": texts, "tokens": int(tokens),
+                         "ms_1t": round(1000 * statistics.median(times[1]), 2),
+                         "ms_2t": round(1000 * statistics.median(times[2]), 2),
+                         "speedup_2t": round(speedup, 2),
+                         "speedup_2t_ci95": [round(x, 2) for x in interval]})  # fmt: skip
     return rows
+
+
+def alternating_seconds(f: Callable[[Any], Any], arg: Any, rounds: int) -> dict[int, float]:
+    """Median seconds of f(arg) on 1 and on 2 intra-op threads, timed in turn for `rounds`
+    rounds (1-2, then 2-1, ...) after one unmeasured call on each."""
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        f(arg)
+    for r in range(rounds):
+        for threads in (1, 2) if r % 2 == 0 else (2, 1):
+            torch.set_num_threads(threads)
+            start = time.perf_counter()
+            f(arg)
+            times[threads].append(time.perf_counter() - start)
+    return {threads: statistics.median(t) for threads, t in times.items()}
+
+
+def paired_speedup(one: Sequence[float], two: Sequence[float]) -> tuple[float, tuple[float, float]]:
+    """The speedup of two threads over one from paired times (the same passes): the geometric
+    mean of one[i] / two[i], and its 95 % t-interval (on the logarithms; a single pair has an
+    interval of itself)."""
+    from scipy.stats import t
+
+    logs = np.log(np.asarray(one, dtype=float) / np.asarray(two, dtype=float))
+    mean = float(logs.mean())
+    if len(logs) < 2:
+        return math.exp(mean), (math.exp(mean), math.exp(mean))
+    half = float(t.ppf(0.975, len(logs) - 1)) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
+    return math.exp(mean), (math.exp(mean - half), math.exp(mean + half))
 
 
 def int8_rates(model: str, sentences: Sequence[str]) -> dict[str, float]:
