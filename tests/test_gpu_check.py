@@ -274,3 +274,22 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert paper["simcse"]["projection"]["total_minutes"] > 0
     assert "SimCSE then DCLR, one device:" in (tmp_path / "check-tiny-cpu.md").read_text()
     assert "## Trajectory against the CPU" in (tmp_path / "check-tiny-cpu.md").read_text()
+
+
+def test_only_the_named_parts_run_and_the_report_says_so(tmp_path, data_dir):
+    """`--only`: a later GPU runs what a run cut at the time limit did not reach."""
+    out = tmp_path / "check"
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu",
+               "--tiny", "--out", str(out), "--data-dir", str(data_dir)]  # fmt: skip
+    done = subprocess.run([*command, "--only", "objective"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((tmp_path / "check-tiny-cpu-only.json").read_text())
+    assert report["only"] == ["objective"] and list(report["parts_seconds"]) == ["objective"]
+    assert report["objective"] and "steps" not in report and "failed" not in report
+    assert not (tmp_path / "check-tiny-cpu.json").exists()  # a full run's report is not touched
+    table = (tmp_path / "check-tiny-cpu-only.md").read_text()
+    assert "Only these parts were run (--only): objective." in table
+    assert "not run (--only)." in table and "not reached" not in table
+    wrong = subprocess.run([*command, "--only", "objective,stpes"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "--only: stpes; the parts: steps, objective" in wrong.stderr

@@ -102,6 +102,25 @@ def test_prefetch_on_gives_the_same_run_bit_for_bit(model_dir, corpus_file, tmp_
     assert on == off and len(on) == 6
 
 
+@pytest.mark.parametrize("prefetch", ["off", "on"])
+def test_a_steps_seconds_count_the_wait_for_its_batch(
+    model_dir, corpus_file, tmp_path, monkeypatch, prefetch
+):
+    """`train_seconds` (what gpu_check's step times read, against a peer timed by the wall
+    clock) holds the time a step waits for its batch: tokenised on the main thread, or
+    prepared ahead by a thread slower than the step."""
+    import time
+
+    overrides = tiny_run_overrides(
+        model_dir, corpus_file, tmp_path / prefetch, max_steps=4, prefetch=prefetch
+    )
+    trainer = trainer_for(load_config(None, overrides))
+    make = trainer.host_batch
+    monkeypatch.setattr(trainer, "host_batch", lambda step: (time.sleep(0.25), make(step))[1])
+    result = trainer.train()
+    assert result.train_seconds >= 4 * 0.25 - 0.25  # each batch's wait (the first may overlap)
+
+
 # ---- kernels and shapes --------------------------------------------------------------------
 def test_fused_adamw_and_length_buckets_give_the_same_run_to_rounding(
     model_dir, corpus_file, tmp_path

@@ -234,7 +234,9 @@ class Trainer:
         stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
         try:
             for step in range(state.start, end):
+                tic = time.perf_counter()  # the batch's wait (tokenising, or its prefetch) is
                 prepared = batches.get(step, then=step + 1 if step + 1 < end else None)
+                state.train_seconds += time.perf_counter() - tic  # the step's time too
                 parts, local = self._step(state, step, prepared)
                 done = step + 1
                 meter.seen += local * self.world
