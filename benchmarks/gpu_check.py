@@ -826,6 +826,9 @@ def main() -> int:
         signal.signal(signal.SIGTERM, on_sigterm)  # a training run puts its own in, then back
         run_parts(parts, report, json_path, start)
     print(markdown(report))
+    if left := unfinished(report, list(parts)):
+        print(f"not finished: {', '.join(left)}; to run them (on a GPU): "
+              f"bash scripts/device_gpu_check.sh --only {','.join(left)}", flush=True)  # fmt: skip
     ran_trajectory = "trajectory" in report.get("only", PARTS)
     passed = report.get("trajectory", {}).get("passed", False) or not ran_trajectory
     return 0 if passed and not report.get("failed") else 1
@@ -834,6 +837,13 @@ def main() -> int:
 class TimeLimit(BaseException):
     """SIGTERM: gpu_check.sh's `timeout`, or the device's limit. A BaseException, so no part's
     own error handling takes it for that part's failure."""
+
+
+def unfinished(report: dict[str, Any], parts: list[str]) -> list[str]:
+    """The parts of `parts` that failed, were cut short or were not reached: what `--only`
+    runs again."""
+    failed, timed = report.get("failed", {}), report.get("parts_seconds", {})
+    return [part for part in parts if part in failed or part not in timed]
 
 
 def on_sigterm(signum: int, frame: Any) -> None:

@@ -28,6 +28,14 @@ def test_the_trajectory_check_fails_outside_its_tolerance():
     assert not gpu_check.compare(cpu[:2], cpu)["passed"]  # a step missing is a failure
 
 
+def test_what_is_left_to_run_is_what_failed_was_cut_or_not_reached():
+    report = {"parts_seconds": {"steps": 10.0, "objective": 2.0, "encode": 3.0},
+              "failed": {"objective": "ValueError: x", "encode": "cut short (SIGTERM)"}}  # fmt: skip
+    parts = ["steps", "objective", "encode", "evaluation"]
+    assert gpu_check.unfinished(report, parts) == ["objective", "encode", "evaluation"]
+    assert gpu_check.unfinished({"parts_seconds": {"steps": 1.0}}, ["steps"]) == []
+
+
 def test_the_paper_runs_cost_is_the_hand_arithmetic():
     """DCLR's BERT-base recipe: 3 epochs of 1M sentences at batch 128 (the sampler drops the
     last partial batch), a dev evaluation every 150 steps and one at the end."""
@@ -135,6 +143,8 @@ def test_the_time_limit_cuts_the_run_and_the_report_says_where(tmp_path, data_di
     assert report["failed"][cut] == "cut short (SIGTERM: the time limit?)"
     assert list(report["parts_seconds"])[-1] == cut  # nothing started after it
     assert "compiled_steps" not in report["parts_seconds"]
+    left = gpu_check.PARTS[gpu_check.PARTS.index(cut) :]  # the cut part and every later one
+    assert f"bash scripts/device_gpu_check.sh --only {','.join(left)}" in done.stdout
 
 
 @pytest.fixture(scope="module")
