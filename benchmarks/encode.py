@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ import torch
 
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
-from dclr.models.cpu_kind import cpu_description, cpu_model, hardware_key
+from dclr.models.cpu_kind import cpu_description, cpu_model, hardware_key, load_average
 from dclr.models.encoder import SentenceEncoder, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +108,7 @@ def main() -> None:
         check_all(args.data_dir)
         return
 
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    load_start = load_average()
     sentences = sample(args.data_dir, args.n)
     variants = {name: make(name) for name in ("dclr_packed", "dclr_padded", "st")}
     ref = reference(sentences)
@@ -149,7 +148,7 @@ def main() -> None:
             "hardware_key": hardware_key(),
             "cpu_model": cpu_model(),
             "load_start": load_start,
-            "load_end": [round(x, 2) for x in os.getloadavg()],
+            "load_end": load_average(),
         },
     }
     out = ROOT / "benchmarks" / "results" / "encode.json"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ from int8_encode import (
 
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
-from dclr.models.cpu_kind import cpu_model, hardware_key, table_name
+from dclr.models.cpu_kind import cpu_model, hardware_key, load_average, table_name
 from dclr.models.precision import load_inference_encoder
 
 # The experiment reports' statistics (the lab package); the OpenVINO venv runs dclr from src/
@@ -93,7 +92,7 @@ def main() -> None:
     parser.add_argument("--calibration-n", type=int, default=300)
     parser.add_argument("--out", default=str(RESULTS / f"int8_calibration_spread@{table_name()}"))
     args = parser.parse_args()
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    load_start = load_average()
     evaluator = StsEvaluator(resolve_data_dir(args.data_dir), mode="test", geometry=False)
 
     def score(encode) -> dict[str, float]:  # noqa: ANN001
@@ -122,7 +121,7 @@ def main() -> None:
         "hardware_key": hardware_key(),
         "cpu_model": cpu_model(),
         "load_start": load_start,
-        "load_end": [round(x, 2) for x in os.getloadavg()],
+        "load_end": load_average(),
         "seconds": round(time.perf_counter() - tic, 1),
         "calibration_n": args.calibration_n,
         "dclr_fp32": fp32,

@@ -21,7 +21,6 @@ import dclr  # noqa: F401 - before torch: bounds oneDNN's caches as `dclr serve`
 # isort: split
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from dclr.models.cpu_kind import (
     cpu_model,
     hardware_key,
     isa_limits,
+    load_average,
     table_name,
 )
 from dclr.models.static_int8 import WEIGHT_MODES, SharedQuantizer, StaticQLinear, pairs_saturate
@@ -114,9 +114,9 @@ def main() -> None:
     report: dict = {"cpu": cpu_description(), "hardware_key": key, "cpu_model": cpu_model(),
                     "isa_limits": limits, "torch": torch.__version__, "threads": 2,
                     "pairs_saturate": pairs_saturate(), "rounds": args.rounds,
-                    "load_start": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+                    "load_start": load_average()}  # fmt: skip
     report["layers"] = measure(rounds=args.rounds)
-    report["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["load_end"] = load_average()
     report["command"] = "python benchmarks/int8_rounding_speed.py"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, json.dumps(report, indent=2) + "\n")

@@ -25,7 +25,6 @@ import dclr  # noqa: F401 - before torch: bounds oneDNN's caches as `dclr serve`
 # isort: split
 import argparse
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -37,6 +36,7 @@ from dclr.models.cpu_kind import (
     cpu_model,
     hardware_key,
     isa_limits,
+    load_average,
     policy_path,
     table_name,
 )
@@ -185,12 +185,12 @@ def main() -> None:
     report: dict = {"cpu": cpu_description(), "hardware_key": key, "cpu_model": cpu_model(),
                     "isa_limits": limits,
                     "torch": torch.__version__,
-                    "load_start": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+                    "load_start": load_average()}  # fmt: skip
     report["layers"] = layers()
     if not args.layers_only:
         pool, _ = sample_sentences(args.data_dir, 2000)
         report.update(measure(MODEL, pool, step=print))
-    report["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["load_end"] = load_average()
     report["command"] = "python benchmarks/linear_kernels.py --data-dir ../shared/data" + (
         " --record" * args.record
     )

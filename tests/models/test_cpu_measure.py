@@ -155,7 +155,7 @@ def test_a_build_without_onednn_measures_what_it_has(unrecorded_kind, tiny_model
 def test_a_busy_machine_is_told_its_measurement_is_skewed(
     unrecorded_kind, tiny_model_dir, monkeypatch
 ):
-    monkeypatch.setattr(cpu_measure.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    monkeypatch.setattr(cpu_kind.os, "getloadavg", lambda: (64.0, 64.0, 64.0))  # load_average()
     result = CliRunner().invoke(app, ["cpu-policy", "--measure", "--model", str(tiny_model_dir)])
     assert result.exit_code == 0, result.output
     assert "load average 64.0 at the start" in result.output and "quiet" in result.output

@@ -124,6 +124,12 @@ def cpu_name() -> str:
     return _first_cpu().get("model name") or platform.processor() or platform.machine()
 
 
+def load_average() -> list[float]:
+    """The 1-, 5- and 15-minute load averages, to two decimals: what every CPU benchmark records
+    at its start and end (a timing is read beside the machine's load)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def cpu_description() -> str:
     """The CPU's model name, its core count and the kernel set torch dispatches to."""
     import torch

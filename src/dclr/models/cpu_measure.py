@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import statistics
 import time
@@ -307,12 +306,12 @@ def measure_this_machine(
     from dclr.models import cpu_kind
 
     sentences, what = sample_sentences(data_dir, QUICK["texts"])
-    start = [round(x, 2) for x in os.getloadavg()]
+    start = cpu_kind.load_average()
     report = measure(model, sentences, QUICK["singles"], QUICK["passes"], step)
     key = cpu_kind.hardware_key()
     report.update({"hardware_key": key, "cpu": cpu_kind.cpu_description(),
                    "cpu_model": cpu_kind.cpu_model(), "torch": torch.__version__,
-                   "load_start": start, "load_end": [round(x, 2) for x in os.getloadavg()],
+                   "load_start": start, "load_end": cpu_kind.load_average(),
                    "command": f"dclr cpu-policy --measure --model {model}"})  # fmt: skip
     record = {**policy_record(report), "model": model, "sentences": what}
     path = cpu_kind.user_policy_path(key)
