@@ -11,7 +11,10 @@ only) and a stand-in corpus, for `WARMUP + TIMED` steps with a dev evaluation ev
   (../shared/papers/dclr.txt), SimCSE one epoch at batch 64 (Gao et al., Table D.1, the recipe);
 - dev evaluations: one every `run.eval_steps` and one at the end, as the loop runs them;
 - the complementary cache (DCLR): its measured time scaled linearly from the stand-in corpus to
-  1M sentences (fixed costs scale too, so this errs long).
+  1M sentences (fixed costs scale too, so this errs long);
+- checkpoints (model, AdamW's moments, schedule: 3x the weights, written, hashed and synced): one
+  every `run.save_steps` (the recipes: every dev evaluation) and one after the last step, each
+  at the short run's mean (its first write allocates the pages, so this errs long too).
 
 The stand-in corpus: the STS sentences joined in pairs; 28 % of its lines reach 32 tokens
 (MiniLM's tokenizer, BERT's vocabulary), so a shuffled batch of 64 or 128 pads to max length 32
@@ -84,17 +87,27 @@ def paper_cell(
     summary = train(recipe, overrides)
     step = steady_step_seconds(out, warmup, timed)
     phases = summary["phase_seconds"]
+    every = load_config(recipe, overrides).run.checkpoint_every  # the short run's: eval_steps
+    written = checkpoints_written(warmup + timed, every)
     evaluations = sum(1 for _ in read_metrics(out, "eval"))
     return {
         "method": method, "recipe": recipe.relative_to(ROOT).as_posix(),
         "batch": settings.optimisation.batch_size, "epochs": settings.optimisation.epochs,
         "eval_steps": settings.run.eval_steps, "precision": precision,
+        "checkpoint_every": settings.run.checkpoint_every,
         "seconds_per_step": step, "evaluations": evaluations,
         "dev_eval_seconds": phases["dev_eval"] / max(evaluations, 1),
         "cache_seconds": phases["complementary_cache"], "cache_sentences": STAND_IN_LINES,
-        "exports_seconds": phases["checkpoints_export"],
+        "checkpoint_seconds": phases["checkpoints"] / max(written, 1),
+        "exports_seconds": phases["exports"],
         "wall_seconds": round(time.perf_counter() - tic, 1),
     }  # fmt: skip
+
+
+def checkpoints_written(steps: int, every: int) -> int:
+    """How many checkpoints a run of `steps` writes at `run.checkpoint_every` = `every`: one
+    every `every` steps and one after the last (none with 0), as `Trainer` writes them."""
+    return 0 if every == 0 else -(-steps // every)
 
 
 def paper_cost(cell: dict[str, Any], sentences: int = PAPER_SENTENCES) -> dict[str, Any]:
@@ -112,7 +125,10 @@ def paper_cost(cell: dict[str, Any], sentences: int = PAPER_SENTENCES) -> dict[s
         "dev_eval": evaluations * cell["dev_eval_seconds"] / 60,
         "complementary_cache": cell["cache_seconds"] * sentences / cell["cache_sentences"] / 60,
     }
-    return {"steps": steps, "evaluations": evaluations,
+    checkpoints = checkpoints_written(steps, cell.get("checkpoint_every", every))
+    if "checkpoint_seconds" in cell:  # a report from before checkpoints were timed apart: none
+        minutes["checkpoints"] = checkpoints * cell["checkpoint_seconds"] / 60
+    return {"steps": steps, "evaluations": evaluations, "checkpoints": checkpoints,
             "minutes": {k: round(v, 1) for k, v in minutes.items()},
             "total_minutes": round(sum(minutes.values()), 1)}  # fmt: skip
 
@@ -135,14 +151,17 @@ def paper_runs(
 def markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The projection table's lines, and the sum of the pair."""
     lines = ["| recipe | batch | precision | ms/step | s/dev eval | steps | dev evals | "
-             "steps min | evals min | cache min | total min |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+             "s/checkpoint | steps min | evals min | cache min | checkpoints min | total min |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: |"]  # fmt: skip
     for r in rows:
         p, m = r["projection"], r["projection"]["minutes"]
+        each = f"{r['checkpoint_seconds']:.2f}" if "checkpoint_seconds" in r else "–"
         lines.append(f"| {r['recipe']} | {r['batch']} | {r['precision']} | "
                      f"{1000 * r['seconds_per_step']:.1f} | {r['dev_eval_seconds']:.2f} | "
-                     f"{p['steps']:,} | {p['evaluations']:,} | {m['steps']} | {m['dev_eval']} | "
-                     f"{m['complementary_cache']} | {p['total_minutes']} |")  # fmt: skip
+                     f"{p['steps']:,} | {p['evaluations']:,} | {each} | {m['steps']} | "
+                     f"{m['dev_eval']} | {m['complementary_cache']} | "
+                     f"{m.get('checkpoints', '–')} | {p['total_minutes']} |")  # fmt: skip
     total = sum(r["projection"]["total_minutes"] for r in rows)
     lines += ["", f"SimCSE then DCLR, one device: {total:.1f} min (best-model exports not "
               "included: " + ", ".join(f"{r['method']} {r['exports_seconds']:.1f} s for "

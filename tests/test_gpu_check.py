@@ -51,6 +51,23 @@ def test_the_paper_runs_cost_is_the_hand_arithmetic():
     assert cost["total_minutes"] == round(23436 * 0.05 / 60 + 157 * 0.4 / 60 + 2e6 / 4096 / 60, 1)
     simcse = paper_run_cost.paper_cost({**cell, "batch": 64, "epochs": 1, "cache_seconds": 0.0})
     assert (simcse["steps"], simcse["evaluations"]) == (15625, 105)  # 15,625 = 104 x 150 + 25
+    assert "checkpoints" not in minutes  # a report from before checkpoints were timed apart
+
+
+def test_the_paper_runs_checkpoints_are_one_per_save_steps_and_one_at_the_end():
+    """The recipes checkpoint at every dev evaluation (save_steps unset: eval_steps, 150): 156
+    checkpoints in DCLR's 23,436 steps and one after the last; none with save_steps 0."""
+    assert paper_run_cost.checkpoints_written(23436, 150) == 157
+    assert paper_run_cost.checkpoints_written(30, 10) == 3  # the short run: steps 10, 20, 30
+    assert paper_run_cost.checkpoints_written(31, 10) == 4
+    assert paper_run_cost.checkpoints_written(30, 0) == 0
+    cell = {"batch": 128, "epochs": 3, "eval_steps": 150, "checkpoint_every": 300,
+            "seconds_per_step": 0.05, "dev_eval_seconds": 0.4, "cache_seconds": 0.0,
+            "cache_sentences": 4096, "checkpoint_seconds": 2.5}  # fmt: skip
+    cost = paper_run_cost.paper_cost(cell)
+    assert cost["checkpoints"] == 79  # 78 x 300 = 23,400, then one after step 23,436
+    assert cost["minutes"]["checkpoints"] == round(79 * 2.5 / 60, 1) == 3.3
+    assert cost["total_minutes"] == round(23436 * 0.05 / 60 + 157 * 0.4 / 60 + 79 * 2.5 / 60, 1)
 
 
 def test_a_part_that_fails_is_reported_the_rest_run_and_each_is_saved(tmp_path):

@@ -71,9 +71,11 @@ def test_phi_calibration_is_a_phase_of_its_own():
     times.add("phi_calibration", 4.0)  # inside "train", like the complementary cache
     times.add("complementary_cache", 1.0)
     times.add("train_steps", 3.0)  # the loop records this process's steps
+    times.add("checkpoints", 0.5)  # the loop's checkpoint writes
     table = breakdown(times, total=12.0)
     assert table["phi_calibration"] == 4.0
-    assert table["checkpoints_export"] == 2.0  # 10 - 4 - 1 - 3
+    assert table["checkpoints"] == 0.5
+    assert table["exports"] == 1.5  # 10 - 4 - 1 - 3 - 0.5
 
 
 def test_the_main_job_end_to_end_writes_scores_cards_and_phase_times(

@@ -173,3 +173,27 @@ def test_a_finished_run_can_drop_its_checkpoints(model_dir, corpus_file, tmp_pat
     options["keep_checkpoints_at_end"] = True
     run_training(load_config(None, tiny_run_overrides(model_dir, corpus_file, kept, **options)))
     assert (kept / "checkpoints").is_dir()
+
+
+def test_save_steps_0_writes_no_checkpoint_but_a_pause_or_a_stop_still_does(
+    model_dir, corpus_file, tmp_path
+):
+    """`save_steps: 0` (timing runs): no periodic checkpoint and none after the last step, while
+    final/ is exported; a planned pause (`stop_at_step`) still leaves one to resume from."""
+    from dclr.training.phases import PhaseTimes
+
+    out = tmp_path / "run"
+    times = PhaseTimes()
+    with times.active():
+        trainer_for(load_config(None, base_overrides(model_dir, corpus_file, out, max_steps=4,
+                                                     save_steps=0))).train()  # fmt: skip
+    assert latest_checkpoint(out / "checkpoints") is None
+    assert (out / "final" / "model.safetensors").is_file()
+    assert "checkpoints" not in times.seconds  # the phase is timed only when one is written
+    paused = tmp_path / "paused"
+    with times.active():
+        trainer_for(load_config(None, base_overrides(model_dir, corpus_file, paused, max_steps=4,
+                                                     save_steps=0))).train(stop_at_step=2)  # fmt: skip
+    assert latest_checkpoint(paused / "checkpoints").name == "step-00000002"
+    assert times.seconds["checkpoints"] > 0
+    assert not (paused / "final").exists()

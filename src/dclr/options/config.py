@@ -213,7 +213,9 @@ class RunSection:
     eval_metric: EvalMetric = "stsb"
     eval_retrieval: str | None = None  # a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)
     eval_retrieval_split: str = "dev"  # its qrels/<split>.tsv judges the dev queries
-    save_steps: int | None = None  # checkpoint every N steps (default: eval_steps, else 100)
+    # checkpoint every N steps (default: eval_steps, else 100); 0: none, not even after the
+    # last step (final/ is still exported; a stop signal still writes one): timing runs
+    save_steps: int | None = None
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     # False: a run that finished deletes checkpoints/ (model + optimizer state, 3x the model)
     # once best/ and final/ are written; it can then not be resumed or extended, only used.
@@ -227,8 +229,8 @@ class RunSection:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes saved with the run
 
     def validate(self) -> None:
-        if self.eval_steps < 0 or (self.save_steps is not None and self.save_steps < 1):
-            raise ConfigError("eval_steps must be >= 0 and save_steps >= 1")
+        if self.eval_steps < 0 or (self.save_steps is not None and self.save_steps < 0):
+            raise ConfigError("eval_steps and save_steps must be >= 0")
         if self.keep_checkpoints < 1:
             raise ConfigError("keep_checkpoints must be >= 1")
         if self.log_steps < 1:
@@ -247,7 +249,7 @@ class RunSection:
 
     @property
     def checkpoint_every(self) -> int:
-        return self.save_steps or self.eval_steps or 100
+        return self.save_steps if self.save_steps is not None else self.eval_steps or 100
 
 
 CORE_SECTIONS: dict[str, type] = {

@@ -244,8 +244,7 @@ class Trainer:
                 if not state.finite.lazy:  # the CPU: reading the loss costs nothing
                     bar.set_postfix(loss=short_number(parts["loss"].item()))
                 is_last = done == self.run.total_steps
-                every = self.config.run.checkpoint_every
-                checkpoint = done % every == 0 or done == end or is_last or stop.requested
+                checkpoint = self._checkpoint_due(done, end, is_last) or stop.requested
                 if checkpoint or self._log_due(done, is_last) or self._eval_due(done, is_last):
                     self._settle(state)  # the one wait on the device, and the NaN stop
                 logged = self._maybe_log(state, log, meter, parts, done, is_last)
@@ -449,29 +448,39 @@ class Trainer:
             self.model.train()
         self._barrier()
 
+    def _checkpoint_due(self, done: int, end: int, is_last: bool) -> bool:
+        """Every `run.save_steps`, at a planned pause (`stop_at_step`) and after the last step;
+        with save_steps 0 only at a pause (a stop signal adds one either way)."""
+        every = self.config.run.checkpoint_every
+        if every == 0:
+            return done == end and not is_last
+        return done % every == 0 or done == end or is_last
+
     def _checkpoint(self, state: _RunState, done: int) -> None:
-        """Model, optimizer, schedule and progress, written atomically (rank 0)."""
+        """Model, optimizer, schedule and progress, written atomically (rank 0; timed as the
+        run's "checkpoints" phase)."""
         if self.rank == 0:
-            saved = {
-                "best_metric": state.best,
-                "best_step": state.best_step,
-                "train_seconds": state.train_seconds,
-                "cpu_seconds": state.cpu_seconds,
-                "config": self.config.to_dict(),
-                "run_id": run_id(self.run_dir),
-            }
-            path = save_checkpoint(
-                self.run_dir / "checkpoints",
-                done,
-                self.model,
-                state.optimizer,
-                state.scheduler,
-                saved,
-                keep=self.config.run.keep_checkpoints,
-                extra=state.extra,
-                scaler=state.scaler,
-            )
-            state.last_ckpt = str(path)
+            with phase("checkpoints"):
+                saved = {
+                    "best_metric": state.best,
+                    "best_step": state.best_step,
+                    "train_seconds": state.train_seconds,
+                    "cpu_seconds": state.cpu_seconds,
+                    "config": self.config.to_dict(),
+                    "run_id": run_id(self.run_dir),
+                }
+                path = save_checkpoint(
+                    self.run_dir / "checkpoints",
+                    done,
+                    self.model,
+                    state.optimizer,
+                    state.scheduler,
+                    saved,
+                    keep=self.config.run.keep_checkpoints,
+                    extra=state.extra,
+                    scaler=state.scaler,
+                )
+                state.last_ckpt = str(path)
         self._barrier()
 
     def _finish(self, state: _RunState, end: int) -> TrainResult:

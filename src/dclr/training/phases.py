@@ -57,13 +57,14 @@ def breakdown(times: PhaseTimes, total: float) -> dict[str, float]:
     """The run's phases in order, all of this process (a resumed run: since the resume).
     "train" (the whole `Trainer.train`) is split into the complementary cache, φ calibration,
     the steps ("train_steps", which the loop records: this process's steps, not the run's
-    total that a checkpoint carries), dev evaluations and the rest (checkpoints, exports, the
-    objective's other set-up). "shared_start_pass" is the one forward over the corpus that gave
+    total that a checkpoint carries), dev evaluations, checkpoints and the rest ("exports": the
+    final/ and best/ exports and the objective's other set-up). "shared_start_pass" is the one forward over the corpus that gave
     both the before-eval vectors and the complementary cache (`shared_start`)."""
     s = times.seconds
     train_steps = s.get("train_steps", 0.0)
     calibration = s.get("phi_calibration", 0.0)  # inside "train", before step 1
-    inner = s.get("complementary_cache", 0.0) + calibration + s.get("dev_eval", 0.0) + train_steps
+    inner = (s.get("complementary_cache", 0.0) + calibration + s.get("dev_eval", 0.0)
+             + train_steps + s.get("checkpoints", 0.0))  # fmt: skip
     shared = s.get("shared_start", 0.0)  # inside before_eval: one pass for it and the cache
     table = {
         "setup": s.get("setup", 0.0),
@@ -73,7 +74,8 @@ def breakdown(times: PhaseTimes, total: float) -> dict[str, float]:
         "phi_calibration": calibration,
         "train_steps": train_steps,
         "dev_eval": s.get("dev_eval", 0.0),
-        "checkpoints_export": max(s.get("train", 0.0) - inner, 0.0),
+        "checkpoints": s.get("checkpoints", 0.0),
+        "exports": max(s.get("train", 0.0) - inner, 0.0),
         "after_eval": s.get("after_eval", 0.0),
     }
     table["total"] = total
