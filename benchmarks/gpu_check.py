@@ -194,7 +194,7 @@ def step_cell(
 
     recipe = SIMCSE_RECIPE if method == "simcse" else DCLR_RECIPE
     # save_steps 0: no checkpoint after the last step (BERT-base's, with AdamW's moments, is
-    # 1.3 GB: ~3.5 s written, hashed and synced on a CPU machine's disk, per cell, for nothing)
+    # 1.3 GB: 2-4.6 s written, hashed and synced on a CPU machine's disk, per cell, for nothing)
     overrides = {**QUIET, "model": model, "batch_size": batch, "max_steps": WARMUP + TIMED,
                  "log_steps": WARMUP, "precision": precision, "output_dir": str(out),
                  "max_length": MAX_LENGTH, "pooler": "cls", "mlp_head": True,
