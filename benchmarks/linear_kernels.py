@@ -108,16 +108,22 @@ def markdown(report: dict) -> str:
     scaling = report.get("thread_scaling")
     if scaling:
         paired = all("speedup_2t_ci95" in r for r in scaling)  # older runs timed them apart
+        runs = len(scaling[0].get("speedup_2t_runs", [None]))
+        pooled = (f"; the sizes measured {runs} times over, the speedup over every pass of every "
+                  f"run and its interval over the runs' own" if runs > 1 else "")  # fmt: skip
         lines += ["", f"Pass size and threads (packed, the chosen kernel; each pass timed on 1 and "
-                      f"2 threads {'in turn' if paired else 'apart'}; a pass runs on two threads from "
-                      f"{one_thread_below(scaling)} tokens: two must be ≥ "
+                      f"2 threads {'in turn' if paired else 'apart'}{pooled}; a pass runs on two "
+                      f"threads from {one_thread_below(scaling)} tokens: two must be ≥ "
                       f"{SECOND_THREAD_SPEEDUP}× one there and above):", "",
-                  "| texts | tokens | 1 thread (ms) | 2 threads (ms) | 1 ÷ 2 | 95 % interval |",
-                  "|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+                  "| texts | tokens | 1 thread (ms) | 2 threads (ms) | 1 ÷ 2 | 95 % interval |"
+                  + " per run |" * (runs > 1),
+                  "|---:|---:|---:|---:|---:|---|" + "---|" * (runs > 1)]  # fmt: skip
         for r in scaling:
             ci = r.get("speedup_2t_ci95")
+            each = ", ".join(f"{x:.2f}×" for x in r.get("speedup_2t_runs", []))
             lines.append(f"| {r['texts']} | {r['tokens']} | {r['ms_1t']} | {r['ms_2t']} | "
-                         f"{r['speedup_2t']}× | {f'{ci[0]}–{ci[1]}×' if ci else '–'} |")  # fmt: skip
+                         f"{r['speedup_2t']}× | {f'{ci[0]}–{ci[1]}×' if ci else '–'} |"
+                         + f" {each} |" * (runs > 1))  # fmt: skip
         ties = ties_with_the_criterion(scaling)
         if ties:
             lines += ["", f"Within the noise of {SECOND_THREAD_SPEEDUP}× (its 95 % interval "
@@ -162,6 +168,13 @@ def main() -> None:
         "(src/dclr/models/cpu_policies/<recording_name>.json)",
     )
     parser.add_argument(
+        "--scaling-runs",
+        type=int,
+        default=3,
+        help="measure the pass sizes against threads this many times over and pool them (one "
+        "run's reading can fall on either side of the threshold's criterion; default 3)",
+    )
+    parser.add_argument(
         "--render",
         type=Path,
         metavar="JSON",
@@ -189,10 +202,12 @@ def main() -> None:
     report["layers"] = layers()
     if not args.layers_only:
         pool, _ = sample_sentences(args.data_dir, 2000)
-        report.update(measure(MODEL, pool, step=print))
+        report.update(measure(MODEL, pool, step=print, scaling_runs=args.scaling_runs))
     report["load_end"] = load_average()
-    report["command"] = "python benchmarks/linear_kernels.py --data-dir ../shared/data" + (
-        " --record" * args.record
+    report["command"] = (
+        "python benchmarks/linear_kernels.py --data-dir ../shared/data"
+        + f" --scaling-runs {args.scaling_runs}" * (args.scaling_runs != 3)
+        + " --record" * args.record
     )
     if args.record:
         record = policy_record(report)

@@ -52,6 +52,16 @@ def test_the_table_names_the_sizes_within_noise_of_the_criterion():
     assert "| 1.31× | – |" in linear_kernels.markdown(report)
 
 
+def test_pooled_runs_show_each_runs_speedup():
+    row = {"texts": 2, "tokens": 25, "ms_1t": 11.0, "ms_2t": 7.9, "speedup_2t": 1.39,
+           "speedup_2t_ci95": [1.3, 1.48], "speedup_2t_runs": [1.353, 1.41, 1.42]}  # fmt: skip
+    report = {"cpu": "AMD EPYC", "hardware_key": "AuthenticAMD-AVX512", "torch": "2.13.0",
+              "load_start": [1.0], "load_end": [1.0], "layers": [], "thread_scaling": [row]}  # fmt: skip
+    text = linear_kernels.markdown(report)
+    assert "measured 3 times over" in text and "per run |" in text
+    assert "| 1.39× | 1.3–1.48× | 1.35×, 1.41×, 1.42× |" in text
+
+
 def test_a_kept_run_is_rendered_again_without_measuring(monkeypatch, tmp_path):
     kept = tmp_path / "linear_kernels@X.json"
     first = {  # as the first emulated run was kept: its limits under "emulated"

@@ -41,6 +41,40 @@ def test_the_paired_speedup_is_the_geometric_mean_of_ratios_with_its_t_interval(
     assert cpu_measure.paired_speedup([2.0, 4.0], [1.0, 2.0]) == (2.0, (2.0, 2.0))
 
 
+def test_runs_are_pooled_and_their_interval_is_over_the_runs(tiny_model_dir, monkeypatch):
+    """With runs > 1 the speedup is the geometric mean over every pass of every run, and its
+    interval is the t-interval over the runs' own speedups (kept per run): one run's passes
+    share its drift. A fake clock makes each run's ratios known: run r takes 1 s on one thread
+    and 1 / (1.2 + 0.2 r) s on two, for every pass."""
+    speedup, (lo, hi) = cpu_measure.runs_speedup([1.2, 1.4, 1.6])
+    logs = [math.log(1.2), math.log(1.4), math.log(1.6)]
+    mean = sum(logs) / 3
+    half = 4.302652729749462 * math.sqrt(sum((x - mean) ** 2 for x in logs) / 2) / math.sqrt(3)
+    assert speedup == pytest.approx(math.exp(mean))
+    assert (lo, hi) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+
+    calls = {"n": 0}
+    passes, sizes = 2, (1, 2)
+
+    def fake(f, arg, rounds):
+        run = calls["n"] // (passes * len(sizes))  # each run times every pass of every size
+        calls["n"] += 1
+        return {1: 1.0, 2: 1.0 / (1.2 + 0.2 * run)}
+
+    monkeypatch.setattr(cpu_measure, "alternating_seconds", fake)
+    rows = cpu_measure.thread_scaling(str(tiny_model_dir), CALIBRATION_SENTENCES, "aten",
+                                      sizes=sizes, passes=passes, runs=3)  # fmt: skip
+    assert calls["n"] == 3 * passes * len(sizes)
+    for row in rows:
+        assert row["speedup_2t_runs"] == [1.2, 1.4, 1.6]
+        assert row["speedup_2t"] == round(math.exp(mean), 2)
+        assert row["speedup_2t_ci95"] == [round(math.exp(mean - half), 2),
+                                          round(math.exp(mean + half), 2)]  # fmt: skip
+    one_run = cpu_measure.thread_scaling(str(tiny_model_dir), CALIBRATION_SENTENCES, "aten",
+                                         sizes=sizes, passes=passes)  # fmt: skip
+    assert "speedup_2t_runs" not in one_run[0]  # one run: the interval over its passes
+
+
 def test_one_and_two_threads_are_timed_in_turn(monkeypatch):
     seen: list[int] = []
     with cpu_measure.threads_restored():

@@ -112,34 +112,56 @@ def thread_scaling(
     sizes: Sequence[int] = PASS_SIZES,
     passes: int = 40,
     rounds: int = 5,
+    runs: int = 1,
 ) -> list[dict]:
     """Passes of each size in texts (packed, `kernel`; sizes above len(sentences) left out), up
     to `passes` per size, each timed `rounds` times on 1 and 2 threads in turn (1-2, 2-1, ...:
     the two counts share the machine's state, and the thread pool switches per pass as a server
-    switches it, `dclr.serving.encoding`). Per size: the median ms on each count, the median
-    tokens of a pass, and the speedup of two threads with its 95 % interval over the passes
-    (`paired_speedup`)."""
+    switches it, `dclr.serving.encoding`); all sizes `runs` times over. Per size: the median ms
+    on each count, the median tokens of a pass, and the speedup of two threads over every pass
+    of every run with its 95 % interval (`paired_speedup`; with runs > 1 the interval is over
+    the runs' own speedups, `runs_speedup`, and those are kept: one run's passes share its
+    drift, which the interval over passes does not see)."""
     from dclr.models.precision import load_inference_encoder
 
     e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel=kernel)
-    rows = []
+    chunks_of = {}
+    for texts in [n for n in sizes if n <= len(sentences)]:
+        last = min(len(sentences), passes * texts) - texts
+        chunks_of[texts] = [list(sentences[i : i + texts]) for i in range(0, last + 1, texts)]
+    # times[texts][run][threads]: one entry per pass
+    times: dict[int, list[dict[int, list[float]]]] = {n: [] for n in chunks_of}
     with threads_restored():
-        for texts in [n for n in sizes if n <= len(sentences)]:
-            last = min(len(sentences), passes * texts) - texts
-            chunks = [list(sentences[i : i + texts]) for i in range(0, last + 1, texts)]
-            tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in chunks)
-            times: dict[int, list[float]] = {1: [], 2: []}
-            for chunk in chunks:
-                taken = alternating_seconds(e.encode, chunk, rounds)
-                for threads in (1, 2):
-                    times[threads].append(taken[threads])
-            speedup, interval = paired_speedup(times[1], times[2])
-            rows.append({"texts": texts, "tokens": int(tokens),
-                         "ms_1t": round(1000 * statistics.median(times[1]), 2),
-                         "ms_2t": round(1000 * statistics.median(times[2]), 2),
-                         "speedup_2t": round(speedup, 2),
-                         "speedup_2t_ci95": [round(x, 2) for x in interval]})  # fmt: skip
+        for _ in range(runs):
+            for texts, chunks in chunks_of.items():
+                run: dict[int, list[float]] = {1: [], 2: []}
+                for chunk in chunks:
+                    taken = alternating_seconds(e.encode, chunk, rounds)
+                    for threads in (1, 2):
+                        run[threads].append(taken[threads])
+                times[texts].append(run)
+    rows = []
+    for texts, chunks in chunks_of.items():
+        tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in chunks)
+        one = [t for run in times[texts] for t in run[1]]
+        two = [t for run in times[texts] for t in run[2]]
+        speedup, interval = paired_speedup(one, two)
+        row: dict[str, Any] = {"texts": texts, "tokens": int(tokens),
+                               "ms_1t": round(1000 * statistics.median(one), 2),
+                               "ms_2t": round(1000 * statistics.median(two), 2)}  # fmt: skip
+        if runs > 1:
+            each = [paired_speedup(run[1], run[2])[0] for run in times[texts]]
+            interval = runs_speedup(each)[1]
+            row["speedup_2t_runs"] = [round(x, 3) for x in each]
+        rows.append({**row, "speedup_2t": round(speedup, 2),
+                     "speedup_2t_ci95": [round(x, 2) for x in interval]})  # fmt: skip
     return rows
+
+
+def runs_speedup(speedups: Sequence[float]) -> tuple[float, tuple[float, float]]:
+    """The geometric mean of several runs' speedups and its 95 % t-interval over the runs (on
+    the logarithms), as `paired_speedup` takes one over pairs."""
+    return paired_speedup(list(speedups), [1.0] * len(speedups))
 
 
 def alternating_seconds(f: Callable[[Any], Any], arg: Any, rounds: int) -> dict[int, float]:
@@ -225,17 +247,21 @@ def measure(
     singles: int = 200,
     passes: int = 40,
     step: Step | None = None,
+    scaling_runs: int = 1,
 ) -> dict:
     """The three measurements above on `model` and `sentences` (`singles` one-text passes per
-    kernel and thread count, up to `passes` passes per size): {"encoder": kernel_speeds,
+    kernel and thread count, up to `passes` passes per size, the sizes `scaling_runs` times
+    over): {"encoder": kernel_speeds,
     "thread_scaling": on the chosen kernel, "int8_bulk_texts_per_s": int8_rates,
     "int8_pairs_saturate"}."""
     tell = step or (lambda _: None)
     tell("fp32 kernels: oneDNN against PyTorch's BLAS")
     report: dict = {"encoder": kernel_speeds(model, sentences, singles)}
     chosen = kernel_choice(report["encoder"]["speedup"])
-    tell(f"pass size against threads ({chosen})")
-    report["thread_scaling"] = thread_scaling(model, sentences, chosen, passes=passes)
+    tell(f"pass size against threads ({chosen}" + f", {scaling_runs} runs" * (scaling_runs > 1)
+         + ")")  # fmt: skip
+    report["thread_scaling"] = thread_scaling(model, sentences, chosen, passes=passes,
+                                              runs=scaling_runs)  # fmt: skip
     tell("int8 engines")
     report["int8_bulk_texts_per_s"] = int8_rates(model, sentences)
     report["int8_pairs_saturate"] = int8_pairs_saturate()
