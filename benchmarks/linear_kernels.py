@@ -109,8 +109,8 @@ def markdown(report: dict) -> str:
     if scaling:
         paired = all("speedup_2t_ci95" in r for r in scaling)  # older runs timed them apart
         runs = len(scaling[0].get("speedup_2t_runs", [None]))
-        pooled = (f"; the sizes measured {runs} times over, the speedup over every pass of every "
-                  f"run and its interval over the runs' own" if runs > 1 else "")  # fmt: skip
+        pooled = (f"; {runs} runs, each in a fresh process, pooled: the speedup over every "
+                  f"pass of every run, its interval over the runs' own" if runs > 1 else "")  # fmt: skip
         lines += ["", f"Pass size and threads (packed, the chosen kernel; each pass timed on 1 and "
                       f"2 threads {'in turn' if paired else 'apart'}{pooled}; a pass runs on two "
                       f"threads from {one_thread_below(scaling)} tokens: two must be ≥ "
@@ -171,8 +171,9 @@ def main() -> None:
         "--scaling-runs",
         type=int,
         default=3,
-        help="measure the pass sizes against threads this many times over and pool them (one "
-        "run's reading can fall on either side of the threshold's criterion; default 3)",
+        help="measure the pass sizes against threads in this many fresh processes and pool "
+        "them (one process's reading can fall on either side of the threshold's criterion; "
+        "default 3)",
     )
     parser.add_argument(
         "--render",

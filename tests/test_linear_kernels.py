@@ -58,7 +58,7 @@ def test_pooled_runs_show_each_runs_speedup():
     report = {"cpu": "AMD EPYC", "hardware_key": "AuthenticAMD-AVX512", "torch": "2.13.0",
               "load_start": [1.0], "load_end": [1.0], "layers": [], "thread_scaling": [row]}  # fmt: skip
     text = linear_kernels.markdown(report)
-    assert "measured 3 times over" in text and "per run |" in text
+    assert "3 runs, each in a fresh process" in text and "per run |" in text
     assert "| 1.39× | 1.3–1.48× | 1.35×, 1.41×, 1.42× |" in text
 
 

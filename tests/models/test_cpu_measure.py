@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -41,38 +42,33 @@ def test_the_paired_speedup_is_the_geometric_mean_of_ratios_with_its_t_interval(
     assert cpu_measure.paired_speedup([2.0, 4.0], [1.0, 2.0]) == (2.0, (2.0, 2.0))
 
 
-def test_runs_are_pooled_and_their_interval_is_over_the_runs(tiny_model_dir, monkeypatch):
-    """With runs > 1 the speedup is the geometric mean over every pass of every run, and its
-    interval is the t-interval over the runs' own speedups (kept per run): one run's passes
-    share its drift. A fake clock makes each run's ratios known: run r takes 1 s on one thread
-    and 1 / (1.2 + 0.2 r) s on two, for every pass."""
+def test_runs_are_pooled_and_their_interval_is_over_the_runs():
+    """With several runs the speedup is the geometric mean over every pass of every run, and its
+    interval the t-interval over the runs' own speedups (kept per run): one run's passes share
+    its drift. Run r takes 1 s a pass on one thread and 1 / (1.2 + 0.2 r) s on two."""
     speedup, (lo, hi) = cpu_measure.runs_speedup([1.2, 1.4, 1.6])
     logs = [math.log(1.2), math.log(1.4), math.log(1.6)]
     mean = sum(logs) / 3
     half = 4.302652729749462 * math.sqrt(sum((x - mean) ** 2 for x in logs) / 2) / math.sqrt(3)
     assert speedup == pytest.approx(math.exp(mean))
     assert (lo, hi) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    runs = [{1: {"tokens": 12, 1: [1.0, 1.0], 2: [1 / (1.2 + 0.2 * r)] * 2}} for r in range(3)]
+    (row,) = cpu_measure.scaling_rows(runs)
+    assert row["speedup_2t_runs"] == [1.2, 1.4, 1.6] and row["tokens"] == 12
+    assert row["speedup_2t"] == round(math.exp(mean), 2)
+    assert row["speedup_2t_ci95"] == [round(math.exp(mean - half), 2),
+                                      round(math.exp(mean + half), 2)]  # fmt: skip
+    assert row["ms_1t"] == 1000.0 and row["ms_2t"] == round(1000 / 1.4, 2)  # median of 6 passes
+    (one_run,) = cpu_measure.scaling_rows(runs[:1])
+    assert "speedup_2t_runs" not in one_run and one_run["speedup_2t_ci95"] == [1.2, 1.2]
 
-    calls = {"n": 0}
-    passes, sizes = 2, (1, 2)
 
-    def fake(f, arg, rounds):
-        run = calls["n"] // (passes * len(sizes))  # each run times every pass of every size
-        calls["n"] += 1
-        return {1: 1.0, 2: 1.0 / (1.2 + 0.2 * run)}
-
-    monkeypatch.setattr(cpu_measure, "alternating_seconds", fake)
+def test_each_run_is_measured_in_a_fresh_process(tiny_model_dir):
+    assert cpu_measure.in_fresh_process(os.getpid) != os.getpid()
     rows = cpu_measure.thread_scaling(str(tiny_model_dir), CALIBRATION_SENTENCES, "aten",
-                                      sizes=sizes, passes=passes, runs=3)  # fmt: skip
-    assert calls["n"] == 3 * passes * len(sizes)
-    for row in rows:
-        assert row["speedup_2t_runs"] == [1.2, 1.4, 1.6]
-        assert row["speedup_2t"] == round(math.exp(mean), 2)
-        assert row["speedup_2t_ci95"] == [round(math.exp(mean - half), 2),
-                                          round(math.exp(mean + half), 2)]  # fmt: skip
-    one_run = cpu_measure.thread_scaling(str(tiny_model_dir), CALIBRATION_SENTENCES, "aten",
-                                         sizes=sizes, passes=passes)  # fmt: skip
-    assert "speedup_2t_runs" not in one_run[0]  # one run: the interval over its passes
+                                      sizes=(1, 2), passes=2, rounds=1, runs=2)  # fmt: skip
+    assert [r["texts"] for r in rows] == [1, 2]
+    assert all(len(r["speedup_2t_runs"]) == 2 and r["speedup_2t"] > 0 for r in rows)
 
 
 def test_one_and_two_threads_are_timed_in_turn(monkeypatch):

@@ -6,7 +6,8 @@ The measurements run on a real encoder, `load_inference_encoder(model, ..., pack
   for oneDNN with packed weights and for PyTorch's BLAS ("aten"); oneDNN is chosen when the
   geometric mean of its three speedups is at least 1 (`kernel_choice`);
 - the thread threshold: passes of 1-64 texts, each timed on 1 and 2 threads in turn (paired: the
-  speedup and its 95 % interval over the passes); a pass runs on two from the smallest size where
+  speedup and its 95 % interval over the passes; several runs, each in a fresh process, pooled,
+  the interval then over the runs); a pass runs on two from the smallest size where
   two are `SECOND_THREAD_SPEEDUP` times as fast and stay so (`one_thread_below`);
 - the int8 engine: a bulk pass of each (`int8_engine`); beside it, whether the static engine's
   kernel saturates on this CPU (`int8_pairs_saturate`, recorded, not a choice).
@@ -115,47 +116,72 @@ def thread_scaling(
     runs: int = 1,
 ) -> list[dict]:
     """Passes of each size in texts (packed, `kernel`; sizes above len(sentences) left out), up
-    to `passes` per size, each timed `rounds` times on 1 and 2 threads in turn (1-2, 2-1, ...:
-    the two counts share the machine's state, and the thread pool switches per pass as a server
-    switches it, `dclr.serving.encoding`); all sizes `runs` times over. Per size: the median ms
-    on each count, the median tokens of a pass, and the speedup of two threads over every pass
-    of every run with its 95 % interval (`paired_speedup`; with runs > 1 the interval is over
-    the runs' own speedups, `runs_speedup`, and those are kept: one run's passes share its
-    drift, which the interval over passes does not see)."""
+    to `passes` per size, each timed `rounds` times on 1 and 2 threads in turn (`pass_times`);
+    with runs > 1, that many runs, each in a fresh process (`in_fresh_process`), pooled
+    (`scaling_rows`): one process's runs share its state (where its memory and threads landed),
+    and its readings of a size moved between processes ~2.5 times as much as their interval
+    over passes said (docs/performance.md)."""
+    args = (model, list(sentences), kernel, tuple(sizes), passes, rounds)
+    if runs == 1:
+        return scaling_rows([pass_times(*args)])
+    return scaling_rows([in_fresh_process(pass_times, *args) for _ in range(runs)])
+
+
+def pass_times(
+    model: str, sentences: Sequence[str], kernel: str, sizes: Sequence[int], passes: int,
+    rounds: int,
+) -> dict[int, dict]:  # fmt: skip
+    """One run of the pass sizes: per size in texts, the median tokens of a pass and each pass's
+    median seconds on 1 and on 2 threads, timed in turn (1-2, 2-1, ...: the two counts share
+    the machine's state, and the thread pool switches per pass as a server switches it,
+    `dclr.serving.encoding`)."""
     from dclr.models.precision import load_inference_encoder
 
     e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel=kernel)
-    chunks_of = {}
-    for texts in [n for n in sizes if n <= len(sentences)]:
-        last = min(len(sentences), passes * texts) - texts
-        chunks_of[texts] = [list(sentences[i : i + texts]) for i in range(0, last + 1, texts)]
-    # times[texts][run][threads]: one entry per pass
-    times: dict[int, list[dict[int, list[float]]]] = {n: [] for n in chunks_of}
+    out: dict[int, dict] = {}
     with threads_restored():
-        for _ in range(runs):
-            for texts, chunks in chunks_of.items():
-                run: dict[int, list[float]] = {1: [], 2: []}
-                for chunk in chunks:
-                    taken = alternating_seconds(e.encode, chunk, rounds)
-                    for threads in (1, 2):
-                        run[threads].append(taken[threads])
-                times[texts].append(run)
+        for texts in [n for n in sizes if n <= len(sentences)]:
+            last = min(len(sentences), passes * texts) - texts
+            chunks = [list(sentences[i : i + texts]) for i in range(0, last + 1, texts)]
+            times: dict[int, list[float]] = {1: [], 2: []}
+            for chunk in chunks:
+                taken = alternating_seconds(e.encode, chunk, rounds)
+                for threads in (1, 2):
+                    times[threads].append(taken[threads])
+            tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in chunks)
+            out[texts] = {"tokens": int(tokens), **times}
+    return out
+
+
+def scaling_rows(runs: Sequence[dict[int, dict]]) -> list[dict]:
+    """Per size: the median ms on each thread count over every pass of every run, and the
+    speedup of two threads, the geometric mean of every pass's ratio, with its 95 % interval:
+    over the passes for one run (`paired_speedup`), over the runs' own speedups for several
+    (`runs_speedup`; those are kept as speedup_2t_runs)."""
     rows = []
-    for texts, chunks in chunks_of.items():
-        tokens = statistics.median(sum(map(len, e.token_ids(p))) for p in chunks)
-        one = [t for run in times[texts] for t in run[1]]
-        two = [t for run in times[texts] for t in run[2]]
+    for texts in runs[0]:
+        one = [t for run in runs for t in run[texts][1]]
+        two = [t for run in runs for t in run[texts][2]]
         speedup, interval = paired_speedup(one, two)
-        row: dict[str, Any] = {"texts": texts, "tokens": int(tokens),
+        row: dict[str, Any] = {"texts": texts, "tokens": runs[0][texts]["tokens"],
                                "ms_1t": round(1000 * statistics.median(one), 2),
                                "ms_2t": round(1000 * statistics.median(two), 2)}  # fmt: skip
-        if runs > 1:
-            each = [paired_speedup(run[1], run[2])[0] for run in times[texts]]
+        if len(runs) > 1:
+            each = [paired_speedup(run[texts][1], run[texts][2])[0] for run in runs]
             interval = runs_speedup(each)[1]
             row["speedup_2t_runs"] = [round(x, 3) for x in each]
         rows.append({**row, "speedup_2t": round(speedup, 2),
                      "speedup_2t_ci95": [round(x, 2) for x in interval]})  # fmt: skip
     return rows
+
+
+def in_fresh_process(f: Callable[..., Any], *args: Any) -> Any:
+    """f(*args) in a new Python process (multiprocessing's spawn: nothing of this one's state),
+    its result handed back (pickled between our own two processes)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(f, args)
 
 
 def runs_speedup(speedups: Sequence[float]) -> tuple[float, tuple[float, float]]:
