@@ -179,9 +179,10 @@ def in_fresh_process(f: Callable[..., Any], *args: Any) -> Any:
     """f(*args) in a new Python process (multiprocessing's spawn: nothing of this one's state),
     its result handed back (pickled between our own two processes)."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(f, args)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(f, *args).result()
 
 
 def runs_speedup(speedups: Sequence[float]) -> tuple[float, tuple[float, float]]:
