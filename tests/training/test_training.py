@@ -19,7 +19,7 @@ from helpers import (
 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
-from dclr.errors import TrainingDiverged
+from dclr.errors import ConfigError, TrainingDiverged
 from dclr.progress import listening
 from dclr.recipe import load_config
 from dclr.training.checkpoint import latest_checkpoint
@@ -190,6 +190,10 @@ def test_save_steps_0_writes_no_checkpoint_but_a_pause_or_a_stop_still_does(
     assert latest_checkpoint(out / "checkpoints") is None
     assert (out / "final" / "model.safetensors").is_file()
     assert "checkpoints" not in times.seconds  # the phase is timed only when one is written
+    config = load_config(None, base_overrides(model_dir, corpus_file, out, max_steps=4,
+                                              save_steps=0))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"no checkpoint under .*save_steps 0.*\n  fix: "):
+        trainer_for(config).train(resume=True)
     paused = tmp_path / "paused"
     with times.active():
         trainer_for(load_config(None, base_overrides(model_dir, corpus_file, paused, max_steps=4,
