@@ -58,8 +58,9 @@ def breakdown(times: PhaseTimes, total: float) -> dict[str, float]:
     "train" (the whole `Trainer.train`) is split into the complementary cache, φ calibration,
     the steps ("train_steps", which the loop records: this process's steps, not the run's
     total that a checkpoint carries), dev evaluations, checkpoints and the rest ("exports": the
-    final/ and best/ exports and the objective's other set-up). "shared_start_pass" is the one forward over the corpus that gave
-    both the before-eval vectors and the complementary cache (`shared_start`)."""
+    final/ and best/ exports and the objective's other set-up). "shared_start_pass" is the one
+    forward over the corpus that gave both the before-eval vectors and the complementary cache
+    (`shared_start`)."""
     s = times.seconds
     train_steps = s.get("train_steps", 0.0)
     calibration = s.get("phi_calibration", 0.0)  # inside "train", before step 1
