@@ -298,6 +298,8 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert (paper["simcse"]["batch"], paper["dclr"]["batch"]) == (64, 128)  # the recipes'
     assert paper["dclr"]["projection"]["steps"] == 23436 and paper["dclr"]["evaluations"] == 3
     assert paper["dclr"]["cache_seconds"] > 0 and paper["simcse"]["cache_seconds"] == 0
+    assert paper["dclr"]["checkpoint_seconds"] > 0 and paper["dclr"]["checkpoint_every"] == 150
+    assert paper["dclr"]["projection"]["checkpoints"] == 157  # the recipe's, every dev eval
     assert paper["simcse"]["projection"]["total_minutes"] > 0
     assert "SimCSE then DCLR, one device:" in (tmp_path / "check-tiny-cpu.md").read_text()
     assert "## Trajectory against the CPU" in (tmp_path / "check-tiny-cpu.md").read_text()
