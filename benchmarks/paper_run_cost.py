@@ -108,9 +108,11 @@ def paper_cell(
 
 
 def checkpoints_written(steps: int, every: int) -> int:
-    """How many checkpoints a run of `steps` writes at `run.checkpoint_every` = `every`: one
-    every `every` steps and one after the last (none with 0), as `Trainer` writes them."""
-    return 0 if every == 0 else -(-steps // every)
+    """How many checkpoints a run of `steps` writes at `run.checkpoint_every` = `every`, by the
+    loop's own rule (`dclr.training.loop.checkpoint_due`)."""
+    from dclr.training.loop import checkpoint_due
+
+    return sum(checkpoint_due(done, steps, steps, every) for done in range(1, steps + 1))
 
 
 def paper_cost(cell: dict[str, Any], sentences: int = PAPER_SENTENCES) -> dict[str, Any]:

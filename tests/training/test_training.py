@@ -201,3 +201,13 @@ def test_save_steps_0_writes_no_checkpoint_but_a_pause_or_a_stop_still_does(
     assert latest_checkpoint(paused / "checkpoints").name == "step-00000002"
     assert times.seconds["checkpoints"] > 0
     assert not (paused / "final").exists()
+
+
+def test_the_checkpoint_rule_by_hand():
+    """Every `every` steps, at a planned pause and after the last step; with 0 only at a pause."""
+    from dclr.training.loop import checkpoint_due
+
+    assert [d for d in range(1, 8) if checkpoint_due(d, 7, 7, 3)] == [3, 6, 7]
+    assert [d for d in range(1, 6) if checkpoint_due(d, 5, 9, 3)] == [3, 5]  # a pause at 5
+    assert [d for d in range(1, 8) if checkpoint_due(d, 7, 7, 0)] == []
+    assert [d for d in range(1, 6) if checkpoint_due(d, 5, 9, 0)] == [5]

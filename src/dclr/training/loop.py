@@ -145,6 +145,16 @@ class _Meter:
     seen: int = 0
 
 
+def checkpoint_due(done: int, end: int, total: int, every: int) -> bool:
+    """Whether the loop writes a checkpoint after step `done` of `total`, the run stopping at
+    `end` (< total: a planned pause, `stop_at_step`): every `every` steps (`run.checkpoint_every`),
+    at the pause and after the last step; with every = 0 only at a pause. A stop signal adds
+    one either way. `benchmarks/paper_run_cost.py` counts a paper run's checkpoints with it."""
+    if every == 0:
+        return done == end < total
+    return done % every == 0 or done in (end, total)
+
+
 class Trainer:
     """Trains a `PreparedRun` (`dclr.training.prepare.prepare_run`; `dclr.driver.trainer_for(config)`
     looks the method up and prepares the run); `evaluator` may be injected in place of the
@@ -244,7 +254,10 @@ class Trainer:
                 if not state.finite.lazy:  # the CPU: reading the loss costs nothing
                     bar.set_postfix(loss=short_number(parts["loss"].item()))
                 is_last = done == self.run.total_steps
-                checkpoint = self._checkpoint_due(done, end, is_last) or stop.requested
+                every = self.config.run.checkpoint_every
+                checkpoint = (
+                    checkpoint_due(done, end, self.run.total_steps, every) or stop.requested
+                )
                 if checkpoint or self._log_due(done, is_last) or self._eval_due(done, is_last):
                     self._settle(state)  # the one wait on the device, and the NaN stop
                 logged = self._maybe_log(state, log, meter, parts, done, is_last)
@@ -447,14 +460,6 @@ class Trainer:
                 self.method.export(self.model, self.run_dir / "best", meta)
             self.model.train()
         self._barrier()
-
-    def _checkpoint_due(self, done: int, end: int, is_last: bool) -> bool:
-        """Every `run.save_steps`, at a planned pause (`stop_at_step`) and after the last step;
-        with save_steps 0 only at a pause (a stop signal adds one either way)."""
-        every = self.config.run.checkpoint_every
-        if every == 0:
-            return done == end and not is_last
-        return done % every == 0 or done == end or is_last
 
     def _checkpoint(self, state: _RunState, done: int) -> None:
         """Model, optimizer, schedule and progress, written atomically (rank 0; timed as the
