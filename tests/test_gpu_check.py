@@ -70,6 +70,26 @@ def test_the_paper_runs_checkpoints_are_one_per_save_steps_and_one_at_the_end():
     assert cost["total_minutes"] == round(23436 * 0.05 / 60 + 157 * 0.4 / 60 + 79 * 2.5 / 60, 1)
 
 
+def test_checkpoints_in_the_background_cost_the_loop_their_copy_and_the_last_write():
+    """Hand arithmetic: 157 checkpoints of a 4 s write, 150 steps of 65 ms (9.75 s) apart: the
+    steps cover every write but the last; with a 12 s write, 2.25 s of each is waited for."""
+    cost = paper_run_cost.checkpoint_cost
+    assert cost(157, 4.0, 0.3, 9.75, background=False) == 157 * 4.0
+    assert cost(157, 4.0, 0.3, 9.75, background=True) == pytest.approx(157 * 0.3 + 4.0)
+    assert cost(157, 12.0, 0.3, 9.75, background=True) == pytest.approx(
+        157 * 0.3 + 156 * 2.25 + 12.0
+    )
+    assert cost(0, 4.0, 0.3, 9.75, background=True) == 0.0
+    cell = {"batch": 128, "epochs": 3, "eval_steps": 150, "checkpoint_every": 150,
+            "seconds_per_step": 0.065, "dev_eval_seconds": 0.0, "cache_seconds": 0.0,
+            "cache_sentences": 4096, "checkpoint_seconds": 4.0,
+            "checkpoint_capture_seconds": 0.3, "checkpoint_background": True}  # fmt: skip
+    projected = paper_run_cost.paper_cost(cell)
+    assert projected["minutes"]["checkpoints"] == round((157 * 0.3 + 4.0) / 60, 1) == 0.9
+    in_loop = paper_run_cost.paper_cost({**cell, "checkpoint_background": False})
+    assert in_loop["minutes"]["checkpoints"] == round(157 * 4.0 / 60, 1) == 10.5
+
+
 def test_a_part_that_fails_is_reported_the_rest_run_and_each_is_saved(tmp_path):
     """A run cut short by the time limit keeps what it measured: the report is on disk after
     every part, and one part's exception does not stop the others."""
@@ -299,6 +319,8 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     assert paper["dclr"]["projection"]["steps"] == 23436 and paper["dclr"]["evaluations"] == 3
     assert paper["dclr"]["cache_seconds"] > 0 and paper["simcse"]["cache_seconds"] == 0
     assert paper["dclr"]["checkpoint_seconds"] > 0 and paper["dclr"]["checkpoint_every"] == 150
+    assert paper["dclr"]["checkpoint_background"] is True  # as a GPU writes them by default
+    assert paper["dclr"]["checkpoint_capture_seconds"] > 0
     assert paper["dclr"]["projection"]["checkpoints"] == 157  # the recipe's, every dev eval
     assert paper["simcse"]["projection"]["total_minutes"] > 0
     assert "SimCSE then DCLR, one device:" in (tmp_path / "check-tiny-cpu.md").read_text()

@@ -124,6 +124,8 @@ class TrainResult:
     derived: dict[str, Any] = field(default_factory=dict)
     # what the objective measured before step 1 (`HasStartRecords`), {kind: {name: value}}
     start_records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # what its checkpoints cost (`dclr.training.background.WriteTimes.summary`)
+    checkpoint_times: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -295,6 +295,8 @@ def _train_summary(run: PreparedRun, result: TrainResult) -> dict[str, Any]:
         summary["derived"] = result.derived
     if result.start_records:
         summary["start_records"] = result.start_records
+    if result.checkpoint_times.get("written"):
+        summary["checkpoint_times"] = result.checkpoint_times
     if run.data_report is not None:
         summary["data"] = run.data_report
     return summary

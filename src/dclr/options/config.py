@@ -217,6 +217,9 @@ class RunSection:
     # last step (final/ is still exported; a stop signal still writes one): timing runs
     save_steps: int | None = None
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    # write each checkpoint on a thread from a host copy while training goes on (auto: on a
+    # GPU); the loop waits only for the copy (docs/gpu.md). Same files either way.
+    async_checkpoints: Toggle = "auto"
     # False: a run that finished deletes checkpoints/ (model + optimizer state, 3x the model)
     # once best/ and final/ are written; it can then not be resumed or extended, only used.
     keep_checkpoints_at_end: bool = True

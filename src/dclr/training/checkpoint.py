@@ -13,15 +13,22 @@ uninterrupted run took from that step. A checkpoint whose `run_id` is not the ru
 refused, and so is one whose run identity (`run_identity`: its method and its config's sections,
 from the config every checkpoint saves) differs from the resuming config's: a run folder never
 mixes two methods. Optimizer/scheduler/RNG states are loaded with `torch.load(weights_only=True)`.
+
+Writing is two parts: `capture` takes what a checkpoint holds at one step, and `write_checkpoint`
+puts it on disk. `save_checkpoint` does both at once; with `run.async_checkpoints` the loop
+captures a host copy and writes it on a thread while training goes on
+(`dclr.training.background`). Both write the same bytes for the same state.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +100,95 @@ def checkpoint_bytes(
     return total
 
 
+@dataclass
+class CheckpointContent:
+    """What a checkpoint holds, taken from the training objects at one step (`capture`)."""
+
+    model: dict[str, torch.Tensor]  # the model's state dict
+    extra: dict[str, dict[str, torch.Tensor]]  # each extra module's state dict, by name
+    trainer: dict[str, Any]  # optimizer, scheduler, RNG (and fp16's scaler): trainer.pt
+    bytes: int  # about what it takes on disk (`checkpoint_bytes`)
+
+
+class _Weights(torch.nn.Module):
+    """A captured state dict where safetensors' `save_model` wants a module: it asks only for
+    `state_dict()`, and drops the names of tensors that share storage as it does for the model."""
+
+    def __init__(self, state: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self._captured = state
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        return dict(self._captured)
+
+
+def _host_copy(value: Any, storages: dict[tuple[int, str], torch.UntypedStorage]) -> Any:
+    """A deep copy of `value` with every tensor copied to host memory. Tensors that share storage
+    share their copy (`storages`: tied weights are still written once), and an object met twice
+    is copied once (`copy.deepcopy`'s memo: pickle then writes the same bytes)."""
+    memo: dict[int, Any] = {}
+    for tensor in _tensors(value):
+        storage = tensor.untyped_storage()
+        key = (storage.data_ptr(), str(storage.device))
+        if key not in storages:
+            storages[key] = storage.cpu() if storage.device.type != "cpu" else storage.clone()
+        host = torch.empty(0, dtype=tensor.dtype)
+        memo[id(tensor)] = host.set_(
+            storages[key], tensor.storage_offset(), tensor.size(), tensor.stride()
+        )
+    return copy.deepcopy(value, memo)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors inside dicts, lists and tuples."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def capture(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    extra: dict[str, torch.nn.Module] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    host_copy: bool = False,
+) -> CheckpointContent:
+    """What a checkpoint of this moment holds. Without `host_copy` it refers to the live tensors
+    (write it before the next step); with it every tensor is copied to host memory first, so
+    training may go on while the copy is written."""
+    trainer: dict[str, Any] = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": rng_state(),
+        **({"scaler": scaler.state_dict()} if scaler is not None else {}),
+    }
+    content = CheckpointContent(
+        model=model.state_dict(),
+        extra={name: module.state_dict() for name, module in (extra or {}).items()},
+        trainer=trainer,
+        bytes=checkpoint_bytes(model, optimizer, extra),
+    )
+    if not host_copy:
+        return content
+    storages: dict[tuple[int, str], torch.UntypedStorage] = {}
+    return CheckpointContent(
+        model=_host_copy(content.model, storages),
+        extra=_host_copy(content.extra, storages),
+        trainer=_host_copy(content.trainer, storages),
+        bytes=content.bytes,
+    )
+
+
+def checkpoint_path(root: Path, step: int) -> Path:
+    """The folder the checkpoint of `step` is written to under `root`."""
+    return root / f"step-{step:08d}"
+
+
 def save_checkpoint(
     root: Path,
     step: int,
@@ -109,26 +205,27 @@ def save_checkpoint(
     `extra` names modules trained alongside the model (e.g. the NLI head) that are saved too, each
     as `<name>.safetensors`, and restored by `load_checkpoint(..., extra=...)`. `scaler` (fp16's
     loss scale) is saved with the optimizer, so a resumed run goes on at the scale it reached."""
+    content = capture(model, optimizer, scheduler, extra, scaler)
+    return write_checkpoint(root, step, content, state, keep)
+
+
+def write_checkpoint(
+    root: Path, step: int, content: CheckpointContent, state: dict[str, Any], keep: int = 2
+) -> Path:
+    """Write `content` (`capture`) as checkpoint `root/step-XXXXXXXX`: files into a `.tmp`
+    folder, the manifest last, fsync, rename; then the `latest` pointer, then pruning."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:08d}"
-    tmp = root / f"step-{step:08d}.tmp"
+    final = checkpoint_path(root, step)
+    tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        with atomic.storage_guard(tmp, needed=checkpoint_bytes(model, optimizer, extra)):
-            save_model(model, str(tmp / MODEL_FILE))
-            for name, module in (extra or {}).items():
-                save_model(module, str(tmp / f"{name}.safetensors"))
-            torch.save(
-                {
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "rng": rng_state(),
-                    **({"scaler": scaler.state_dict()} if scaler is not None else {}),
-                },
-                tmp / TRAINER_FILE,
-            )
+        with atomic.storage_guard(tmp, needed=content.bytes):
+            save_model(_Weights(content.model), str(tmp / MODEL_FILE))
+            for name, weights in content.extra.items():
+                save_model(_Weights(weights), str(tmp / f"{name}.safetensors"))
+            torch.save(content.trainer, tmp / TRAINER_FILE)
             (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
             files = sorted(f.name for f in tmp.iterdir())
             manifest = {name: atomic.file_record(tmp / name) for name in files}

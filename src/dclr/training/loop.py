@@ -44,7 +44,8 @@ from dclr.heap import release_freed_memory, trim_heap
 from dclr.models.export import link_export
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
-from dclr.training.checkpoint import resume_checkpoint, save_checkpoint
+from dclr.training.background import CheckpointWriter
+from dclr.training.checkpoint import capture, checkpoint_path, resume_checkpoint, write_checkpoint
 from dclr.training.finite import FiniteGuard
 from dclr.training.gradcache import GradCache
 from dclr.training.lean import densify_grads, sparse_embedding_grads
@@ -242,6 +243,7 @@ class Trainer:
         meter = _Meter(time.perf_counter())
         batches = Prefetcher(self.host_batch, enabled=self._prefetch_on)
         stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
+        writer = CheckpointWriter(background=self._background_checkpoints)
         try:
             for step in range(state.start, end):
                 tic = time.perf_counter()  # the batch's wait (tokenising, or its prefetch) is
@@ -266,11 +268,12 @@ class Trainer:
                 if self._eval_due(done, is_last):
                     batches.settle()  # the tokenizer is not safe in two threads at once
                 self._maybe_evaluate(state, log, done, is_last)
-                if checkpoint:
-                    self._checkpoint(state, done)
+                if checkpoint:  # on disk before the loop stops (the end, a pause, a signal)
+                    self._checkpoint(state, done, writer, wait=stop.requested or done == end)
                     if stop.requested and not is_last:
                         raise TrainingStopped(done, str(state.last_ckpt), str(self.run_dir))
         finally:
+            writer.close()  # a write in flight when an error stopped the loop completes
             batches.close()
             stop.restore()
             bar.close()
@@ -281,6 +284,7 @@ class Trainer:
         if work:
             record(f"train:{self.config.method}", work, seconds, self.device)
         result = self._finish(state, end)
+        result.checkpoint_times = writer.times.summary()
         stop.pass_on()  # a signal of the last step, the run now complete, to the caller's handler
         return result
 
@@ -461,11 +465,26 @@ class Trainer:
             self.model.train()
         self._barrier()
 
-    def _checkpoint(self, state: _RunState, done: int) -> None:
-        """Model, optimizer, schedule and progress, written atomically (rank 0; timed as the
-        run's "checkpoints" phase)."""
+    @property
+    def _background_checkpoints(self) -> bool:
+        """Checkpoints written on a thread (`run.async_checkpoints`; auto: on a GPU)."""
+        choice = self.config.run.async_checkpoints
+        return choice == "on" or (choice == "auto" and self.device.type == "cuda")
+
+    def _checkpoint(
+        self, state: _RunState, done: int, writer: CheckpointWriter, wait: bool
+    ) -> None:
+        """Model, optimizer, schedule and progress, written atomically (rank 0), by `writer`: in
+        the loop, or in the background from a host copy (`wait`: on disk before returning). The
+        loop's time, the copy and any wait for the write before, is the run's "checkpoints"
+        phase."""
         if self.rank == 0:
             with phase("checkpoints"):
+                writer.wait()  # the write before: one in flight, one copy of the state in memory
+                tic = time.perf_counter()
+                content = capture(self.model, state.optimizer, state.scheduler, state.extra,
+                                  state.scaler, host_copy=writer.background)  # fmt: skip
+                writer.times.capture_seconds.append(time.perf_counter() - tic)
                 saved = {
                     "best_metric": state.best,
                     "best_step": state.best_step,
@@ -474,18 +493,11 @@ class Trainer:
                     "config": self.config.to_dict(),
                     "run_id": run_id(self.run_dir),
                 }
-                path = save_checkpoint(
-                    self.run_dir / "checkpoints",
-                    done,
-                    self.model,
-                    state.optimizer,
-                    state.scheduler,
-                    saved,
-                    keep=self.config.run.keep_checkpoints,
-                    extra=state.extra,
-                    scaler=state.scaler,
-                )
-                state.last_ckpt = str(path)
+                root, keep = self.run_dir / "checkpoints", self.config.run.keep_checkpoints
+                writer.submit(lambda: write_checkpoint(root, done, content, saved, keep))
+                if wait:
+                    writer.wait()
+                state.last_ckpt = str(checkpoint_path(root, done))
         self._barrier()
 
     def _finish(self, state: _RunState, end: int) -> TrainResult:

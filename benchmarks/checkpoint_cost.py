@@ -1,0 +1,167 @@
+"""What a BERT-base checkpoint costs the training loop: written in the loop against written in the
+background (`run.async_checkpoints`), on this machine's CPU and disk.
+
+A `BertModel(BertConfig())` (BERT-base's shape, random weights) with AdamW's moments after one
+step, 1.3 GB on disk. Each round, in rotated order:
+
+- in the loop: `save_checkpoint` (what `async_checkpoints: off` does), then `STEPS` training steps
+  (batch 16, 32 tokens) timed alone;
+- in the background: the loop's host copy (`capture(host_copy=True)`), then the write on a thread
+  (`CheckpointWriter`) while the same steps run, then whatever wait is left.
+
+The loop's cost of a checkpoint is the first's write against the second's copy plus its leftover
+wait plus the steps' slow-down while the write runs (on a 2-core machine the write and the steps
+share the cores; a GPU's steps do not run on them). Writes benchmarks/results/
+checkpoint_cost@<table_name>.{json,md}.
+
+    python benchmarks/checkpoint_cost.py [--rounds 3] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import BertConfig, BertModel
+
+from dclr.atomic import write_text
+from dclr.models.cpu_kind import cpu_description, load_average, table_name
+from dclr.training.background import CheckpointWriter
+from dclr.training.checkpoint import capture, checkpoint_bytes, save_checkpoint, write_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup() -> tuple[BertModel, torch.optim.Optimizer, Any]:
+    torch.manual_seed(0)
+    model = BertModel(BertConfig())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    step(model, optimizer, scheduler)  # AdamW's moments exist
+    return model, optimizer, scheduler
+
+
+def step(model: BertModel, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    ids = torch.randint(1000, 2000, (16, 32))
+    model(ids).last_hidden_state.square().mean().backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def timed_steps(model: BertModel, optimizer: torch.optim.Optimizer, scheduler: Any,
+                n: int) -> float:  # fmt: skip
+    tic = time.perf_counter()
+    for _ in range(n):
+        step(model, optimizer, scheduler)
+    return (time.perf_counter() - tic) / n
+
+
+def in_loop(objects: tuple, root: Path, n: int, index: int) -> dict[str, float]:
+    model, optimizer, scheduler = objects
+    tic = time.perf_counter()
+    save_checkpoint(root, index, model, optimizer, scheduler, {"round": index})
+    blocked = time.perf_counter() - tic
+    return {
+        "blocked": blocked,
+        "write": blocked,
+        "step": timed_steps(model, optimizer, scheduler, n),
+    }
+
+
+def in_background(objects: tuple, root: Path, n: int, index: int) -> dict[str, float]:
+    model, optimizer, scheduler = objects
+    writer = CheckpointWriter(background=True)
+    tic = time.perf_counter()
+    content = capture(model, optimizer, scheduler, host_copy=True)
+    copy = time.perf_counter() - tic
+    writer.submit(lambda: write_checkpoint(root, index, content, {"round": index}))
+    during = timed_steps(model, optimizer, scheduler, n)
+    tic = time.perf_counter()
+    writer.close()
+    left = time.perf_counter() - tic
+    return {"blocked": copy + left, "copy": copy, "left_wait": left,
+            "write": writer.times.write_seconds[0], "step": during}  # fmt: skip
+
+
+MODES = {"in the loop": in_loop, "in the background": in_background}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    rows = report["summary"]
+    loop, back = rows["in the loop"], rows["in the background"]
+    lines = [
+        f"Checkpoint cost, BERT-base shape + AdamW ({report['gigabytes']:.2f} GB), "
+        f"{report['cpu']}, torch {report['torch']}; load average {report['load_start']} at start, "
+        f"{report['load_end']} at end; {report['rounds']} rounds in rotated order, medians; "
+        f"{report['steps']} steps (batch 16 x 32 tokens) after each checkpoint; folder under "
+        f"{report['folder']}.",
+        "",
+        "| mode | loop blocked s | write s | host copy s | wait left s | step s | step x alone |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['blocked']:.2f} | {r['write']:.2f} | {r.get('copy', 0):.2f} | "
+            f"{r.get('left_wait', 0):.2f} | {r['step']:.3f} | "
+            f"{r['step'] / loop['step']:.2f} |"
+        )
+    extra = back["blocked"] + report["steps"] * (back["step"] - loop["step"])
+    lines += [
+        "",
+        f"The loop's cost per checkpoint: {loop['blocked']:.2f} s in the loop; in the background "
+        f"{back['blocked']:.2f} s blocked plus {report['steps']} steps' slow-down "
+        f"({report['steps'] * (back['step'] - loop['step']):+.2f} s) = {extra:.2f} s "
+        f"({extra / loop['blocked']:.2f}x), on this CPU, where the write and the steps share "
+        "the cores.",
+        "",
+        f"command: `{report['command']}`",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = args.out or ROOT / f"benchmarks/results/checkpoint_cost@{table_name()}.json"
+    objects = setup()
+    folder = Path(tempfile.mkdtemp(prefix="dclr-ckpt-", dir=args.dir))
+    start, began = load_average(), time.perf_counter()
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in MODES}
+    names = list(MODES)
+    try:
+        for r in range(args.rounds):
+            for name in names[r % 2 :] + names[: r % 2]:
+                print(f"round {r + 1}: {name}", flush=True)
+                root = folder / name.replace(" ", "-")
+                runs[name].append(MODES[name](objects, root, args.steps, r + 1))
+                shutil.rmtree(root)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    summary = {name: {k: statistics.median(run[k] for run in rows) for k in rows[0]}
+               for name, rows in runs.items()}  # fmt: skip
+    report = {"cpu": cpu_description(), "torch": torch.__version__,
+              "gigabytes": checkpoint_bytes(objects[0], objects[1]) / 1e9,
+              "rounds": args.rounds, "steps": args.steps, "folder": str(folder.parent),
+              "load_start": start, "load_end": load_average(),
+              "seconds": round(time.perf_counter() - began, 1), "summary": summary, "runs": runs,
+              "command": "python benchmarks/checkpoint_cost.py"}  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, json.dumps(report, indent=2) + "\n")
+    write_text(out.with_suffix(".md"), markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
