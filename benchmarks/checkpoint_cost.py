@@ -11,10 +11,15 @@ step, 1.3 GB on disk. Each round, in rotated order:
 
 The loop's cost of a checkpoint is the first's write against the second's copy plus its leftover
 wait plus the steps' slow-down while the write runs (on a 2-core machine the write and the steps
-share the cores; a GPU's steps do not run on them). Writes benchmarks/results/
-checkpoint_cost@<table_name>.{json,md}.
+share the cores; a GPU's steps do not run on them). What a GPU's loop needs from the host is the
+interpreter (it launches kernels from Python), so each round also runs a pure-Python loop alone
+and during a background write: its rate during ÷ alone, and its longest pause (the time the
+writer held the interpreter lock at a stretch). Writes benchmarks/results/
+checkpoint_cost@<table_name>.{json,md} (`--device cuda`: checkpoint_cost-cuda.{json,md}; there
+150 steps, one checkpoint interval of the paper recipes, cover a write).
 
     python benchmarks/checkpoint_cost.py [--rounds 3] [--steps 6]
+    python benchmarks/checkpoint_cost.py --device cuda --steps 150
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ from dclr.training.checkpoint import capture, checkpoint_bytes, save_checkpoint,
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def setup() -> tuple[BertModel, torch.optim.Optimizer, Any]:
+def setup(device: torch.device) -> tuple[BertModel, torch.optim.Optimizer, Any]:
     torch.manual_seed(0)
-    model = BertModel(BertConfig())
+    model = BertModel(BertConfig()).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     step(model, optimizer, scheduler)  # AdamW's moments exist
@@ -49,7 +54,7 @@ def setup() -> tuple[BertModel, torch.optim.Optimizer, Any]:
 
 
 def step(model: BertModel, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    ids = torch.randint(1000, 2000, (16, 32))
+    ids = torch.randint(1000, 2000, (16, 32), device=model.device)
     model(ids).last_hidden_state.square().mean().backward()
     optimizer.step()
     scheduler.step()
@@ -58,10 +63,17 @@ def step(model: BertModel, optimizer: torch.optim.Optimizer, scheduler: Any) -> 
 
 def timed_steps(model: BertModel, optimizer: torch.optim.Optimizer, scheduler: Any,
                 n: int) -> float:  # fmt: skip
+    settle(model.device)
     tic = time.perf_counter()
     for _ in range(n):
         step(model, optimizer, scheduler)
+    settle(model.device)
     return (time.perf_counter() - tic) / n
+
+
+def settle(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def in_loop(objects: tuple, root: Path, n: int, index: int) -> dict[str, float]:
@@ -91,6 +103,30 @@ def in_background(objects: tuple, root: Path, n: int, index: int) -> dict[str, f
             "write": writer.times.write_seconds[0], "step": during}  # fmt: skip
 
 
+def python_rate(seconds: float) -> tuple[float, float]:
+    """Iterations per second of a pure-Python loop, and its longest pause (s) between two
+    blocks of 1,000 iterations."""
+    count, longest, end = 0, 0.0, time.perf_counter() + seconds
+    while (now := time.perf_counter()) < end:
+        for _ in range(1000):
+            count += 1
+        longest = max(longest, time.perf_counter() - now)
+    return count / seconds, longest
+
+
+def interpreter_share(objects: tuple, root: Path, index: int) -> dict[str, float]:
+    """The Python loop alone for 2 s, then while a checkpoint is written in the background."""
+    model, optimizer, scheduler = objects
+    alone, alone_pause = python_rate(2.0)
+    writer = CheckpointWriter(background=True)
+    content = capture(model, optimizer, scheduler, host_copy=True)
+    writer.submit(lambda: write_checkpoint(root, index, content, {"round": index}))
+    during, pause = python_rate(2.0)
+    writer.close()
+    return {"share": during / alone, "longest_pause_alone": alone_pause,
+            "longest_pause": pause}  # fmt: skip
+
+
 MODES = {"in the loop": in_loop, "in the background": in_background}
 
 
@@ -108,6 +144,8 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in rows.items():
+        if name not in MODES:
+            continue
         lines.append(
             f"| {name} | {r['blocked']:.2f} | {r['write']:.2f} | {r.get('copy', 0):.2f} | "
             f"{r.get('left_wait', 0):.2f} | {r['step']:.3f} | "
@@ -122,6 +160,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"({extra / loop['blocked']:.2f}x), on this CPU, where the write and the steps share "
         "the cores.",
         "",
+        f"A pure-Python loop on the main thread while a checkpoint is written in the background "
+        f"keeps {100 * rows['interpreter']['share']:.0f} % of its rate alone; its longest pause "
+        f"{1000 * rows['interpreter']['longest_pause']:.1f} ms (alone "
+        f"{1000 * rows['interpreter']['longest_pause_alone']:.1f} ms): the writer mostly runs "
+        "outside the interpreter lock, which a GPU's loop needs to launch its kernels.",
+        "",
         f"command: `{report['command']}`",
     ]
     return "\n".join(lines) + "\n"
@@ -132,13 +176,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp)")
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    out = args.out or ROOT / f"benchmarks/results/checkpoint_cost@{table_name()}.json"
-    objects = setup()
+    device = torch.device(args.device)
+    name = f"checkpoint_cost@{table_name()}" if device.type == "cpu" else "checkpoint_cost-cuda"
+    out = args.out or ROOT / "benchmarks" / "results" / f"{name}.json"
+    objects = setup(device)
     folder = Path(tempfile.mkdtemp(prefix="dclr-ckpt-", dir=args.dir))
     start, began = load_average(), time.perf_counter()
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in MODES}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in [*MODES, "interpreter"]}
     names = list(MODES)
     try:
         for r in range(args.rounds):
@@ -147,16 +194,21 @@ def main() -> None:
                 root = folder / name.replace(" ", "-")
                 runs[name].append(MODES[name](objects, root, args.steps, r + 1))
                 shutil.rmtree(root)
+            runs["interpreter"].append(interpreter_share(objects, folder / "python", r + 1))
+            shutil.rmtree(folder / "python")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     summary = {name: {k: statistics.median(run[k] for run in rows) for k in rows[0]}
                for name, rows in runs.items()}  # fmt: skip
-    report = {"cpu": cpu_description(), "torch": torch.__version__,
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    report = {"cpu": cpu_description() + (f", steps on {gpu}" if gpu else ""),
+              "torch": torch.__version__,
               "gigabytes": checkpoint_bytes(objects[0], objects[1]) / 1e9,
               "rounds": args.rounds, "steps": args.steps, "folder": str(folder.parent),
               "load_start": start, "load_end": load_average(),
               "seconds": round(time.perf_counter() - began, 1), "summary": summary, "runs": runs,
-              "command": "python benchmarks/checkpoint_cost.py"}  # fmt: skip
+              "command": "python benchmarks/checkpoint_cost.py"
+              + (f" --device {args.device} --steps {args.steps}" if gpu else "")}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, json.dumps(report, indent=2) + "\n")
     write_text(out.with_suffix(".md"), markdown(report))
