@@ -25,7 +25,6 @@ checkpoint_cost@<table_name>.{json,md} (`--device cuda`: checkpoint_cost-cuda.{j
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import tempfile
@@ -34,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from report_files import save_report
 from transformers import BertConfig, BertModel
 
-from dclr.atomic import write_text
 from dclr.models.cpu_kind import cpu_description, load_average, table_name
 from dclr.training.background import CheckpointWriter
 from dclr.training.checkpoint import capture, checkpoint_bytes, save_checkpoint, write_checkpoint
@@ -209,10 +208,7 @@ def main() -> None:
               "seconds": round(time.perf_counter() - began, 1), "summary": summary, "runs": runs,
               "command": "python benchmarks/checkpoint_cost.py"
               + (f" --device {args.device} --steps {args.steps}" if gpu else "")}  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, json.dumps(report, indent=2) + "\n")
-    write_text(out.with_suffix(".md"), markdown(report))
-    print(markdown(report))
+    save_report(out, report, markdown(report))
 
 
 if __name__ == "__main__":

@@ -20,16 +20,15 @@ import dclr  # noqa: F401 - before torch: bounds oneDNN's caches as `dclr serve`
 
 # isort: split
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 from linear_kernels import SHAPES, emulation_note
+from report_files import save_report
 from torch import nn
 
-from dclr.atomic import write_text
 from dclr.models.cpu_kind import (
     cpu_description,
     cpu_model,
@@ -118,10 +117,7 @@ def main() -> None:
     report["layers"] = measure(rounds=args.rounds)
     report["load_end"] = load_average()
     report["command"] = "python benchmarks/int8_rounding_speed.py"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, json.dumps(report, indent=2) + "\n")
-    write_text(out.with_suffix(".md"), markdown(report))
-    print(markdown(report))
+    save_report(out, report, markdown(report))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 import torch
+from report_files import save_report
 from torch import nn
 
 from dclr.atomic import write_text
@@ -216,10 +217,7 @@ def main() -> None:
         write_text(policy_path(name), json.dumps(record, indent=2) + "\n")
         print(f"recorded {policy_path(name)}: {record['linear_kernel']}, one thread below "
               f"{record['one_thread_below_tokens']} tokens, int8 {record['int8_engine']}")  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    save_report(args.out, report, markdown(report))
 
 
 if __name__ == "__main__":

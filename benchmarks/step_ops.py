@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from report_files import save_report
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,10 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     report = {"layers": args.layers, "torch": torch.__version__, "rows": measure(args.layers),
               "command": "python benchmarks/step_ops.py"}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    save_report(args.out, report, markdown(report))
 
 
 if __name__ == "__main__":

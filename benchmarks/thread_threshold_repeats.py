@@ -17,15 +17,14 @@ import dclr  # noqa: F401 - before torch: bounds oneDNN's caches as `dclr serve`
 
 # isort: split
 import argparse
-import json
 import statistics
 import subprocess
 import time
 from pathlib import Path
 
 import torch
+from report_files import save_report
 
-from dclr.atomic import write_text
 from dclr.models.cpu_kind import (
     cpu_description,
     cpu_model,
@@ -106,10 +105,7 @@ def main() -> None:
               "thresholds": [one_thread_below(run) for run in runs], "sizes": summary(runs),
               "runs": runs,
               "command": "python benchmarks/thread_threshold_repeats.py --data-dir ../shared/data"}  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, json.dumps(report, indent=2) + "\n")
-    write_text(out.with_suffix(".md"), markdown(report))
-    print(markdown(report))
+    save_report(out, report, markdown(report))
 
 
 if __name__ == "__main__":
