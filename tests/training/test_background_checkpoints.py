@@ -17,7 +17,7 @@ import dclr.training.loop as loop_module
 from dclr.driver import trainer_for
 from dclr.errors import TrainingDiverged
 from dclr.recipe import load_config
-from dclr.training.background import CheckpointWriter
+from dclr.training.background import CheckpointWriter, available_memory
 from dclr.training.checkpoint import (
     capture,
     latest_checkpoint,
@@ -217,3 +217,37 @@ def test_the_driver_reports_what_checkpoints_cost(model_dir, corpus_file, tmp_pa
     assert times["background"] is True and times["written"] == 2
     assert times["capture_seconds"] > 0 and times["write_seconds"] > 0
     assert json.loads((out / "results.json").read_text())["checkpoint_times"] == times
+
+
+def test_available_memory_is_linux_memavailable_and_none_when_unknown(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   1500000 kB\n")
+    assert available_memory(meminfo) == 1_500_000 * 1024
+    meminfo.write_text("MemTotal:       24000000 kB\n")
+    assert available_memory(meminfo) is None
+    assert available_memory(tmp_path / "missing") is None
+
+
+def test_without_room_for_the_copy_checkpoints_are_written_in_the_loop_with_a_warning(
+    model_dir, corpus_file, tmp_path, synchronous, monkeypatch
+):
+    reference, _ = synchronous
+    threads: list[str] = []
+    real = loop_module.write_checkpoint
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "write_checkpoint", recorded)
+    monkeypatch.setattr(loop_module, "room_for_copy", lambda needed: False)
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="host copy of the checkpoint needs") as said:
+        trainer_for(config(model_dir, corpus_file, out, background=True)).train()
+    assert sum("host copy" in str(w.message) for w in said) == 1  # said once, not per checkpoint
+    assert len(threads) == 3
+    assert train_losses(out) == train_losses(reference)
+    written = manifest(out / "checkpoints" / "step-00000012")
+    expected = manifest(reference / "checkpoints" / "step-00000012")
+    assert written["model.safetensors"] == expected["model.safetensors"]
+    assert written["trainer.pt"] == expected["trainer.pt"]

@@ -7,7 +7,9 @@ manifest and fsync. With a writer enabled the loop blocks only to take a host co
 which writes it exactly as the synchronous path does (the same bytes). One write is in flight at
 a time: the next checkpoint first waits for the one before (so at most one extra copy of the state
 is in host memory), and so does the end of training, a planned pause and a stop signal, so a
-checkpoint the loop reports is on disk. A write's error is raised by the next `wait`.
+checkpoint the loop reports is on disk. A write's error is raised by the next `wait`. When the
+host has not the memory for the copy (`room_for_copy`), that checkpoint is written in the loop,
+as without a writer, with a warning.
 """
 
 from __future__ import annotations
@@ -18,6 +20,26 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Memory the host copy may take: at most this share of what the system has available.
+COPY_SHARE = 0.8
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes the system can give without swapping (Linux's MemAvailable); None elsewhere."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def room_for_copy(needed: int) -> bool:
+    """Whether a host copy of `needed` bytes fits (unknown: assumed to)."""
+    free = available_memory()
+    return free is None or needed <= COPY_SHARE * free
 
 
 @dataclass

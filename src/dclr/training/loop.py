@@ -44,8 +44,14 @@ from dclr.heap import release_freed_memory, trim_heap
 from dclr.models.export import link_export
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
-from dclr.training.background import CheckpointWriter
-from dclr.training.checkpoint import capture, checkpoint_path, resume_checkpoint, write_checkpoint
+from dclr.training.background import CheckpointWriter, room_for_copy
+from dclr.training.checkpoint import (
+    capture,
+    checkpoint_bytes,
+    checkpoint_path,
+    resume_checkpoint,
+    write_checkpoint,
+)
 from dclr.training.finite import FiniteGuard
 from dclr.training.gradcache import GradCache
 from dclr.training.lean import densify_grads, sparse_embedding_grads
@@ -167,6 +173,7 @@ class Trainer:
         self.device, self.rank, self.world = run.device, run.rank, run.world
         self.run_dir = run.run_dir
         self.evaluator = evaluator
+        self._warned_copy = False  # "no room for a checkpoint's host copy", said once
         if evaluator is None and self.rank == 0:
             self.evaluator = self.method.dev_evaluator(run)
 
@@ -477,13 +484,15 @@ class Trainer:
         """Model, optimizer, schedule and progress, written atomically (rank 0), by `writer`: in
         the loop, or in the background from a host copy (`wait`: on disk before returning). The
         loop's time, the copy and any wait for the write before, is the run's "checkpoints"
-        phase."""
+        phase. Without the host memory for the copy, the checkpoint is written in the loop."""
         if self.rank == 0:
             with phase("checkpoints"):
                 writer.wait()  # the write before: one in flight, one copy of the state in memory
+                copy = writer.background and self._room_for_copy(state)
+                wait = wait or not copy  # no copy: the write reads the live tensors
                 tic = time.perf_counter()
                 content = capture(self.model, state.optimizer, state.scheduler, state.extra,
-                                  state.scaler, host_copy=writer.background)  # fmt: skip
+                                  state.scaler, host_copy=copy)  # fmt: skip
                 writer.times.capture_seconds.append(time.perf_counter() - tic)
                 saved = {
                     "best_metric": state.best,
@@ -499,6 +508,21 @@ class Trainer:
                     writer.wait()
                 state.last_ckpt = str(checkpoint_path(root, done))
         self._barrier()
+
+    def _room_for_copy(self, state: _RunState) -> bool:
+        """Whether the host has the memory for a checkpoint's copy; warned about once when not."""
+        needed = checkpoint_bytes(self.model, state.optimizer, state.extra)
+        if room_for_copy(needed):
+            return True
+        if not self._warned_copy:
+            self._warned_copy = True
+            warnings.warn(
+                f"run.async_checkpoints: a host copy of the checkpoint needs {needed / 1e9:.1f} "
+                "GB, more than the memory available; checkpoints are written in the loop until "
+                "there is room (set run.async_checkpoints: off to say so)",
+                stacklevel=2,
+            )
+        return False
 
     def _finish(self, state: _RunState, end: int) -> TrainResult:
         """final/ (and best/ when never evaluated) once the last step is done."""
