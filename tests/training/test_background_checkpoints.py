@@ -251,3 +251,21 @@ def test_without_room_for_the_copy_checkpoints_are_written_in_the_loop_with_a_wa
     expected = manifest(reference / "checkpoints" / "step-00000012")
     assert written["model.safetensors"] == expected["model.safetensors"]
     assert written["trainer.pt"] == expected["trainer.pt"]
+
+
+def test_the_run_summary_says_what_checkpoints_cost():
+    from dclr.cli.main import checkpoint_line, out, render_summary
+
+    times = {"background": True, "written": 3, "capture_seconds": 0.42, "write_seconds": 9.6}
+    assert checkpoint_line(times) == (
+        "3 checkpoints written in the background: 0.4 s of copies in the loop, 9.6 s of writes "
+        "on a thread"
+    )
+    assert checkpoint_line({**times, "background": False, "written": 1}) == (
+        "1 checkpoint written in the loop: 9.6 s"
+    )
+    assert checkpoint_line(None) is None and checkpoint_line({"written": 0}) is None
+    with out.capture() as shown:
+        render_summary({"phase_seconds": {"train_steps": 1.0, "total": 2.0},
+                        "checkpoint_times": times})  # fmt: skip
+    assert "0.4 s of copies in the loop" in shown.get()

@@ -376,6 +376,17 @@ def better_of_two(before: dict, after: dict) -> str:
             "for STS-style similarity.")  # fmt: skip
 
 
+def checkpoint_line(times: dict | None) -> str | None:
+    """What the run's checkpoints cost, in a line (results.json "checkpoint_times")."""
+    if not times or not times.get("written"):
+        return None
+    count = f"{times['written']} checkpoint{'s' if times['written'] > 1 else ''}"
+    if times.get("background"):
+        return (f"{count} written in the background: {times['capture_seconds']:.1f} s of copies "
+                f"in the loop, {times['write_seconds']:.1f} s of writes on a thread")  # fmt: skip
+    return f"{count} written in the loop: {times['write_seconds']:.1f} s"
+
+
 def render_summary(summary: dict) -> None:
     """Print a run's results.json: the STS before/after table, or the RTE table."""
     from dclr.data.sts import STS_TASKS
@@ -424,6 +435,8 @@ def render_summary(summary: dict) -> None:
         for name, seconds in summary["phase_seconds"].items():
             table.add_row(name.replace("_", " "), f"{seconds:.1f}")
         out.print(table)
+        if line := checkpoint_line(summary.get("checkpoint_times")):
+            out.print(line)
     if summary.get("rte_test"):
         encoder = summary.get("encoder", "single")
         name = method if encoder == "single" else f"{method}-{encoder}"
