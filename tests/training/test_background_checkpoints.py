@@ -269,3 +269,27 @@ def test_the_run_summary_says_what_checkpoints_cost():
         render_summary({"phase_seconds": {"train_steps": 1.0, "total": 2.0},
                         "checkpoint_times": times})  # fmt: skip
     assert "0.4 s of copies in the loop" in shown.get()
+
+
+def test_a_failed_background_write_stops_the_run_at_the_next_checkpoint(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """Disk full during step 8's write: the error is raised when the loop next waits for the
+    writer (step 12's checkpoint), and step 4's checkpoint is still the one on disk."""
+    real = loop_module.write_checkpoint
+    calls = {"n": 0}
+
+    def full_on_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "write_checkpoint", full_on_second)
+    out = tmp_path / "run"
+    with pytest.raises(OSError, match="No space left on device"):
+        trainer_for(config(model_dir, corpus_file, out, background=True)).train()
+    assert latest_checkpoint(out / "checkpoints").name == "step-00000004"
+    assert calls["n"] == 2  # nothing written after the failure
+    assert max(train_losses(out)) == 12  # the steps went on until the loop waited
+    assert not (out / "final").exists()
