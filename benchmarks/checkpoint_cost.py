@@ -6,7 +6,7 @@ step, 1.3 GB on disk. Each round, in rotated order:
 
 - in the loop: `save_checkpoint` (what `async_checkpoints: off` does), then `STEPS` training steps
   (batch 16, 32 tokens) timed alone;
-- in the background: the loop's host copy (`capture(host_copy=True)`), then the write on a thread
+- in the background: the loop's host copy (`host_copy(capture(...))`), then the write on a thread
   (`CheckpointWriter`) while the same steps run, then whatever wait is left.
 
 The loop's cost of a checkpoint is the first's write against the second's copy plus its leftover
@@ -38,7 +38,13 @@ from transformers import BertConfig, BertModel
 
 from dclr.models.cpu_kind import cpu_description, load_average, table_name
 from dclr.training.background import CheckpointWriter
-from dclr.training.checkpoint import capture, checkpoint_bytes, save_checkpoint, write_checkpoint
+from dclr.training.checkpoint import (
+    capture,
+    checkpoint_bytes,
+    host_copy,
+    save_checkpoint,
+    write_checkpoint,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +102,7 @@ def in_background(objects: tuple, root: Path, n: int, index: int) -> dict[str, f
     model, optimizer, scheduler = objects
     writer = CheckpointWriter(background=True)
     tic = time.perf_counter()
-    content = capture(model, optimizer, scheduler, host_copy=True)
+    content = host_copy(capture(model, optimizer, scheduler))
     copy = time.perf_counter() - tic
     writer.submit(lambda: write_checkpoint(root, index, content, {"round": index}))
     during = timed_steps(model, optimizer, scheduler, n)
@@ -124,7 +130,7 @@ def interpreter_share(objects: tuple, root: Path, index: int, seconds: float) ->
     model, optimizer, scheduler = objects
     alone, alone_pause = python_rate(seconds)
     writer = CheckpointWriter(background=True)
-    content = capture(model, optimizer, scheduler, host_copy=True)
+    content = host_copy(capture(model, optimizer, scheduler))
     writer.submit(lambda: write_checkpoint(root, index, content, {"round": index}))
     during, pause = python_rate(seconds)
     writer.close()

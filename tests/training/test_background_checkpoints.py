@@ -20,6 +20,8 @@ from dclr.recipe import load_config
 from dclr.training.background import CheckpointWriter, available_memory
 from dclr.training.checkpoint import (
     capture,
+    checkpoint_bytes,
+    host_copy,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -66,7 +68,7 @@ def test_a_host_copy_writes_the_bytes_of_the_synchronous_path_after_training_mov
     direct = save_checkpoint(tmp_path / "a", 2, model, optimizer, scheduler, {"k": 1},
                              extra={"head": head})  # fmt: skip
     torch.manual_seed(7)
-    content = capture(model, optimizer, scheduler, {"head": head}, host_copy=True)
+    content = host_copy(capture(model, optimizer, scheduler, {"head": head}))
     with torch.no_grad():  # the live state changes before the copy is written
         for p in [*model.parameters(), *head.parameters()]:
             p.add_(1.0)
@@ -86,7 +88,8 @@ def test_without_a_host_copy_the_content_is_the_live_tensors():
     model, head, optimizer, scheduler = trained_state()
     content = capture(model, optimizer, scheduler, {"head": head})
     assert content.model["proj.weight"].data_ptr() == model.proj.weight.data_ptr()
-    copied = capture(model, optimizer, scheduler, {"head": head}, host_copy=True)
+    assert content.bytes == checkpoint_bytes(model, optimizer, {"head": head})  # the disk guard's
+    copied = host_copy(capture(model, optimizer, scheduler, {"head": head}))
     assert copied.model["proj.weight"].data_ptr() != model.proj.weight.data_ptr()
     # shared storage stays shared in the copy (safetensors then writes one name)
     assert copied.model["out.weight"].data_ptr() == copied.model["embed.weight"].data_ptr()

@@ -3,7 +3,7 @@
 A checkpoint blocks the loop for as long as it takes to write: BERT-base's 1.3 GB (weights and
 AdamW's two moments) took 2.0-4.6 s on a CPU machine's disk, most of it hashing the files for the
 manifest and fsync. With a writer enabled the loop blocks only to take a host copy of the state
-(`dclr.training.checkpoint.capture(host_copy=True)`) and hands the copy to one background thread,
+(`dclr.training.checkpoint.host_copy`) and hands the copy to one background thread,
 which writes it exactly as the synchronous path does (the same bytes). One write is in flight at
 a time: the next checkpoint first waits for the one before (so at most one extra copy of the state
 is in host memory), and so does the end of training, a planned pause and a stop signal, so a

@@ -16,7 +16,7 @@ mixes two methods. Optimizer/scheduler/RNG states are loaded with `torch.load(we
 
 Writing is two parts: `capture` takes what a checkpoint holds at one step, and `write_checkpoint`
 puts it on disk. `save_checkpoint` does both at once; with `run.async_checkpoints` the loop
-captures a host copy and writes it on a thread while training goes on
+writes a `host_copy` of the capture on a thread while training goes on
 (`dclr.training.background`). Both write the same bytes for the same state.
 """
 
@@ -107,7 +107,7 @@ class CheckpointContent:
     model: dict[str, torch.Tensor]  # the model's state dict
     extra: dict[str, dict[str, torch.Tensor]]  # each extra module's state dict, by name
     trainer: dict[str, Any]  # optimizer, scheduler, RNG (and fp16's scaler): trainer.pt
-    bytes: int  # about what it takes on disk (`checkpoint_bytes`)
+    bytes: int  # about what it takes on disk: the weights and the optimizer's state tensors
 
 
 class _Weights(torch.nn.Module):
@@ -156,25 +156,30 @@ def capture(
     scheduler: Any,
     extra: dict[str, torch.nn.Module] | None = None,
     scaler: torch.amp.GradScaler | None = None,
-    host_copy: bool = False,
 ) -> CheckpointContent:
-    """What a checkpoint of this moment holds. Without `host_copy` it refers to the live tensors
-    (write it before the next step); with it every tensor is copied to host memory first, so
-    training may go on while the copy is written."""
+    """What a checkpoint of this moment holds. It refers to the live tensors: write it before
+    the next step, or write its `host_copy`."""
+    state = optimizer.state_dict()
+    model_state = model.state_dict()
+    extra_states = {name: module.state_dict() for name, module in (extra or {}).items()}
+    tensors = _tensors([model_state, extra_states, state["state"]])  # as `checkpoint_bytes`
     trainer: dict[str, Any] = {
-        "optimizer": optimizer.state_dict(),
+        "optimizer": state,
         "scheduler": scheduler.state_dict(),
         "rng": rng_state(),
         **({"scaler": scaler.state_dict()} if scaler is not None else {}),
     }
-    content = CheckpointContent(
-        model=model.state_dict(),
-        extra={name: module.state_dict() for name, module in (extra or {}).items()},
+    return CheckpointContent(
+        model=model_state,
+        extra=extra_states,
         trainer=trainer,
-        bytes=checkpoint_bytes(model, optimizer, extra),
+        bytes=sum(t.numel() * t.element_size() for t in tensors),
     )
-    if not host_copy:
-        return content
+
+
+def host_copy(content: CheckpointContent) -> CheckpointContent:
+    """`content` with every tensor copied to host memory, so training may go on while the copy
+    is written."""
     storages: dict[tuple[int, str], torch.UntypedStorage] = {}
     return CheckpointContent(
         model=_host_copy(content.model, storages),

@@ -47,8 +47,8 @@ from dclr.progress import announce, progress_bar, short_number
 from dclr.training.background import CheckpointWriter, room_for_copy
 from dclr.training.checkpoint import (
     capture,
-    checkpoint_bytes,
     checkpoint_path,
+    host_copy,
     resume_checkpoint,
     write_checkpoint,
 )
@@ -488,11 +488,13 @@ class Trainer:
         if self.rank == 0:
             with phase("checkpoints"):
                 writer.wait()  # the write before: one in flight, one copy of the state in memory
-                copy = writer.background and self._room_for_copy(state)
-                wait = wait or not copy  # no copy: the write reads the live tensors
                 tic = time.perf_counter()
                 content = capture(self.model, state.optimizer, state.scheduler, state.extra,
-                                  state.scaler, host_copy=copy)  # fmt: skip
+                                  state.scaler)  # fmt: skip
+                copy = writer.background and self._room_for_copy(content.bytes)
+                if copy:
+                    content = host_copy(content)
+                wait = wait or not copy  # no copy: the write reads the live tensors
                 writer.times.capture_seconds.append(time.perf_counter() - tic)
                 saved = {
                     "best_metric": state.best,
@@ -509,9 +511,9 @@ class Trainer:
                 state.last_ckpt = str(checkpoint_path(root, done))
         self._barrier()
 
-    def _room_for_copy(self, state: _RunState) -> bool:
-        """Whether the host has the memory for a checkpoint's copy; warned about once when not."""
-        needed = checkpoint_bytes(self.model, state.optimizer, state.extra)
+    def _room_for_copy(self, needed: int) -> bool:
+        """Whether the host has the memory for a checkpoint's copy of `needed` bytes; warned
+        about once when not."""
         if room_for_copy(needed):
             return True
         if not self._warned_copy:
