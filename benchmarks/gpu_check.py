@@ -49,7 +49,8 @@ Exit status 1 when the trajectory check fails or any part failed.
     bash benchmarks/gpu_check.sh                       # on a GPU machine
     bash benchmarks/gpu_check.sh --device cpu --tiny   # the harness on a CPU, a few minutes
 
-`--tiny` swaps both models for a random 2-layer BERT (MiniLM's tokenizer) and shortens every part;
+`--tiny` swaps both models for a random 2-layer BERT (MiniLM's tokenizer) and shortens every part
+(`TINY_TIMING`: 6 steps timed after 3);
 on a CPU the bf16 / fp16 cells are "not run". Results: `--out` (default
 benchmarks/results/gpu/gpu_check.{json,md}).
 """
@@ -84,6 +85,9 @@ PARTS = ("steps", "objective", "encode", "evaluation", "trajectory", "compiled_s
 MAX_LENGTH = 32  # SimCSE's training length
 WARMUP = 10  # steps excluded from every timing (the first log step)
 TIMED = 20  # steps timed after the warm-up
+# --tiny: the same harness with fewer steps (it checks the code, not the speed); a paper run
+# still has 3 dev evaluations, one every warm-up's worth of steps.
+TINY_TIMING = (3, 6)
 TRAJECTORY_STEPS = 20
 # The trajectory tolerance: |device - cpu| <= ATOL + RTOL * |cpu| per step. Both runs compute the
 # same function in fp32 (TF32 off); kernels sum in other orders, so last bits differ and grow over
@@ -182,10 +186,12 @@ def corpus_sentences(n: int) -> list[str]:
 
 # ---- part 1: steps ----------------------------------------------------------------------------
 def step_cell(
-    model: str, method: str, batch: int, precision: str, out: Path, compiled: bool = False
-) -> dict[str, Any]:
+    model: str, method: str, batch: int, precision: str, out: Path, compiled: bool = False,
+    timing: tuple[int, int] = (WARMUP, TIMED),
+) -> dict[str, Any]:  # fmt: skip
     """Steady-state seconds per step of one (method, batch, precision) through `Trainer`
-    (`compiled`: torch.compile's reduce-overhead mode, every batch padded to MAX_LENGTH)."""
+    (`compiled`: torch.compile's reduce-overhead mode, every batch padded to MAX_LENGTH), the
+    `timing[1]` steps after `timing[0]` warm-up steps."""
     import torch
 
     from dclr.driver import trainer_for
@@ -193,10 +199,11 @@ def step_cell(
     from dclr.recipe import load_config
 
     recipe = SIMCSE_RECIPE if method == "simcse" else DCLR_RECIPE
+    warmup, timed = timing
     # save_steps 0: no checkpoint after the last step (BERT-base's, with AdamW's moments, is
     # 1.3 GB: 2-4.6 s written, hashed and synced on a CPU machine's disk, per cell, for nothing)
-    overrides = {**QUIET, "model": model, "batch_size": batch, "max_steps": WARMUP + TIMED,
-                 "log_steps": WARMUP, "precision": precision, "output_dir": str(out),
+    overrides = {**QUIET, "model": model, "batch_size": batch, "max_steps": warmup + timed,
+                 "log_steps": warmup, "precision": precision, "output_dir": str(out),
                  "max_length": MAX_LENGTH, "pooler": "cls", "mlp_head": True,
                  "save_steps": 0}  # fmt: skip
     if method == "dclr":  # the starting model scores; phi as set (no calibration)
@@ -207,7 +214,7 @@ def step_cell(
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
-    seconds = steady_step_seconds(out, WARMUP, TIMED)
+    seconds = steady_step_seconds(out, warmup, timed)
     tokens = trainer._tokens_per_step()
     flops = work_flops("train", linear_weights(trainer.model), tokens)
     row = {"seconds_per_step": seconds, "tokens_per_step": tokens, "flops_per_step": flops,
@@ -224,7 +231,9 @@ def compile_counts() -> dict[str, int]:
             "graph_breaks": int(sum(counters["graph_break"].values()))}  # fmt: skip
 
 
-def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
+def peer_cell(
+    model: str, batch: int, precision: str, timing: tuple[int, int] = (WARMUP, TIMED)
+) -> dict[str, Any]:
     """sentence-transformers' MNRL in a plain loop, the same batches and autocast."""
     import torch
     from sentence_transformers import SentenceTransformer, losses  # type: ignore[attr-defined]
@@ -255,14 +264,15 @@ def peer_cell(model: str, batch: int, precision: str) -> dict[str, Any]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for i in range(WARMUP):
+    warmup, timed = timing
+    for i in range(warmup):
         step(i)
     synchronize()
     tic = time.perf_counter()
-    for i in range(WARMUP, WARMUP + TIMED):
+    for i in range(warmup, warmup + timed):
         step(i)
     synchronize()
-    return {"seconds_per_step": (time.perf_counter() - tic) / TIMED}
+    return {"seconds_per_step": (time.perf_counter() - tic) / timed}
 
 
 def peak_memory_mib() -> float | None:
@@ -335,7 +345,7 @@ def objective_cell(batch: int, width: int, device: str, repeats: int) -> list[di
 
 def steps(
     named: dict[str, str], tmp: Path, cuda: bool, matmul: float | None, rows: list[dict],
-    saved: Callable[[], None],
+    saved: Callable[[], None], timing: tuple[int, int] = (WARMUP, TIMED),
 ) -> list[dict]:  # fmt: skip
     """Each step cell into `rows` as it is measured, the report `saved` after each (a run cut
     short keeps the cells it did)."""
@@ -349,17 +359,18 @@ def steps(
                         rows.append({**row, "status": "not run (CPU runs fp32)"})
                         continue
                     if method == "st-mnrl":
-                        measure = functools.partial(peer_cell, model, batch, precision)
+                        measure = functools.partial(peer_cell, model, batch, precision, timing)
                     else:
                         out = tmp / f"steps-{name}-{method}-{batch}-{precision}"
-                        measure = functools.partial(step_cell, model, method, batch, precision, out)
+                        measure = functools.partial(step_cell, model, method, batch, precision,
+                                                    out, timing=timing)  # fmt: skip
                     add_cell(rows, row, matmul, saved, measure)
     return rows
 
 
 def compiled_steps(
     model: tuple[str, str], tmp: Path, cuda: bool, matmul: float | None, rows: list[dict],
-    saved: Callable[[], None],
+    saved: Callable[[], None], timing: tuple[int, int] = (WARMUP, TIMED),
 ) -> list[dict]:  # fmt: skip
     """SimCSE then DCLR at batch 64, then at 512 (the 20 ms target's batch first), bf16 (fp32 on
     a CPU), compiled (`step_cell(compiled=True)`), each into `rows` as it is measured, the report
@@ -372,7 +383,8 @@ def compiled_steps(
                                    "precision": precision, "compile": "reduce-overhead"}  # fmt: skip
             out = tmp / f"compiled-{method}-{batch}"
             add_cell(rows, row, matmul, saved,
-                     functools.partial(step_cell, path, method, batch, precision, out, True))  # fmt: skip
+                     functools.partial(step_cell, path, method, batch, precision, out, True,
+                                       timing))  # fmt: skip
     return rows
 
 
@@ -578,7 +590,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"\nOnly these parts were run (--only): {', '.join(report['only'])}.")
     for part, why in report.get("failed", {}).items():
         lines.append(f"\n**{part} failed**: {why}")
-    lines += ["", f"## Training steps (steady state: {TIMED} steps after {WARMUP}, max length "
+    warmup, timed = report.get("timing", (WARMUP, TIMED))
+    lines += ["", f"## Training steps (steady state: {timed} steps after {warmup}, max length "
               f"{MAX_LENGTH})", ""]  # fmt: skip
     if not _missing(report, "steps", lines):
         lines += step_table(report["steps"])
@@ -635,8 +648,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "## The paper's BERT-base runs at this speed (benchmarks/paper_run_cost.py)", ""]
     if not _missing(report, "paper_runs", lines):
         shape = "the tiny model" if report["tiny"] else "the BERT-base shape (random weights)"
-        lines += [f"Each recipe as written on {shape}, {TIMED} steps timed after {WARMUP}, a dev "
-                  f"evaluation every {WARMUP}; scaled to {PAPER_SENTENCES:,} sentences.", ""]  # fmt: skip
+        lines += [f"Each recipe as written on {shape}, {timed} steps timed after {warmup}, a dev "
+                  f"evaluation every {warmup}; scaled to {PAPER_SENTENCES:,} sentences.", ""]  # fmt: skip
         lines += paper_markdown(report["paper_runs"])
     lines += ["", "## dclr serve (loopback clients; share of dclr fp32 bulk encoding)", ""]
     if not _missing(report, "serving", lines):
@@ -794,12 +807,14 @@ def main() -> int:
         tmp = Path(name)
         os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")  # empty caches, nothing left behind
         named = models(tmp, args.tiny)
+        timing: tuple[int, int] = TINY_TIMING if args.tiny else (WARMUP, TIMED)
         first = next(iter(named.values()))
         matmul = matmul_tflops(args.device)
         report: dict[str, Any] = {
             "device": args.device, "tiny": args.tiny, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if cuda else None,
             "matmul_tflops": None if matmul is None else round(matmul, 1),
+            "timing": timing,
         }  # fmt: skip
 
         def bulk() -> float | None:
@@ -809,7 +824,7 @@ def main() -> int:
         # by what the issue's targets need first; each is handed `saved` (the report to disk)
         parts: dict[str, Callable[[Callable[[], None]], Any]] = {
             "steps": lambda saved: steps(named, tmp, cuda, matmul,
-                                         report.setdefault("steps", []), saved),
+                                         report.setdefault("steps", []), saved, timing),
             "objective": lambda _: objective_rows(cuda, args.tiny),
             "encode": lambda _: encode_rows(first, 2000 if args.tiny else 30_000, cuda),
             "evaluation": lambda _: evaluation_rows(first, cuda, args.data_dir),
@@ -817,8 +832,9 @@ def main() -> int:
                                             cpu_trajectory(first, tmp)),
             "compiled_steps": lambda saved: compiled_steps(
                 next(iter(named.items())) if args.tiny else ("bert-base-shape", paper_model),
-                tmp, cuda, matmul, report.setdefault("compiled_steps", []), saved),
-            "paper_runs": lambda _: paper_runs(paper_model, tmp, cuda, WARMUP, TIMED, args.data_dir),
+                tmp, cuda, matmul, report.setdefault("compiled_steps", []), saved, timing),
+            "paper_runs": lambda _: paper_runs(paper_model, tmp, cuda, timing[0], timing[1],
+                                               args.data_dir),
             "serving": lambda _: serving_rows(first, cuda, bulk(), args.tiny),
             "long_run": lambda _: long_run(first, tmp, 4 if args.tiny else 200, args.data_dir),
         }  # fmt: skip

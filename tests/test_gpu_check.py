@@ -135,7 +135,7 @@ def test_sigterm_ends_the_run_at_the_part_it_cuts_keeping_what_was_measured(
 
     on_disk_at_the_cut = {}
 
-    def cell(model, method, batch, precision, out):
+    def cell(model, method, batch, precision, out, timing):
         if method == "dclr":  # the second cell
             on_disk_at_the_cut.update(json.loads(path.read_text()))  # what a SIGKILL would leave
             if inside_training:
@@ -269,6 +269,8 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     report = json.loads((tmp_path / "check-tiny-cpu.json").read_text())
     cells = {(r["method"], r["batch"], r["precision"]): r for r in report["steps"]}
     assert len(cells) == 12  # simcse, dclr, st-mnrl x batch 64, 512 x fp32, bf16
+    assert report["timing"] == list(gpu_check.TINY_TIMING)  # fewer steps than a GPU's (10, 20)
+    assert "steady state: 6 steps after 3" in (tmp_path / "check-tiny-cpu.md").read_text()
     for method in ("simcse", "dclr", "st-mnrl"):
         for batch in (64, 512):
             assert cells[(method, batch, "fp32")]["status"] == "ok"
