@@ -39,9 +39,13 @@ evaluation `dclr eval` runs):
    written, on the BERT-base shape, briefly, scaled to the papers' 1M sentences
    (`benchmarks/paper_run_cost.py`): what the BERT-base SimCSE + DCLR pair costs on this device.
 8. **dclr serve** under 32 x 1 and 8 x 64 clients as a share of bulk encoding.
+9. **Host syncs**: SimCSE and DCLR as a step cell runs them (eager, batch 64), 13 steps: each
+   read of a device value that made the host wait, per ordinary step (no log, evaluation or
+   checkpoint) and where, by CUDA's own detector (`dclr.training.host_syncs`); the issue asks
+   for none. It runs after the trajectory (seconds).
 
 The parts run in the order the issue's targets need them (steps, objectives, encode, evaluation, trajectory,
-the compiled step, then paper runs, serving, the 200-step run, which no target reads); the report
+host syncs, the compiled step, then paper runs, serving, the 200-step run, which no target reads); the report
 is written after each cell and part, so a run cut short by the time limit keeps what it measured,
 and a part that fails is reported and the rest run.
 Exit status 1 when the trajectory check fails or any part failed.
@@ -80,8 +84,8 @@ SIMCSE_RECIPE = ROOT / "recipes" / "simcse_minilm_mean_cpu.yaml"
 BATCHES = (64, 512)
 PRECISIONS = ("fp32", "bf16")
 # The parts, in the order they run: by what the issue's targets need first (`main`).
-PARTS = ("steps", "objective", "encode", "evaluation", "trajectory", "compiled_steps",
-         "paper_runs", "serving", "long_run")  # fmt: skip
+PARTS = ("steps", "objective", "encode", "evaluation", "trajectory", "host_syncs",
+         "compiled_steps", "paper_runs", "serving", "long_run")  # fmt: skip
 MAX_LENGTH = 32  # SimCSE's training length
 WARMUP = 10  # steps excluded from every timing (the first log step)
 TIMED = 20  # steps timed after the warm-up
@@ -194,23 +198,10 @@ def step_cell(
     `timing[1]` steps after `timing[0]` warm-up steps."""
     import torch
 
-    from dclr.driver import trainer_for
     from dclr.estimate import linear_weights, work_flops
-    from dclr.recipe import load_config
 
-    recipe = SIMCSE_RECIPE if method == "simcse" else DCLR_RECIPE
     warmup, timed = timing
-    # save_steps 0: no checkpoint after the last step (BERT-base's, with AdamW's moments, is
-    # 1.3 GB: 2-4.6 s written, hashed and synced on a CPU machine's disk, per cell, for nothing)
-    overrides = {**QUIET, "model": model, "batch_size": batch, "max_steps": warmup + timed,
-                 "log_steps": warmup, "precision": precision, "output_dir": str(out),
-                 "max_length": MAX_LENGTH, "pooler": "cls", "mlp_head": True,
-                 "save_steps": 0}  # fmt: skip
-    if method == "dclr":  # the starting model scores; phi as set (no calibration)
-        overrides |= {"complementary_model": model, "phi_calibration": "none"}
-    if compiled:
-        overrides |= {"compile": "reduce-overhead", "length_bucket": MAX_LENGTH}
-    trainer = trainer_for(load_config(recipe, overrides))
+    trainer = step_trainer(model, method, batch, precision, out, warmup + timed, warmup, compiled)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -220,6 +211,30 @@ def step_cell(
     row = {"seconds_per_step": seconds, "tokens_per_step": tokens, "flops_per_step": flops,
            "peak_memory_mib": peak_memory_mib()}  # fmt: skip
     return row | compile_counts() if compiled else row
+
+
+def step_trainer(
+    model: str, method: str, batch: int, precision: str, out: Path, steps: int, log_steps: int,
+    compiled: bool = False,
+) -> Any:  # fmt: skip
+    """The `Trainer` of a step cell: the method's MiniLM recipe on `model` with the step table's
+    options (cls pooling, MLP head, max length 32, DCLR's complementary model cached), no
+    evaluation, a log every `log_steps`."""
+    from dclr.driver import trainer_for
+    from dclr.recipe import load_config
+
+    recipe = SIMCSE_RECIPE if method == "simcse" else DCLR_RECIPE
+    # save_steps 0: no checkpoint after the last step (BERT-base's, with AdamW's moments, is
+    # 1.3 GB: 2-4.6 s written, hashed and synced on a CPU machine's disk, per cell, for nothing)
+    overrides = {**QUIET, "model": model, "batch_size": batch, "max_steps": steps,
+                 "log_steps": log_steps, "precision": precision, "output_dir": str(out),
+                 "max_length": MAX_LENGTH, "pooler": "cls", "mlp_head": True,
+                 "save_steps": 0}  # fmt: skip
+    if method == "dclr":  # the starting model scores; phi as set (no calibration)
+        overrides |= {"complementary_model": model, "phi_calibration": "none"}
+    if compiled:
+        overrides |= {"compile": "reduce-overhead", "length_bucket": MAX_LENGTH}
+    return trainer_for(load_config(recipe, overrides))
 
 
 def compile_counts() -> dict[str, int]:
@@ -577,6 +592,23 @@ def compare(device: list[float], cpu: list[float]) -> dict[str, Any]:
             "passed": shares[worst] <= 1.0, "device": device, "cpu": cpu}  # fmt: skip
 
 
+# ---- part 6: host syncs -----------------------------------------------------------------------
+def host_sync_rows(model: str, tmp: Path, cuda: bool) -> list[dict[str, Any]]:
+    """SimCSE and DCLR as a step cell runs them (eager, batch 64), 13 steps with a log at 6 and 12:
+    each read of a device value that made the host wait, per ordinary step (one that neither
+    logs, evaluates nor checkpoints) and where (`dclr.training.host_syncs`; on a GPU CUDA's own
+    detector, on a CPU the calls that would wait)."""
+    from dclr.training.host_syncs import record_host_syncs
+
+    precision = "bf16" if cuda else "fp32"
+    rows = []
+    for method in ("simcse", "dclr"):
+        trainer = step_trainer(model, method, 64, precision, tmp / f"syncs-{method}", 13, 6)
+        rows.append({"method": method, "batch": 64, "precision": precision,
+                     **record_host_syncs(trainer).summary()})  # fmt: skip
+    return rows
+
+
 # ---- report -----------------------------------------------------------------------------------
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown; a part not (yet) measured, or failed, says so in its section."""
@@ -645,6 +677,13 @@ def markdown(report: dict[str, Any]) -> str:
             f"(|d| <= {ATOL:g} + {RTOL:g}|cpu|; max |d| {t.get('max_abs_difference', 0):.2e}): "
             f"{'passed' if t['passed'] else 'FAILED'}."
         )
+    lines += [
+        "",
+        "## Host syncs in an ordinary step (eager, batch 64; dclr.training.host_syncs)",
+        "",
+    ]
+    if not _missing(report, "host_syncs", lines):
+        lines += host_sync_lines(report["host_syncs"], report["device"])
     lines += ["", "## The paper's BERT-base runs at this speed (benchmarks/paper_run_cost.py)", ""]
     if not _missing(report, "paper_runs", lines):
         shape = "the tiny model" if report["tiny"] else "the BERT-base shape (random weights)"
@@ -674,6 +713,23 @@ def markdown(report: dict[str, Any]) -> str:
                 shown = "—" if before is None else f"{before:.2f}"
                 lines.append(f"| {task} | {shown} | {after:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def host_sync_lines(rows: list[dict[str, Any]], device: str) -> list[str]:
+    """Per method: ordinary steps, the reads in them (dclr's own, the libraries'), and where."""
+    lines = []
+    if device == "cpu":
+        lines += ["On a CPU nothing waits: these are the calls that would wait on a GPU, made on "
+                  "the CPU path (which reads the loss each step, for the NaN stop and the bar, "
+                  "and DCLR's noise once), not a GPU's.", ""]  # fmt: skip
+    lines += ["| method | detector | ordinary steps | reads in them | dclr's | most in one step "
+              "| where (count) |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for r in rows:
+        where = "; ".join(f"{place} ({n})" for place, n in r["where"].items()) or "none"
+        lines.append(f"| {r['method']} | {r['detector']} | {r['ordinary_steps']} | "
+                     f"{r['syncs_in_ordinary_steps']} | {r['ours_in_ordinary_steps']} | "
+                     f"{r['max_per_ordinary_step']} | {where} |")  # fmt: skip
+    return lines
 
 
 def step_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -729,6 +785,7 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
     compiled_share = compiled.get(("simcse", 512), {}).get("share_of_matmul")
     evaluation = (report.get("evaluation") or [{}])[0].get("seconds", "—")
     trajectory = report.get("trajectory")
+    syncs = report.get("host_syncs") or []
     return [
         (f"{model} {precision} batch 64 SimCSE step <= 20 ms",
          f"{ms('simcse', 64)} ms eager, {compiled_ms('simcse', 64) or '—'} ms compiled"),
@@ -748,6 +805,10 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
          ratio(fp32, rate.get(("sentence-transformers", "fp32")))),
         ("trajectory against the CPU",
          "—" if trajectory is None else "passed" if trajectory["passed"] else "FAILED"),
+        ("no host sync in an ordinary step (eager, batch 64)",
+         "; ".join(f"{r['method']}: {r['ours_in_ordinary_steps']} dclr's, "
+                   f"{r['syncs_in_ordinary_steps']} in all, in {r['ordinary_steps']} steps"
+                   for r in syncs) or "—"),
     ]  # fmt: skip
 
 
@@ -830,6 +891,7 @@ def main() -> int:
             "evaluation": lambda _: evaluation_rows(first, cuda, args.data_dir),
             "trajectory": lambda _: compare(trajectory(first, tmp / "traj-device"),
                                             cpu_trajectory(first, tmp)),
+            "host_syncs": lambda _: host_sync_rows(first, tmp, cuda),
             "compiled_steps": lambda saved: compiled_steps(
                 next(iter(named.items())) if args.tiny else ("bert-base-shape", paper_model),
                 tmp, cuda, matmul, report.setdefault("compiled_steps", []), saved, timing),

@@ -303,11 +303,20 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
         "encode",
         "evaluation",
         "trajectory",
+        "host_syncs",
         "compiled_steps",
         "paper_runs",
         "serving",
         "long_run",
     ]
+    syncs = {r["method"]: r for r in report["host_syncs"]}
+    assert set(syncs) == {"simcse", "dclr"}
+    assert all(
+        r["detector"] == "cpu-dispatch" and r["ordinary_steps"] == 10 for r in syncs.values()
+    )
+    # the CPU path reads the loss every step (its NaN stop): seen, and the table says why
+    assert all(r["ours_in_ordinary_steps"] >= 10 for r in syncs.values())
+    assert "On a CPU nothing waits" in (tmp_path / "check-tiny-cpu.md").read_text()
     compiled = {(r["method"], r["batch"]): r for r in report["compiled_steps"]}
     assert list(compiled) == [("simcse", 64), ("dclr", 64), ("simcse", 512), ("dclr", 512)]
     assert all(r["status"] == "ok" and r["ms_per_step"] > 0 for r in compiled.values())

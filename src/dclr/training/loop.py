@@ -187,7 +187,8 @@ class Trainer:
         run = self.run
         ids = run.global_batch(step)
         local = run.batch_size // self.world
-        mine = [run.data[int(i)] for i in ids[self.rank * local : (self.rank + 1) * local]]
+        rows = ids.tolist()  # one read of the plan's ids, not one per id
+        mine = [run.data[i] for i in rows[self.rank * local : (self.rank + 1) * local]]
         features, labels = self.method.collate(run, mine)
         if self._async_copy:
             features = pinned(features)
@@ -196,7 +197,7 @@ class Trainer:
             features=features,
             step=step,
             indices=ids,
-            sentences=[run.data[int(i)] for i in ids],
+            sentences=[run.data[i] for i in rows],
             labels=labels,
         )
         return batch, len(mine)

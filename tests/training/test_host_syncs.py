@@ -1,0 +1,156 @@
+"""dclr.training.host_syncs (issue 44: "no host synchronisation in an ordinary step"): the loop as
+it runs on a GPU makes no read of a device value of its own in an ordinary step, and a read
+planted in the objective is found with its step and line. On the CPU the recorder catches the
+calls that would wait on a GPU (a dispatch mode); CUDA's own detector is checked with its
+warning, not a GPU."""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+
+import pytest
+import torch
+from helpers import tiny_run_overrides
+
+import dclr.losses.simcse as simcse_module
+import dclr.training.host_syncs as host_syncs
+import dclr.training.loop as loop_module
+from dclr.driver import trainer_for
+from dclr.recipe import load_config
+from dclr.training.finite import FiniteGuard
+from dclr.training.host_syncs import HostSync, HostSyncs, record_host_syncs
+
+# The GPU's choices, taken on the CPU: the NaN stop read at log steps only (lazy guard), padded
+# batches (no packing), fused AdamW (the CPU's foreach AdamW reads each step count).
+GPU_PATH = {"packing": "off", "fused_optimizer": "on"}
+
+
+def gpu_like_run(model_dir, corpus_file, out, monkeypatch, **options) -> HostSyncs:
+    """7 steps, a log at 3, 6 and 7 (the last): ordinary steps 1, 2, 4 and 5."""
+    monkeypatch.setattr(loop_module, "FiniteGuard", lambda lazy: FiniteGuard(lazy=True))
+    overrides = tiny_run_overrides(
+        model_dir, corpus_file, out, max_steps=7, log_steps=3, **GPU_PATH, **options
+    )
+    return record_host_syncs(trainer_for(load_config(None, overrides)))
+
+
+def test_simcse_on_the_gpu_path_reads_nothing_of_its_own_in_an_ordinary_step(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    syncs = gpu_like_run(model_dir, corpus_file, tmp_path / "run", monkeypatch)
+    assert syncs.ordinary == [1, 2, 4, 5] and syncs.steps == 7
+    assert [e for e in syncs.in_ordinary_steps() if e.ours] == []
+    # what is left is a library's, reached through our forward: transformers' attention-mask
+    # check (`padding_mask.all()`, to skip the mask when nothing is padded), one per forward
+    others = syncs.in_ordinary_steps()
+    assert all(e.via and e.via.startswith("dclr/models/encoder.py") for e in others)
+    assert len(others) <= len(syncs.ordinary)
+    # the log steps read the loss (the lazy NaN stop and the record): seen, and not ordinary
+    logged = [e for e in syncs.events if e.ours and e.step in (3, 6, 7)]
+    assert logged and {e.step for e in logged} == {3, 6, 7}
+
+
+def test_a_read_planted_in_the_objective_is_found_at_its_line_in_every_step(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """Red on a planted bug: `float(loss)` in the objective, the kind of read issue 44 found."""
+    real = simcse_module.simcse_loss
+
+    def reading_loss(*args, **kwargs):
+        loss = real(*args, **kwargs)
+        if float(loss.detach()) < 0:  # a host read of the device loss, every step
+            raise AssertionError
+        return loss
+
+    monkeypatch.setattr(simcse_module, "simcse_loss", reading_loss)
+    syncs = gpu_like_run(model_dir, corpus_file, tmp_path / "run", monkeypatch)
+    ours = [e for e in syncs.in_ordinary_steps() if e.ours]
+    assert [e.step for e in ours] == [1, 2, 4, 5]
+    assert {e.op for e in ours} == {"_local_scalar_dense"}
+    assert {e.where.split(":")[0] for e in ours} == {"tests/training/test_host_syncs.py"}
+    assert all(e.where.endswith("in reading_loss") for e in ours)
+    summary = syncs.summary()
+    assert summary["ours_in_ordinary_steps"] == 4 and summary["max_per_ordinary_step"] >= 1
+
+
+def test_dclr_on_the_gpu_path_reads_only_the_cpus_own_noise_check(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """DCLR's one read of its own is the check of the noise negatives, which runs on a CPU only
+    (on a GPU a non-finite noise vector makes the loss non-finite, which the lazy guard stops)."""
+    syncs = gpu_like_run(
+        model_dir, corpus_file, tmp_path / "run", monkeypatch,
+        method="dclr", complementary_model=str(model_dir), complementary_pooler="mean",
+        phi_calibration="none",
+    )  # fmt: skip
+    ours = [e for e in syncs.in_ordinary_steps() if e.ours]
+    assert [e.step for e in ours] == [1, 2, 4, 5]
+    assert all(e.where.startswith("dclr/losses/dclr.py") for e in ours)
+    assert all(e.where.endswith("in noise_negatives") for e in ours)
+
+
+def frame(path: str, line: int, name: str) -> traceback.FrameSummary:
+    return traceback.FrameSummary(path, line, name)
+
+
+def test_a_read_inside_a_library_is_placed_there_and_via_our_caller():
+    site = "/venv/lib/python3.11/site-packages"
+    stack = [
+        frame("/repo/src/dclr/training/loop.py", 10, "train"),
+        frame("/repo/src/dclr/models/encoder.py", 20, "forward"),
+        frame(f"{site}/transformers/masking_utils.py", 30, "sdpa_mask"),
+        frame(f"{torch.__path__[0]}/_tensor.py", 40, "__bool__"),  # torch's own: skipped
+        frame(host_syncs.__file__, 50, "seen"),  # the recorder: skipped
+    ]
+    assert host_syncs._where(stack) == (
+        "transformers/masking_utils.py:30 in sdpa_mask",
+        "dclr/models/encoder.py:20 in forward",
+    )
+    assert host_syncs._where(stack[:2]) == ("dclr/models/encoder.py:20 in forward", None)
+    installed = [frame(f"{site}/dclr/losses/dclr.py", 5, "noise_negatives")]
+    assert host_syncs._where(installed) == ("dclr/losses/dclr.py:5 in noise_negatives", None)
+
+
+def test_the_summary_counts_by_hand():
+    events = [
+        HostSync(1, "_local_scalar_dense", "dclr/a.py:1 in f"),
+        HostSync(1, "nonzero", "transformers/m.py:2 in g", via="dclr/b.py:3 in h"),
+        HostSync(2, "_local_scalar_dense", "dclr/a.py:1 in f"),
+        HostSync(3, "_local_scalar_dense", "dclr/c.py:4 in log"),  # a log step
+    ]
+    summary = HostSyncs("cpu-dispatch", 3, [1, 2], events).summary()
+    assert summary == {
+        "detector": "cpu-dispatch", "steps": 3, "ordinary_steps": 2,
+        "syncs_in_ordinary_steps": 3, "ours_in_ordinary_steps": 2, "max_per_ordinary_step": 2,
+        "syncs_in_other_steps": 1,
+        "where": {"dclr/a.py:1 in f": 2,
+                  "transformers/m.py:2 in g (via dclr/b.py:3 in h)": 1},
+    }  # fmt: skip
+
+
+def test_the_cuda_detector_takes_cudas_warning_and_shows_the_others(monkeypatch):
+    """CUDA's detector warns "called a synchronizing CUDA operation" (from any thread); the
+    recorder takes those, lets every other warning through, and puts the mode back."""
+    modes = [0]
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: modes[-1])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    seen, shown = [], []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *rest, **kw: shown.append(message))
+    with host_syncs._cuda_detector(seen.append):
+        assert modes[-1] == "warn"
+        for _ in range(2):  # "always": the same line twice is two reads
+            warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    assert seen == ["cuda synchronize", "cuda synchronize"]
+    assert [str(m) for m in shown] == ["something else"]
+    assert modes[-1] == 0
+
+
+@pytest.mark.parametrize("ops", [lambda t: t.nonzero(), lambda t: t[t > 0], lambda t: t.item()])
+def test_the_cpu_recorder_sees_data_dependent_shapes_and_scalar_reads(ops):
+    seen = []
+    with host_syncs._SyncOps(seen.append):
+        ops(torch.tensor([1.0]))
+        torch.tensor([1.0, 2.0]).sum() * 2  # no read: nothing
+    assert len(seen) == 1
