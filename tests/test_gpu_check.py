@@ -311,9 +311,7 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     ]
     syncs = {r["method"]: r for r in report["host_syncs"]}
     assert set(syncs) == {"simcse", "dclr"}
-    assert all(
-        r["detector"] == "cpu-dispatch" and r["ordinary_steps"] == 10 for r in syncs.values()
-    )
+    assert all(r["detector"] == "cpu-calls" and r["ordinary_steps"] == 10 for r in syncs.values())
     # the CPU path reads the loss every step (its NaN stop): seen, and the table says why
     assert all(r["ours_in_ordinary_steps"] >= 10 for r in syncs.values())
     assert "On a CPU nothing waits" in (tmp_path / "check-tiny-cpu.md").read_text()

@@ -1,8 +1,8 @@
 """dclr.training.host_syncs (issue 44: "no host synchronisation in an ordinary step"): the loop as
 it runs on a GPU makes no read of a device value of its own in an ordinary step, and a read
 planted in the objective is found with its step and line. On the CPU the recorder catches the
-calls that would wait on a GPU (a dispatch mode); CUDA's own detector is checked with its
-warning, not a GPU."""
+calls that would wait on a GPU (a torch-function and a dispatch mode); CUDA's own detector is
+checked with its warning, not a GPU."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from dclr.training.finite import FiniteGuard
 from dclr.training.host_syncs import HostSync, HostSyncs, record_host_syncs
 
 # The GPU's choices, taken on the CPU: the NaN stop read at log steps only (lazy guard), padded
-# batches (no packing), fused AdamW (the CPU's foreach AdamW reads each step count).
-GPU_PATH = {"packing": "off", "fused_optimizer": "on"}
+# batches (no packing), fused AdamW (the CPU's foreach AdamW reads each step count), batches made
+# on the prefetch thread (there the sampler's ids are read on the host, as on a GPU).
+GPU_PATH = {"packing": "off", "fused_optimizer": "on", "prefetch": "on"}
 
 
 def gpu_like_run(model_dir, corpus_file, out, monkeypatch, **options) -> HostSyncs:
@@ -51,43 +52,70 @@ def test_simcse_on_the_gpu_path_reads_nothing_of_its_own_in_an_ordinary_step(
     assert logged and {e.step for e in logged} == {3, 6, 7}
 
 
+@pytest.mark.parametrize(
+    ("read", "op"),
+    [(lambda loss: float(loss.detach()), "__float__"),  # the kind of read issue 44 found
+     (lambda loss: loss.detach().cpu(), "cpu"),  # a copy to the host
+     (lambda loss: loss.detach().reshape(1).nonzero(), "nonzero")],  # a data-dependent size
+    ids=["float", "cpu", "nonzero"],
+)  # fmt: skip
 def test_a_read_planted_in_the_objective_is_found_at_its_line_in_every_step(
-    model_dir, corpus_file, tmp_path, monkeypatch
+    model_dir, corpus_file, tmp_path, monkeypatch, read, op
 ):
-    """Red on a planted bug: `float(loss)` in the objective, the kind of read issue 44 found."""
+    """Red on a planted bug: a host read in the objective, found once per ordinary step."""
     real = simcse_module.simcse_loss
 
     def reading_loss(*args, **kwargs):
         loss = real(*args, **kwargs)
-        if float(loss.detach()) < 0:  # a host read of the device loss, every step
-            raise AssertionError
+        read(loss)  # a host read of the device loss, every step
         return loss
 
     monkeypatch.setattr(simcse_module, "simcse_loss", reading_loss)
     syncs = gpu_like_run(model_dir, corpus_file, tmp_path / "run", monkeypatch)
     ours = [e for e in syncs.in_ordinary_steps() if e.ours]
     assert [e.step for e in ours] == [1, 2, 4, 5]
-    assert {e.op for e in ours} == {"_local_scalar_dense"}
+    assert {e.op for e in ours} == {op}
     assert {e.where.split(":")[0] for e in ours} == {"tests/training/test_host_syncs.py"}
-    assert all(e.where.endswith("in reading_loss") for e in ours)
+    assert all(e.where.endswith("in <lambda>") for e in ours)  # the planted line itself
     summary = syncs.summary()
     assert summary["ours_in_ordinary_steps"] == 4 and summary["max_per_ordinary_step"] >= 1
 
 
-def test_dclr_on_the_gpu_path_reads_only_the_cpus_own_noise_check(
+def test_dclr_on_the_gpu_path_reads_only_what_a_gpu_does_not_wait_for(
     model_dir, corpus_file, tmp_path, monkeypatch
 ):
-    """DCLR's one read of its own is the check of the noise negatives, which runs on a CPU only
-    (on a GPU a non-finite noise vector makes the loss non-finite, which the lazy guard stops)."""
+    """DCLR's reads of its own, each once per ordinary step, and neither a wait on a GPU: the
+    check of the noise negatives, which runs on a CPU only (on a GPU a non-finite noise vector
+    makes the loss non-finite, which the lazy guard stops), and the cached complementary model's
+    read of the batch's corpus rows, `Batch.indices`, the sampler's tensor, which stays on the
+    host (`Trainer._on_device` moves the features and labels only: checked here)."""
     syncs = gpu_like_run(
         model_dir, corpus_file, tmp_path / "run", monkeypatch,
         method="dclr", complementary_model=str(model_dir), complementary_pooler="mean",
         phi_calibration="none",
     )  # fmt: skip
     ours = [e for e in syncs.in_ordinary_steps() if e.ours]
-    assert [e.step for e in ours] == [1, 2, 4, 5]
-    assert all(e.where.startswith("dclr/losses/dclr.py") for e in ours)
-    assert all(e.where.endswith("in noise_negatives") for e in ours)
+    places = {(e.op, e.where.split(":")[0], e.where.split(" in ")[-1]) for e in ours}
+    assert places == {
+        ("__bool__", "dclr/losses/dclr.py", "noise_negatives"),
+        ("cpu", "dclr/losses/complementary.py", "anchor_vectors"),
+        ("numpy", "dclr/losses/complementary.py", "anchor_vectors"),
+    }
+    assert sorted(e.step for e in ours) == sorted([1, 2, 4, 5] * 3)
+
+
+def test_a_batch_goes_to_the_device_with_its_corpus_rows_left_on_the_host(
+    model_dir, corpus_file, tmp_path
+):
+    """What makes the complementary model's read of `Batch.indices` free on a GPU. The "meta"
+    device stands in for the GPU: the features move there, the indices stay on the CPU."""
+    trainer = trainer_for(load_config(None, tiny_run_overrides(model_dir, corpus_file, tmp_path)))
+    trainer._setup()
+    host = trainer.host_batch(0)
+    trainer.device = torch.device("meta")
+    moved, _ = trainer._on_device(host)
+    assert {t.device.type for t in moved.features.values()} == {"meta"}
+    assert moved.indices.device.type == "cpu" and moved.indices is host[0].indices
 
 
 def frame(path: str, line: int, name: str) -> traceback.FrameSummary:
@@ -119,9 +147,9 @@ def test_the_summary_counts_by_hand():
         HostSync(2, "_local_scalar_dense", "dclr/a.py:1 in f"),
         HostSync(3, "_local_scalar_dense", "dclr/c.py:4 in log"),  # a log step
     ]
-    summary = HostSyncs("cpu-dispatch", 3, [1, 2], events).summary()
+    summary = HostSyncs("cpu-calls", 3, [1, 2], events).summary()
     assert summary == {
-        "detector": "cpu-dispatch", "steps": 3, "ordinary_steps": 2,
+        "detector": "cpu-calls", "steps": 3, "ordinary_steps": 2,
         "syncs_in_ordinary_steps": 3, "ours_in_ordinary_steps": 2, "max_per_ordinary_step": 2,
         "syncs_in_other_steps": 1,
         "where": {"dclr/a.py:1 in f": 2,
@@ -147,10 +175,17 @@ def test_the_cuda_detector_takes_cudas_warning_and_shows_the_others(monkeypatch)
     assert modes[-1] == 0
 
 
-@pytest.mark.parametrize("ops", [lambda t: t.nonzero(), lambda t: t[t > 0], lambda t: t.item()])
-def test_the_cpu_recorder_sees_data_dependent_shapes_and_scalar_reads(ops):
+@pytest.mark.parametrize(
+    ("ops", "op"),
+    [(lambda t: t.nonzero(), "nonzero"), (lambda t: t[t > 0], "index (boolean mask)"),
+     (lambda t: t.item(), "item"), (lambda t: bool(t), "__bool__"), (lambda t: t.tolist(), "tolist"),
+     (lambda t: t.numpy(), "numpy"), (lambda t: [0, 1][t.long()], "__index__")],
+    ids=["nonzero", "mask", "item", "bool", "tolist", "numpy", "index"],
+)  # fmt: skip
+def test_the_cpu_recorder_sees_each_read_once(ops, op):
     seen = []
-    with host_syncs._SyncOps(seen.append):
+    with host_syncs._cpu_detector(seen.append):
         ops(torch.tensor([1.0]))
         torch.tensor([1.0, 2.0]).sum() * 2  # no read: nothing
-    assert len(seen) == 1
+        torch.tensor([1.0]).to("cpu")  # a run's own device: not a read
+    assert seen == [op]

@@ -8,9 +8,14 @@ trains and records every such read:
 
 - on a GPU, through CUDA's own detector (`torch.cuda.set_sync_debug_mode("warn")`: every
   synchronising CUDA call warns), on every thread;
-- on a CPU nothing waits; the same recorder catches the calls that would wait on a GPU
-  (`SYNC_OPS`, through a dispatch mode) made on the calling thread. It does not see the prefetch
-  thread, nor `.cpu()`, `.numpy()` or `.tolist()`, which on a CPU do not reach the dispatcher.
+- on a CPU nothing waits; the recorder catches the calls that would wait on a GPU, made on the
+  calling thread (not the prefetch thread): a tensor read on the host (`HOST_READS`: `.item()`,
+  `.tolist()`, `.numpy()`, `.cpu()`, `bool()`, `int()`, `float()`, as an index; a
+  torch-function mode; not `.to("cpu")`, which a CPU run cannot tell from `.to(device)`) and the aten calls whose output size depends on the data (`SYNC_OPS`,
+  a boolean mask's index; a dispatch mode). It cannot tell a tensor that would be on the GPU
+  from one that stays on the host (the sampler's ids, a mask drawn on the CPU): on a CPU a read
+  of a host tensor counts too, so the CPU's count is an upper bound of the GPU's for the code
+  it sees.
 
 A step's reads run from the start of its `Trainer._step` to the start of the next: the step,
 then its log, evaluation or checkpoint, and the next batch's preparation. An ordinary step is one
@@ -29,10 +34,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# The aten calls that make the host wait on a GPU: a value read back (item, float, bool), or an
-# output whose size depends on the data (the host needs the count before it can go on).
+# Tensor methods that read a value on the host: on a GPU each waits for the device.
+HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__",
+                        "__index__"})  # fmt: skip
+# The aten calls that make the host wait on a GPU: a value read back (the aten side of the reads
+# above, for calls that reach it otherwise), or an output whose size depends on the data (the
+# host needs the count before it can go on).
 SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "_unique2",
                       "unique_consecutive", "unique_dim"})  # fmt: skip
 CUDA_SYNC_MESSAGE = "synchronizing CUDA operation"
@@ -61,7 +71,7 @@ class HostSync:
 class HostSyncs:
     """What `record_host_syncs` saw over a run of `steps` steps."""
 
-    detector: str  # "cuda" (CUDA's sync detector) or "cpu-dispatch" (the calls that would wait)
+    detector: str  # "cuda" (CUDA's sync detector) or "cpu-calls" (the calls that would wait)
     steps: int
     ordinary: list[int]  # the steps that neither log, evaluate nor checkpoint
     events: list[HostSync] = field(default_factory=list)
@@ -113,22 +123,52 @@ def _where(stack: list[traceback.FrameSummary]) -> tuple[str, str | None]:
     return _place(inner), _place(ours[-1]) if ours else "?"
 
 
-class _SyncOps(TorchDispatchMode):
-    """The CPU's recorder: each SYNC_OPS call, and each index by a boolean mask."""
+class _HostReads(TorchFunctionMode):
+    """The CPU's recorder, Python side: each HOST_READS method. While one runs, `reading` is
+    set, so its aten call (`_local_scalar_dense`) is not counted a second time. (`.to(device)`
+    is not counted: on a CPU run the device is the CPU, so it cannot be told from a read.)"""
 
     def __init__(self, seen: Callable[[str], None]) -> None:
         super().__init__()
-        self.seen = seen
+        self.seen, self.reading = seen, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in HOST_READS:
+            self.seen(name)
+            self.reading = True
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.reading = False
+        return func(*args, **kwargs)
+
+
+class _SyncOps(TorchDispatchMode):
+    """The CPU's recorder, aten side: each SYNC_OPS call not already counted by `reads`, and
+    each index by a boolean mask."""
+
+    def __init__(self, seen: Callable[[str], None], reads: _HostReads) -> None:
+        super().__init__()
+        self.seen, self.reads = seen, reads
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         name = func.overloadpacket.__name__
-        if name in SYNC_OPS:
+        if name in SYNC_OPS and not (self.reads.reading and name == "_local_scalar_dense"):
             self.seen(name)
         elif name == "index" and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())
         ):
             self.seen("index (boolean mask)")
         return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def _cpu_detector(seen: Callable[[str], None]) -> Iterator[None]:
+    reads = _HostReads(seen)
+    with reads, _SyncOps(seen, reads):
+        yield
 
 
 @contextmanager
@@ -172,7 +212,7 @@ def record_host_syncs(trainer: Any, **train_options: Any) -> HostSyncs:
         return step(state, index, *args, **kwargs)
 
     cuda = trainer.device.type == "cuda"
-    detector = _cuda_detector(seen) if cuda else _SyncOps(seen)
+    detector = _cuda_detector(seen) if cuda else _cpu_detector(seen)
     trainer._step = counted_step
     try:
         with detector:
@@ -189,4 +229,4 @@ def record_host_syncs(trainer: Any, **train_options: Any) -> HostSyncs:
         return not (due or checkpoint_due(done, end, total, every))
 
     steps = [done for done in range(1, end + 1) if ordinary(done)]
-    return HostSyncs("cuda" if cuda else "cpu-dispatch", end, steps, events)
+    return HostSyncs("cuda" if cuda else "cpu-calls", end, steps, events)
