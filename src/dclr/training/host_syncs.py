@@ -11,11 +11,11 @@ trains and records every such read:
 - on a CPU nothing waits; the recorder catches the calls that would wait on a GPU, made on the
   calling thread (not the prefetch thread): a tensor read on the host (`HOST_READS`: `.item()`,
   `.tolist()`, `.numpy()`, `.cpu()`, `bool()`, `int()`, `float()`, as an index; a
-  torch-function mode; not `.to("cpu")`, which a CPU run cannot tell from `.to(device)`) and the aten calls whose output size depends on the data (`SYNC_OPS`,
-  a boolean mask's index; a dispatch mode). It cannot tell a tensor that would be on the GPU
-  from one that stays on the host (the sampler's ids, a mask drawn on the CPU): on a CPU a read
-  of a host tensor counts too, so the CPU's count is an upper bound of the GPU's for the code
-  it sees.
+  torch-function mode) and the aten calls whose output size depends on the data (`SYNC_OPS`, a
+  boolean mask's index; a dispatch mode). It cannot tell a tensor that would be on the GPU from
+  one that stays on the host (the sampler's ids, a mask drawn on the CPU), so a read of a host
+  tensor counts too: for the code it sees, the CPU's count is an upper bound of the GPU's. It
+  does not count `.to("cpu")`, which a CPU run cannot tell from `.to(device)`.
 
 A step's reads run from the start of its `Trainer._step` to the start of the next: the step,
 then its log, evaluation or checkpoint, and the next batch's preparation. An ordinary step is one
@@ -53,8 +53,8 @@ _HERE = __file__
 @dataclass(frozen=True)
 class HostSync:
     """One read: the step it fell in (1-based; 0 before the first), the operation, and where:
-    the innermost line outside torch that made it, and the innermost dclr line on the way
-    (`via`, when `where` is another package's, such as transformers')."""
+    the innermost line outside torch that made it and, when that line is another library's
+    (transformers', ...), the innermost line of ours that called it (`via`)."""
 
     step: int
     op: str
