@@ -43,12 +43,15 @@ evaluation `dclr eval` runs):
    read of a device value that made the host wait, per ordinary step (no log, evaluation or
    checkpoint) and where, by CUDA's own detector (`dclr.training.host_syncs`); the issue asks
    for none. It runs after the trajectory (seconds).
+10. **Resume**: DCLR with checkpoints written in the background (a GPU's default), paused after
+   step 6 and resumed: steps 7 and 8 against the run that was not paused, within the
+   trajectory's tolerance.
 
 The parts run in the order the issue's targets need them (steps, objectives, encode, evaluation, trajectory,
-host syncs, the compiled step, then paper runs, serving, the 200-step run, which no target reads); the report
+host syncs, the compiled step, then paper runs, serving, resume, the 200-step run, which no target reads); the report
 is written after each cell and part, so a run cut short by the time limit keeps what it measured,
 and a part that fails is reported and the rest run.
-Exit status 1 when the trajectory check fails or any part failed.
+Exit status 1 when the trajectory or the resume check fails, or any part failed.
 
     bash benchmarks/gpu_check.sh                       # on a GPU machine
     bash benchmarks/gpu_check.sh --device cpu --tiny   # the harness on a CPU, a few minutes
@@ -64,6 +67,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -85,7 +89,7 @@ BATCHES = (64, 512)
 PRECISIONS = ("fp32", "bf16")
 # The parts, in the order they run: by what the issue's targets need first (`main`).
 PARTS = ("steps", "objective", "encode", "evaluation", "trajectory", "host_syncs",
-         "compiled_steps", "paper_runs", "serving", "long_run")  # fmt: skip
+         "compiled_steps", "paper_runs", "serving", "resume", "long_run")  # fmt: skip
 MAX_LENGTH = 32  # SimCSE's training length
 WARMUP = 10  # steps excluded from every timing (the first log step)
 TIMED = 20  # steps timed after the warm-up
@@ -215,11 +219,11 @@ def step_cell(
 
 def step_trainer(
     model: str, method: str, batch: int, precision: str, out: Path, steps: int, log_steps: int,
-    compiled: bool = False,
+    compiled: bool = False, **options: Any,
 ) -> Any:  # fmt: skip
     """The `Trainer` of a step cell: the method's MiniLM recipe on `model` with the step table's
     options (cls pooling, MLP head, max length 32, DCLR's complementary model cached), no
-    evaluation, a log every `log_steps`."""
+    evaluation, a log every `log_steps`; `options` added last."""
     from dclr.driver import trainer_for
     from dclr.recipe import load_config
 
@@ -234,7 +238,7 @@ def step_trainer(
         overrides |= {"complementary_model": model, "phi_calibration": "none"}
     if compiled:
         overrides |= {"compile": "reduce-overhead", "length_bucket": MAX_LENGTH}
-    return trainer_for(load_config(recipe, overrides))
+    return trainer_for(load_config(recipe, overrides | options))
 
 
 def compile_counts() -> dict[str, int]:
@@ -609,6 +613,34 @@ def host_sync_rows(model: str, tmp: Path, cuda: bool) -> list[dict[str, Any]]:
     return rows
 
 
+# ---- part 10: resume from checkpoints written in the background --------------------------------
+def resume_check(model: str, tmp: Path) -> dict[str, Any]:
+    """DCLR as a step cell runs it (eager, fp32, batch 64, TF32 off) for 8 steps with a
+    checkpoint every 4 written in the background (`async_checkpoints: on`, a GPU's default: the
+    host copy of the weights and AdamW's moments), against the same run paused after step 6 (a
+    checkpoint at the pause) and resumed from it. Steps 7 and 8 must agree within the
+    trajectory's tolerance (on a GPU the embedding's backward sums in no fixed order)."""
+    import torch
+
+    from dclr.training.tracking import read_metrics
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    def trainer(out: Path) -> Any:
+        return step_trainer(model, "dclr", 64, "fp32", out, 8, 1, save_steps=4,
+                            async_checkpoints="on", keep_checkpoints=2)  # fmt: skip
+
+    trainer(tmp / "resume-whole").train()
+    trainer(tmp / "resume-paused").train(stop_at_step=6)
+    checkpoints = sorted(p.name for p in (tmp / "resume-paused" / "checkpoints").glob("step-*"))
+    trainer(tmp / "resume-paused").train(resume=True)
+    whole = {r["step"]: float(r["loss"]) for r in read_metrics(tmp / "resume-whole", "train")}
+    paused = {r["step"]: float(r["loss"]) for r in read_metrics(tmp / "resume-paused", "train")}
+    check = compare([paused.get(7, math.nan), paused.get(8, math.nan)], [whole[7], whole[8]])
+    return {**check, "checkpoints_at_the_pause": checkpoints, "resumed_steps": [7, 8]}
+
+
 # ---- report -----------------------------------------------------------------------------------
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown; a part not (yet) measured, or failed, says so in its section."""
@@ -699,6 +731,16 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['scenario']} | {r['texts_per_s']} | "
                          f"{latency.get('p50_ms', '—')} | {latency.get('p95_ms', '—')} | "
                          f"{r['errors']} | {r.get('share_of_bulk', '—')} |")  # fmt: skip
+    lines += ["", "## Resumed from checkpoints written in the background", ""]
+    if not _missing(report, "resume", lines):
+        r = report["resume"]
+        lines.append(
+            f"DCLR, 8 steps, checkpoints every 4 written in the background; paused after step 6 "
+            f"({', '.join(r['checkpoints_at_the_pause'])} on disk) and resumed: steps 7 and 8 at "
+            f"{r.get('worst_share_of_bound', float('nan')):.3g} of their bound against the "
+            f"run that was not paused (max |d| {r.get('max_abs_difference', 0):.2e}): "
+            f"{'passed' if r['passed'] else 'FAILED'}."
+        )
     lines += ["", "## DCLR, the quickstart recipe", ""]
     if not _missing(report, "long_run", lines):
         run = report["long_run"]
@@ -805,6 +847,8 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
          ratio(fp32, rate.get(("sentence-transformers", "fp32")))),
         ("trajectory against the CPU",
          "—" if trajectory is None else "passed" if trajectory["passed"] else "FAILED"),
+        ("resumed from background checkpoints",
+         "—" if "resume" not in report else "passed" if report["resume"]["passed"] else "FAILED"),
         ("no host sync in an ordinary step (eager, batch 64)",
          "; ".join(f"{r['method']}: {r['ours_in_ordinary_steps']} dclr's, "
                    f"{r['syncs_in_ordinary_steps']} in all, in {r['ordinary_steps']} steps"
@@ -898,6 +942,7 @@ def main() -> int:
             "paper_runs": lambda _: paper_runs(paper_model, tmp, cuda, timing[0], timing[1],
                                                args.data_dir),
             "serving": lambda _: serving_rows(first, cuda, bulk(), args.tiny),
+            "resume": lambda _: resume_check(first, tmp),
             "long_run": lambda _: long_run(first, tmp, 4 if args.tiny else 200, args.data_dir),
         }  # fmt: skip
         assert list(parts) == list(PARTS)
@@ -912,7 +957,8 @@ def main() -> int:
               f"bash scripts/device_gpu_check.sh --only {','.join(left)}", flush=True)  # fmt: skip
     ran_trajectory = "trajectory" in report.get("only", PARTS)
     passed = report.get("trajectory", {}).get("passed", False) or not ran_trajectory
-    return 0 if passed and not report.get("failed") else 1
+    resumed = report.get("resume", {}).get("passed", True)  # not run: nothing to fail
+    return 0 if passed and resumed and not report.get("failed") else 1
 
 
 class TimeLimit(BaseException):

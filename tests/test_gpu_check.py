@@ -307,8 +307,10 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
         "compiled_steps",
         "paper_runs",
         "serving",
+        "resume",
         "long_run",
     ]
+    assert report["resume"]["passed"] and report["resume"]["max_abs_difference"] == 0.0
     syncs = {r["method"]: r for r in report["host_syncs"]}
     assert set(syncs) == {"simcse", "dclr"}
     assert all(r["detector"] == "cpu-calls" and r["ordinary_steps"] == 10 for r in syncs.values())
@@ -353,3 +355,28 @@ def test_only_the_named_parts_run_and_the_report_says_so(tmp_path, data_dir):
     assert "not run (--only)." in table and "not reached" not in table
     wrong = subprocess.run([*command, "--only", "objective,stpes"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "--only: stpes; the parts: steps, objective" in wrong.stderr
+
+
+def test_the_resume_check_passes_and_is_red_on_a_stale_background_copy(
+    tiny_check_model, tmp_path, monkeypatch, data_dir
+):
+    """Resumed from checkpoints written in the background, steps 7 and 8 are the unpaused run's
+    (bit for bit on the CPU); a host copy that misses one update of one weight (a copy taken
+    from a stale buffer) turns the check red."""
+    import dclr.training.loop as loop_module
+
+    monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
+    good = gpu_check.resume_check(tiny_check_model, tmp_path / "good")
+    assert good["passed"] and good["max_abs_difference"] == 0.0
+    assert good["checkpoints_at_the_pause"] == ["step-00000004", "step-00000006"]
+    real = loop_module.host_copy
+
+    def stale_copy(content):
+        copied = real(content)
+        name = next(k for k in copied.model if k.endswith("layer.0.attention.self.query.weight"))
+        copied.model[name].view(-1)[0] += 0.5  # one element of the host copy off
+        return copied
+
+    monkeypatch.setattr(loop_module, "host_copy", stale_copy)
+    bad = gpu_check.resume_check(tiny_check_model, tmp_path / "bad")
+    assert not bad["passed"], bad
