@@ -20,6 +20,13 @@ elif [ -x "$VENV/bin/python" ]; then
 else
     PY=python3
 fi
+# The serving part needs dclr serve's extra, which the quickstart's venv does not install: say so
+# before the run rather than as that part's ModuleNotFoundError minutes later.
+if ! "$PY" -c "import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ('httpx', 'uvicorn', 'fastapi')))" 2>/dev/null; then
+    echo "note: $PY lacks the serving part's packages (httpx, uvicorn, fastapi): that part will" \
+        "fail; install them with: $PY -m pip install -e '.[serve]' httpx (or set DCLR_PYTHON)" >&2
+fi
 # SIGTERM at the limit (480 s; DCLR_GPU_CHECK_LIMIT): the report keeps every finished part and
 # names the one cut short; SIGKILL 30 s later if it has not stopped
 exec timeout -k 30 "${DCLR_GPU_CHECK_LIMIT:-480}" "$PY" benchmarks/gpu_check.py "$@"

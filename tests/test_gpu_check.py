@@ -245,6 +245,28 @@ def test_the_script_runs_the_python_it_is_given_not_the_one_on_path(tmp_path):
     assert "--tiny" in done.stdout and "the wrong python" not in done.stderr
 
 
+def test_a_python_without_the_serve_extra_is_named_before_the_run(tmp_path):
+    """The quickstart's venv has no serve extra: the script says so first, with the install
+    command, instead of the serving part failing minutes later. Here: this interpreter with its
+    site-packages off (-S), so httpx, uvicorn and fastapi are not found."""
+    shim = tmp_path / "python-without-site"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "DCLR_PYTHON": str(shim)}
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--help"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert f"note: {shim} lacks the serving part's packages" in done.stderr
+    assert f"{shim} -m pip install -e '.[serve]' httpx" in done.stderr
+    fine = subprocess.run(
+        ["bash", str(REPO_ROOT / "benchmarks" / "gpu_check.sh"), "--help"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "DCLR_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert fine.returncode == 0 and "lacks the serving part's packages" not in fine.stderr
+
+
 def test_the_encode_rows_time_distinct_sentences(data_dir, monkeypatch):
     """dclr's encode encodes each distinct sentence once and sentence-transformers' every one, so
     the rate of both is counted on distinct sentences (the first GPU run cycled the 29,511 STS
