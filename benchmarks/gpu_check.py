@@ -557,16 +557,22 @@ def long_run(model: str, tmp: Path, n_steps: int, data_dir: str | None) -> dict[
 
 
 # ---- part 5: the trajectory ---------------------------------------------------------------------
+def exact_fp32() -> None:
+    """fp32 matmuls and convolutions without TF32, so a GPU's run compares with a CPU's."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 def trajectory(model: str, out_dir: Path) -> list[float]:
     """The first TRAJECTORY_STEPS losses of deterministic DCLR here (TRAJECTORY_OPTIONS)."""
-    import torch
 
     from dclr.driver import trainer_for
     from dclr.recipe import load_config
     from dclr.training.tracking import read_metrics
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    exact_fp32()
     overrides = {**QUIET, **TRAJECTORY_OPTIONS, "model": model, "complementary_model": model,
                  "log_steps": 1, "max_steps": 60, "output_dir": str(out_dir)}  # fmt: skip
     trainer_for(load_config(DCLR_RECIPE, overrides)).train(stop_at_step=TRAJECTORY_STEPS)
@@ -620,12 +626,10 @@ def resume_check(model: str, tmp: Path) -> dict[str, Any]:
     host copy of the weights and AdamW's moments), against the same run paused after step 6 (a
     checkpoint at the pause) and resumed from it. Steps 7 and 8 must agree within the
     trajectory's tolerance (on a GPU the embedding's backward sums in no fixed order)."""
-    import torch
 
     from dclr.training.tracking import read_metrics
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    exact_fp32()
 
     def trainer(out: Path) -> Any:
         return step_trainer(model, "dclr", 64, "fp32", out, 8, 1, save_steps=4,
@@ -705,15 +709,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"{t['steps']} steps of DCLR, dropout and noise off, second view a seeded token "
             f"cutoff (losses >= {t.get('min_cpu_loss', 0):.3g}): worst step {t.get('worst_step')} "
-            f"at {t.get('worst_share_of_bound', float('nan')):.3g} of its bound "
-            f"(|d| <= {ATOL:g} + {RTOL:g}|cpu|; max |d| {t.get('max_abs_difference', 0):.2e}): "
-            f"{'passed' if t['passed'] else 'FAILED'}."
+            f"at {verdict(t, 'cpu')}"
         )
-    lines += [
-        "",
-        "## Host syncs in an ordinary step (eager, batch 64; dclr.training.host_syncs)",
-        "",
-    ]
+    lines += ["", "## Host syncs in an ordinary step (eager, batch 64)", ""]
     if not _missing(report, "host_syncs", lines):
         lines += host_sync_lines(report["host_syncs"], report["device"])
     lines += ["", "## The paper's BERT-base runs at this speed (benchmarks/paper_run_cost.py)", ""]
@@ -736,10 +734,8 @@ def markdown(report: dict[str, Any]) -> str:
         r = report["resume"]
         lines.append(
             f"DCLR, 8 steps, checkpoints every 4 written in the background; paused after step 6 "
-            f"({', '.join(r['checkpoints_at_the_pause'])} on disk) and resumed: steps 7 and 8 at "
-            f"{r.get('worst_share_of_bound', float('nan')):.3g} of their bound against the "
-            f"run that was not paused (max |d| {r.get('max_abs_difference', 0):.2e}): "
-            f"{'passed' if r['passed'] else 'FAILED'}."
+            f"({', '.join(r['checkpoints_at_the_pause'])} on disk) and resumed: steps 7 and 8, "
+            f"against the run that was not paused, at {verdict(r, 'unpaused')}"
         )
     lines += ["", "## DCLR, the quickstart recipe", ""]
     if not _missing(report, "long_run", lines):
@@ -755,6 +751,14 @@ def markdown(report: dict[str, Any]) -> str:
                 shown = "—" if before is None else f"{before:.2f}"
                 lines.append(f"| {task} | {shown} | {after:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def verdict(check: dict[str, Any], reference: str) -> str:
+    """ "x of its bound (|d| <= ...; max |d| ...): passed." for a `compare` result."""
+    return (f"{check.get('worst_share_of_bound', float('nan')):.3g} of its bound "
+            f"(|d| <= {ATOL:g} + {RTOL:g}|{reference}|; "
+            f"max |d| {check.get('max_abs_difference', 0):.2e}): "
+            f"{'passed' if check['passed'] else 'FAILED'}.")  # fmt: skip
 
 
 def host_sync_lines(rows: list[dict[str, Any]], device: str) -> list[str]:

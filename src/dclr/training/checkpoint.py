@@ -93,11 +93,13 @@ def checkpoint_bytes(
     extra: dict[str, torch.nn.Module] | None = None,
 ) -> int:
     """About the bytes a checkpoint takes: the weights and the optimizer's state tensors."""
-    modules = [model, *(extra or {}).values()]
-    total = sum(t.numel() * t.element_size() for m in modules for t in m.state_dict().values())
-    for state in optimizer.state.values():
-        total += sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t))
-    return total
+    states = [model.state_dict(), *(m.state_dict() for m in (extra or {}).values())]
+    return _state_bytes(states, optimizer.state_dict()["state"])
+
+
+def _state_bytes(weights: list[dict[str, torch.Tensor]], optimizer_state: dict) -> int:
+    """The bytes of the tensors in `weights` (state dicts) and in the optimizer's state."""
+    return sum(t.numel() * t.element_size() for t in _tensors([weights, optimizer_state]))
 
 
 @dataclass
@@ -162,7 +164,6 @@ def capture(
     state = optimizer.state_dict()
     model_state = model.state_dict()
     extra_states = {name: module.state_dict() for name, module in (extra or {}).items()}
-    tensors = _tensors([model_state, extra_states, state["state"]])  # as `checkpoint_bytes`
     trainer: dict[str, Any] = {
         "optimizer": state,
         "scheduler": scheduler.state_dict(),
@@ -173,7 +174,7 @@ def capture(
         model=model_state,
         extra=extra_states,
         trainer=trainer,
-        bytes=sum(t.numel() * t.element_size() for t in tensors),
+        bytes=_state_bytes([model_state, *extra_states.values()], state["state"]),
     )
 
 
