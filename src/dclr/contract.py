@@ -51,6 +51,9 @@ class Batch:
     indices: (B,) corpus indices of the *global* batch (all ranks), or None.
     sentences: the global batch's examples (strings for a plain corpus), or None.
     labels: (n,) integer labels (NLI pairs), or None.
+    drawn: the objective's random choices for this step, drawn with the batch on the host
+        (`DrawsAhead`) and moved to the device with the features, or None (the objective
+        draws them itself).
     """
 
     features: Mapping[str, Any]
@@ -58,6 +61,7 @@ class Batch:
     indices: torch.Tensor | None = None
     sentences: Sequence[Any] | None = None
     labels: torch.Tensor | None = None
+    drawn: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,6 +165,17 @@ class HasDerivedSettings(Protocol):
 
     @property
     def derived_settings(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class DrawsAhead(Protocol):
+    """An objective whose random choices for a step are a function of the step and its host
+    batch only (ConSERT's views): the loop draws them with the batch (`draw_ahead(batch)`, on
+    the host features), so on a GPU they are made in the prefetch thread, one step ahead, and
+    the step reads nothing from the device to make them. They reach the objective as
+    `batch.drawn`, on the device; None: nothing to draw."""
+
+    def draw_ahead(self, batch: Batch) -> Mapping[str, Any] | None: ...
 
 
 @runtime_checkable

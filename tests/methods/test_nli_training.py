@@ -252,6 +252,38 @@ def test_adversarial_view_moves_the_embeddings_uphill(tiny_encoder, tokenizer):
     assert attacked > clean  # the FGSM step increases the supervised loss
 
 
+def test_the_other_view_drawn_with_the_batch_is_the_one_drawn_in_the_step(tiny_encoder, tokenizer):
+    """`SupervisedNLILoss.draw_ahead` (the loop draws it with the batch): the adversarial joint's
+    other view, or the contrastive loss's own views; the step's vectors are the same either way."""
+    from dclr.losses.consert import ConSERTLoss
+    from dclr.losses.supervised import AdversarialView
+    from dclr.views.pair import PositiveViews, ViewSpec
+
+    encoder = tiny_encoder(pooler="mean").eval()
+    features, labels = nli_batch(tokenizer)
+    head = NLIHead(encoder.hidden_size)
+    view = AdversarialView(0.5, ViewSpec("token_shuffle"), seed=2)
+    capture = Capture()
+    loss = SupervisedNLILoss(encoder, "joint", head=head, contrastive=capture, adversarial=view)
+    drawn = loss.draw_ahead(Batch(features, step=4, labels=labels))
+    assert set(drawn) == {"other"} and set(drawn["other"]) == {"position_ids"}
+    loss(Batch(features, step=4, labels=labels))
+    in_step = capture.views
+    loss(Batch(features, step=4, labels=labels, drawn=drawn))
+    for a, b in zip(in_step, capture.views, strict=True):
+        assert torch.equal(a, b)
+    views = PositiveViews(ViewSpec("token_shuffle"), ViewSpec("feature_cutoff", 0.2), seed=2)
+    joint = SupervisedNLILoss(
+        encoder, "joint", head=head, contrastive=ConSERTLoss(encoder, views=views)
+    )
+    drawn = joint.draw_ahead(Batch(features, step=4, labels=labels))
+    assert set(drawn) == {"view1", "view2"}
+    plain = joint(Batch(features, step=4, labels=labels))["loss"]
+    ahead = joint(Batch(features, step=4, labels=labels, drawn=drawn))["loss"]
+    assert torch.equal(plain, ahead)
+    assert SupervisedNLILoss(encoder, "nli_head", head=head).draw_ahead(Batch(features)) is None
+
+
 def test_joint_training_with_an_adversarial_view(model_dir, nli_folder, tmp_path):
     cfg = config(
         model_dir, tmp_path / "adv", schedule="joint", supervised_loss="nli_head",

@@ -118,6 +118,45 @@ def test_a_batch_goes_to_the_device_with_its_corpus_rows_left_on_the_host(
     assert moved.indices.device.type == "cpu" and moved.indices is host[0].indices
 
 
+CONSERT_VIEWS = {"method": "consert", "view1": "token_shuffle", "view2": "feature_cutoff",
+                 "view2_rate": 0.2}  # fmt: skip
+
+
+def test_consert_views_are_drawn_with_the_batch_and_read_nothing_in_the_step(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """ConSERT's views need the content mask on the host (they are drawn from a CPU generator):
+    drawn with the batch (`DrawsAhead`, on the prefetch thread on a GPU), the step reads
+    nothing of its own. Red when the objective draws them itself: the mask's copy to the host,
+    once per ordinary step."""
+    syncs = gpu_like_run(model_dir, corpus_file, tmp_path / "ahead", monkeypatch, **CONSERT_VIEWS)
+    assert [e for e in syncs.in_ordinary_steps() if e.ours] == []
+    monkeypatch.setattr(simcse_module.SimCSELoss, "draw_ahead", lambda self, batch: None)
+    syncs = gpu_like_run(model_dir, corpus_file, tmp_path / "in-step", monkeypatch, **CONSERT_VIEWS)
+    copies = [e for e in syncs.in_ordinary_steps() if e.ours and e.op == "cpu"]
+    assert [e.step for e in copies] == [1, 2, 4, 5]
+    assert {e.where.split(" in ")[-1] for e in copies} == {"shuffle_permutation"}
+
+
+def test_a_batch_goes_to_the_device_with_the_views_drawn_for_it(model_dir, corpus_file, tmp_path):
+    """The views drawn with the host batch move to the device with its features (the "meta"
+    device stands in for the GPU) and are those the objective would draw in the step."""
+    overrides = tiny_run_overrides(model_dir, corpus_file, tmp_path, **CONSERT_VIEWS)
+    trainer = trainer_for(load_config(None, overrides))
+    state = trainer._setup()
+    host, _ = trainer.host_batch(3)
+    assert host.drawn is not None and set(host.drawn) == {"view1", "view2"}
+    assert set(host.drawn["view1"]) == {"position_ids"}
+    assert set(host.drawn["view2"]) == {"columns", "content"}
+    in_step = state.objective.views.draw(trainer.model, dict(host.features), 3)
+    for view, drawn in host.drawn.items():
+        for name, tensor in drawn.items():
+            assert torch.equal(tensor, in_step[view][name]), (view, name)
+    trainer.device = torch.device("meta")
+    moved, _ = trainer._on_device((host, 8))
+    assert {t.device.type for d in moved.drawn.values() for t in d.values()} == {"meta"}
+
+
 def frame(path: str, line: int, name: str) -> traceback.FrameSummary:
     return traceback.FrameSummary(path, line, name)
 

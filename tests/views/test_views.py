@@ -223,6 +223,33 @@ def test_shuffle_plus_feature_cutoff_pair_trains(batch, tiny_encoder):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
 
 
+@pytest.mark.parametrize(
+    ("view1", "view2"),
+    [(ViewSpec("token_shuffle"), ViewSpec("feature_cutoff", 0.2)),
+     (ViewSpec("token_cutoff", 0.3), ViewSpec("span_cutoff", 0.3)),
+     (ViewSpec("embedding_dropout", 0.1), ViewSpec("none")),
+     (ViewSpec("dropout"), ViewSpec("token_shuffle"))],
+)  # fmt: skip
+def test_views_drawn_ahead_encode_as_views_drawn_in_the_step(batch, tiny_encoder, view1, view2):
+    """What the loop draws with the batch (`PositiveViews.draw`, `DrawsAhead`) gives the same
+    vectors as the views drawn inside the step: the same generator, drawn in the same order."""
+    features, _ = batch
+    encoder = tiny_encoder(pooler="mean").train()
+    views = PositiveViews(view1, view2, seed=3)
+    torch.manual_seed(0)
+    in_step = views.encode(encoder, features, step=5)
+    drawn = views.draw(encoder, features, step=5)
+    torch.manual_seed(0)
+    ahead = views.encode(encoder, features, step=5, drawn=drawn)
+    for a, b in zip(in_step, ahead, strict=True):
+        assert torch.equal(a, b)
+    other = views.draw(encoder, features, step=6)  # and a step's draw is its own
+    assert any(not torch.equal(t, other[v][k]) for v, d in drawn.items() for k, t in d.items())
+    loss = SimCSELoss(encoder, 0.1, views=views)
+    assert loss.draw_ahead(Batch(features, step=5)).keys() == drawn.keys()
+    assert SimCSELoss(encoder, 0.1).draw_ahead(Batch(features)) is None  # dropout: nothing
+
+
 # ---- adversarial ----------------------------------------------------------------------------
 def test_fgsm_perturbation_has_size_epsilon_on_content_tokens(batch):
     _, content = batch

@@ -39,7 +39,7 @@ from dclr.contract import Batch
 from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix, info_nce
-from dclr.losses.simcse import check_temperature, two_views
+from dclr.losses.simcse import check_temperature, draw_two_views, two_views
 from dclr.options.dclr import DCLROptions
 from dclr.views.pair import SEED_STRIDE
 
@@ -418,8 +418,12 @@ class DCLRLoss(torch.nn.Module):
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """`batch.features`: the n sentences; `batch.indices` / `batch.sentences`: the global batch
         (what the complementary model scores); `batch.step` seeds the noise."""
-        z1, z2 = two_views(self.model, dict(batch.features), self.views, batch.step)
+        features = dict(batch.features)
+        z1, z2 = two_views(self.model, features, self.views, batch.step, batch.drawn)
         return self.objective(z1, z2, batch)
+
+    def draw_ahead(self, batch: Batch) -> dict[str, Any] | None:
+        return draw_two_views(self.model, self.views, batch)
 
     def objective(
         self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None

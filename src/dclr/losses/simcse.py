@@ -7,7 +7,8 @@ The positive stays in the denominator; the other n-1 second views are the negati
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,18 +38,27 @@ def two_views(
     features: dict[str, torch.Tensor],
     views: PositiveViews | None = None,
     step: int = 0,
+    drawn: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Two views of the batch -> z1, z2: (n, d).
 
     Default (no `views`, or both `dropout`): the batch encoded twice in one forward, dropout
-    differing per row. Other strategies (`dclr.views`) are drawn for `step` and encoded per view.
+    differing per row. Other strategies (`dclr.views`) are encoded per view, as `drawn` for the
+    step with the batch (`draw_two_views`), or drawn here for `step`.
     """
     if views is not None and not views.is_default:
-        return views.encode(model, features, step)
+        return views.encode(model, features, step, drawn)
     n = features["input_ids"].shape[0]
     doubled = {k: torch.cat([v, v], dim=0) for k, v in features.items()}  # (2n, L)
     z = model(**doubled)  # (2n, d)
     return z[:n], z[n:]
+
+
+def draw_two_views(model: Any, views: PositiveViews | None, batch: Batch) -> dict[str, Any] | None:
+    """The views of `batch` drawn on its host features (`DrawsAhead`); None for dropout views."""
+    if views is None or views.is_default:
+        return None
+    return views.draw(model, dict(batch.features), batch.step)
 
 
 class SimCSELoss(nn.Module):
@@ -75,8 +85,12 @@ class SimCSELoss(nn.Module):
         self.views = views
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        z1, z2 = two_views(self.model, dict(batch.features), self.views, batch.step)
+        features = dict(batch.features)
+        z1, z2 = two_views(self.model, features, self.views, batch.step, batch.drawn)
         return self.objective(z1, z2, batch)
+
+    def draw_ahead(self, batch: Batch) -> dict[str, Any] | None:
+        return draw_two_views(self.model, self.views, batch)
 
     def objective(
         self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None

@@ -14,20 +14,27 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dclr.contract import Batch, SupportsGradCache
+from dclr.contract import Batch, DrawsAhead, SupportsGradCache
 from dclr.errors import ConfigError, InputError
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
 from dclr.options.nli import NLIOptions
 from dclr.views.adversarial import fgsm_perturbation
 from dclr.views.masks import content_mask
-from dclr.views.pair import ViewSpec, dropout_off, unwrap, view_generator, view_inputs
+from dclr.views.pair import (
+    ViewSpec,
+    apply_view,
+    draw_view,
+    dropout_off,
+    unwrap,
+    view_generator,
+)
 
 NLI_CLASSES = 3  # entailment, neutral, contradiction (dclr.data.nli.NLI_LABELS)
 
@@ -146,14 +153,31 @@ class SupervisedNLILoss(nn.Module):
             )
         assert self.head is not None
         if self.adversarial is not None:
-            return self._adversarial_joint(features, labels, step)
+            return self._adversarial_joint(features, labels, step, batch.drawn)
         u, v = self.model(**features).chunk(2)  # premises, hypotheses: (n, d) each
         classification = nli_classification_loss(self.head, u, v, labels)
         if self.kind == "nli_head":
             return {"loss": classification}
         assert self.contrastive is not None
-        contrastive = self.contrastive(Batch(features, step=step))["loss"]
+        contrastive = self.contrastive(Batch(features, step=step, drawn=batch.drawn))["loss"]
         return self._joint(classification, contrastive)
+
+    def draw_ahead(self, batch: Batch) -> dict[str, Any] | None:
+        """The contrastive part's views of `batch` (`DrawsAhead`): the adversarial view's other
+        view, or what the contrastive loss draws; None for the other objectives."""
+        if self.kind != "joint":
+            return None
+        if self.adversarial is not None:
+            return {"other": self._draw_other(dict(batch.features), batch.step)}
+        if isinstance(self.contrastive, DrawsAhead):
+            return self.contrastive.draw_ahead(Batch(batch.features, step=batch.step))
+        return None
+
+    def _draw_other(self, features: dict[str, torch.Tensor], step: int) -> dict[str, Any]:
+        adv = self.adversarial
+        assert adv is not None
+        generator = view_generator(adv.seed, step, adv.rank)
+        return draw_view(unwrap(self.model), features, adv.other, generator)
 
     def _joint(
         self, classification: torch.Tensor, contrastive: torch.Tensor
@@ -166,7 +190,11 @@ class SupervisedNLILoss(nn.Module):
         }
 
     def _adversarial_joint(
-        self, features: dict[str, torch.Tensor], labels: torch.Tensor, step: int
+        self,
+        features: dict[str, torch.Tensor],
+        labels: torch.Tensor,
+        step: int,
+        drawn: Any = None,
     ) -> dict[str, torch.Tensor]:
         """Joint objective whose contrastive views are (other view, adversarial view).
 
@@ -186,8 +214,8 @@ class SupervisedNLILoss(nn.Module):
         content = content_mask(ids, features["attention_mask"], encoder.tokenizer.all_special_ids)
         delta = fgsm_perturbation(grad, content, adv.epsilon)  # (2n, L, d), no gradient
         z_adv = self.model(**{**plain, "inputs_embeds": embeds + delta})
-        generator = view_generator(adv.seed, step, adv.rank)
-        other = view_inputs(encoder, features, adv.other, generator)
+        other_drawn = drawn["other"] if drawn is not None else self._draw_other(features, step)
+        other = apply_view(encoder, features, other_drawn)
         guard = dropout_off(encoder) if adv.other.strategy == "none" else contextlib.nullcontext()
         with guard:
             z_other = self.model(**other)

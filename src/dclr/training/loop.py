@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from dclr.contract import (
     Batch,
+    DrawsAhead,
     Evaluator,
     HasCompiledParts,
     HasDerivedSettings,
@@ -174,6 +175,7 @@ class Trainer:
         self.run_dir = run.run_dir
         self.evaluator = evaluator
         self._warned_copy = False  # "no room for a checkpoint's host copy", said once
+        self._draw_ahead: Callable[[Batch], Mapping[str, Any] | None] | None = None  # _setup's
         if evaluator is None and self.rank == 0:
             self.evaluator = self.method.dev_evaluator(run)
 
@@ -200,6 +202,9 @@ class Trainer:
             sentences=[run.data[i] for i in rows],
             labels=labels,
         )
+        if self._draw_ahead is not None:  # the objective's random choices, from host tensors
+            drawn = self._draw_ahead(batch)
+            batch.drawn = pinned(drawn) if drawn is not None and self._async_copy else drawn
         return batch, len(mine)
 
     def _on_device(self, prepared: tuple[Batch, int]) -> tuple[Batch, int]:
@@ -211,6 +216,9 @@ class Trainer:
             labels=None
             if batch.labels is None
             else batch.labels.to(self.device, non_blocking=not blocking),
+            drawn=None
+            if batch.drawn is None
+            else to_device(batch.drawn, self.device, non_blocking=not blocking),
         )
         return moved, local
 
@@ -314,6 +322,8 @@ class Trainer:
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
         objective = self.method.build_objective(self.run, model)
+        if isinstance(objective, DrawsAhead):  # drawn with each batch, ahead of its step
+            self._draw_ahead = objective.draw_ahead
         release_freed_memory()  # what calibration and the objective's caches freed (dclr.heap)
         # Modules trained with the model, checkpointed, never exported (e.g. a classifier head).
         extra = objective.training_modules() if isinstance(objective, HasTrainingModules) else {}

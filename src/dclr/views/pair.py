@@ -9,7 +9,7 @@ for it, so existing results do not change). The views of step s use a generator 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,38 +71,66 @@ def dropout_off(encoder: Any) -> Iterator[None]:
         backbone.train(was_training)
 
 
-def view_inputs(
+def draw_view(
     encoder: Any, features: dict[str, torch.Tensor], spec: ViewSpec, generator: torch.Generator
-) -> dict[str, torch.Tensor | None]:
-    """The keyword inputs of `encoder(**inputs)` for one view of `features`.
+) -> dict[str, torch.Tensor]:
+    """One view's random choices for `features`, drawn from `generator` on the CPU:
+    {"position_ids"} (token shuffle), {"cut"} (token / span cutoff), {"columns", "content"}
+    (feature cutoff), {"elements"} (embedding dropout), or {} (dropout, none).
 
-    Views that need `inputs_embeds` pass `input_ids=None` (the model embeds nothing itself);
-    views that need `position_ids` pass them; the encoder then takes its padded path.
+    From host `features` (the loop draws a step's views with its batch: `DrawsAhead`) nothing
+    is read from the device; from device features the content mask is copied to the host once.
     """
     if spec.strategy in ("dropout", "none"):
-        return dict(features)
+        return {}
     if spec.strategy == "adversarial":
         raise ConfigError("the adversarial view needs a supervised loss (labels) to attack")
     ids, mask = features["input_ids"], features["attention_mask"]
     content = content_mask(ids, mask, encoder.tokenizer.all_special_ids)  # (b, L)
     if spec.strategy == "token_shuffle":
         offset = position_offset(encoder.backbone)
-        return {**features, "position_ids": shuffled_position_ids(content, generator, offset)}
-    embeds = encoder.backbone.get_input_embeddings()(ids)  # (b, L, d)
+        return {"position_ids": shuffled_position_ids(content, generator, offset)}
+    dim = encoder.backbone.get_input_embeddings().embedding_dim
     if spec.strategy == "token_cutoff":
-        embeds = cut_tokens(embeds, token_cutoff_mask(content, spec.rate, generator))
-    elif spec.strategy == "span_cutoff":
-        embeds = cut_tokens(embeds, span_cutoff_mask(content, spec.rate, generator))
-    elif spec.strategy == "feature_cutoff":
-        columns = feature_cutoff_mask(ids.shape[0], embeds.shape[-1], spec.rate, generator)
-        embeds = cut_features(embeds, content, columns)
-    elif spec.strategy == "embedding_dropout":
-        embeds = cut_elements(
-            embeds, element_dropout_mask(content, embeds.shape[-1], spec.rate, generator)
-        )
-    else:  # pragma: no cover - check_view rejects unknown names
-        raise ConfigError(f"unknown view strategy {spec.strategy!r}")
+        return {"cut": token_cutoff_mask(content, spec.rate, generator)}
+    if spec.strategy == "span_cutoff":
+        return {"cut": span_cutoff_mask(content, spec.rate, generator)}
+    if spec.strategy == "feature_cutoff":
+        columns = feature_cutoff_mask(ids.shape[0], dim, spec.rate, generator)
+        return {"columns": columns, "content": content}
+    if spec.strategy == "embedding_dropout":
+        return {"elements": element_dropout_mask(content, dim, spec.rate, generator)}
+    raise ConfigError(f"unknown view strategy {spec.strategy!r}")  # pragma: no cover
+
+
+def apply_view(
+    encoder: Any, features: dict[str, torch.Tensor], drawn: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor | None]:
+    """The keyword inputs of `encoder(**inputs)` for the view `drawn` (`draw_view`) of `features`.
+
+    Views that need `inputs_embeds` pass `input_ids=None` (the model embeds nothing itself);
+    views that need `position_ids` pass them; the encoder then takes its padded path.
+    """
+    if not drawn:
+        return dict(features)
+    device = features["input_ids"].device
+    if "position_ids" in drawn:
+        return {**features, "position_ids": drawn["position_ids"].to(device)}
+    embeds = encoder.backbone.get_input_embeddings()(features["input_ids"])  # (b, L, d)
+    if "cut" in drawn:
+        embeds = cut_tokens(embeds, drawn["cut"])
+    elif "columns" in drawn:
+        embeds = cut_features(embeds, drawn["content"], drawn["columns"])
+    else:
+        embeds = cut_elements(embeds, drawn["elements"])
     return {**features, "input_ids": None, "inputs_embeds": embeds}
+
+
+def view_inputs(
+    encoder: Any, features: dict[str, torch.Tensor], spec: ViewSpec, generator: torch.Generator
+) -> dict[str, torch.Tensor | None]:
+    """One view of `features` drawn from `generator` and applied: `apply_view(draw_view(...))`."""
+    return apply_view(encoder, features, draw_view(encoder, features, spec, generator))
 
 
 class PositiveViews:
@@ -130,14 +158,31 @@ class PositiveViews:
         """Both views are plain dropout views (SimCSE's doubled forward)."""
         return self.view1.strategy == self.view2.strategy == "dropout"
 
-    def encode(
-        self, model: Callable[..., torch.Tensor], features: dict[str, torch.Tensor], step: int = 0
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def draw(
+        self, model: Any, features: dict[str, torch.Tensor], step: int = 0
+    ) -> dict[str, dict[str, torch.Tensor]]:
+        """Both views' random choices for step `step`, {"view1": ..., "view2": ...} (`draw_view`):
+        from host features the loop draws them with the batch, ahead of the step."""
         encoder = unwrap(model)
         generator = view_generator(self.seed, step, self.rank)
+        return {
+            name: draw_view(encoder, features, spec, generator)
+            for name, spec in (("view1", self.view1), ("view2", self.view2))
+        }
+
+    def encode(
+        self,
+        model: Callable[..., torch.Tensor],
+        features: dict[str, torch.Tensor],
+        step: int = 0,
+        drawn: Mapping[str, dict[str, torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """z1, z2 (n, d): the views `drawn` for this step (`draw`), or drawn here."""
+        encoder = unwrap(model)
+        drawn = drawn if drawn is not None else self.draw(encoder, features, step)
         out = []
-        for spec in (self.view1, self.view2):
-            inputs = view_inputs(encoder, features, spec, generator)
+        for name, spec in (("view1", self.view1), ("view2", self.view2)):
+            inputs = apply_view(encoder, features, drawn[name])
             guard = dropout_off(encoder) if spec.strategy == "none" else contextlib.nullcontext()
             with guard:
                 out.append(model(**inputs))  # (n, d)
