@@ -195,17 +195,19 @@ def corpus_sentences(n: int) -> list[str]:
 # ---- part 1: steps ----------------------------------------------------------------------------
 def step_cell(
     model: str, method: str, batch: int, precision: str, out: Path, compiled: bool = False,
-    timing: tuple[int, int] = (WARMUP, TIMED),
+    timing: tuple[int, int] = (WARMUP, TIMED), **options: Any,
 ) -> dict[str, Any]:  # fmt: skip
     """Steady-state seconds per step of one (method, batch, precision) through `Trainer`
     (`compiled`: torch.compile's reduce-overhead mode, every batch padded to MAX_LENGTH), the
-    `timing[1]` steps after `timing[0]` warm-up steps."""
+    `timing[1]` steps after `timing[0]` warm-up steps; `options` as `step_trainer`'s."""
     import torch
 
     from dclr.estimate import linear_weights, work_flops
 
     warmup, timed = timing
-    trainer = step_trainer(model, method, batch, precision, out, warmup + timed, warmup, compiled)
+    trainer = step_trainer(
+        model, method, batch, precision, out, warmup + timed, warmup, compiled, **options
+    )
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -384,7 +386,18 @@ def steps(
                         measure = functools.partial(step_cell, model, method, batch, precision,
                                                     out, timing=timing)  # fmt: skip
                     add_cell(rows, row, matmul, saved, measure)
+    if cuda and "bert-base-shape" in named:  # the 20 ms cell with transformers' own mask, whose
+        # check reads the device once per forward (`model.prepared_mask` off): what preparing it saves
+        row = {"model": "bert-base-shape", "method": TRANSFORMERS_MASK, "batch": 64,
+               "precision": "bf16"}  # fmt: skip
+        out = tmp / "steps-transformers-mask"
+        measure = functools.partial(step_cell, named["bert-base-shape"], "simcse", 64, "bf16",
+                                    out, timing=timing, prepared_mask="off")  # fmt: skip
+        add_cell(rows, row, matmul, saved, measure)
     return rows
+
+
+TRANSFORMERS_MASK = "simcse, transformers' mask"  # the step cell with `prepared_mask: off`
 
 
 def compiled_steps(
@@ -607,14 +620,19 @@ def host_sync_rows(model: str, tmp: Path, cuda: bool) -> list[dict[str, Any]]:
     """SimCSE and DCLR as a step cell runs them (eager, batch 64), 13 steps with a log at 6 and 12:
     each read of a device value that made the host wait, per ordinary step (one that neither
     logs, evaluates nor checkpoints) and where (`dclr.training.host_syncs`; on a GPU CUDA's own
-    detector, on a CPU the calls that would wait)."""
+    detector, on a CPU the calls that would wait); then SimCSE with transformers' own attention
+    mask (`prepared_mask: off`), whose check reads once per forward."""
     from dclr.training.host_syncs import record_host_syncs
 
     precision = "bf16" if cuda else "fp32"
     rows = []
-    for method in ("simcse", "dclr"):
-        trainer = step_trainer(model, method, 64, precision, tmp / f"syncs-{method}", 13, 6)
-        rows.append({"method": method, "batch": 64, "precision": precision,
+    # the last padded, as on a GPU (a CPU packs, and a packed forward makes no such check)
+    runs = [("simcse", "simcse", {}), ("dclr", "dclr", {}),
+            (TRANSFORMERS_MASK, "simcse", {"prepared_mask": "off", "packing": "off"})]  # fmt: skip
+    for number, (name, method, options) in enumerate(runs):
+        trainer = step_trainer(model, method, 64, precision, tmp / f"syncs-{number}", 13, 6,
+                               **options)  # fmt: skip
+        rows.append({"method": name, "batch": 64, "precision": precision,
                      **record_host_syncs(trainer).summary()})  # fmt: skip
     return rows
 
@@ -857,6 +875,8 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str]]:
          "; ".join(f"{r['method']}: {r['ours_in_ordinary_steps']} dclr's, "
                    f"{r['syncs_in_ordinary_steps']} in all, in {r['ordinary_steps']} steps"
                    for r in syncs) or "—"),
+        ("... its step with transformers' own mask (prepared_mask off; GPU only)",
+         f"{ms(TRANSFORMERS_MASK, 64) or '—'} ms, against {ms('simcse', 64)} ms prepared"),
     ]  # fmt: skip
 
 

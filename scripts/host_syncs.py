@@ -9,8 +9,8 @@ that neither log, evaluate nor checkpoint), where each was made. Use it on a met
 that would wait there (an upper bound: a CPU cannot tell a tensor that would be on the GPU from
 one that stays on the host), with the CPU path's own reads (the loss each step, for the NaN stop)
 unless `--as-gpu` takes the GPU's choices on the CPU (the NaN stop read at log steps, padded
-batches, fused AdamW, batches made on the prefetch thread; DCLR's noise check still runs, as on
-any CPU).
+batches, fused AdamW, batches made on the prefetch thread, the attention mask prepared in 4-D;
+DCLR's noise check still runs, as on any CPU).
 
     python scripts/host_syncs.py recipes/dclr_minilm_cpu.yaml --as-gpu
     python scripts/host_syncs.py recipes/consert_minilm_cpu.yaml --set batch_size=16 --json s.json
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 # The GPU's choices, for --as-gpu on a CPU (each "auto" picks it on a GPU).
-GPU_CHOICES = {"packing": "off", "fused_optimizer": "on", "prefetch": "on"}
+GPU_CHOICES = {"packing": "off", "fused_optimizer": "on", "prefetch": "on", "prepared_mask": "on"}
 
 
 def count(

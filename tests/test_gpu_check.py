@@ -334,7 +334,11 @@ def test_the_harness_runs_on_a_cpu_with_a_tiny_model(tmp_path, data_dir):
     ]
     assert report["resume"]["passed"] and report["resume"]["max_abs_difference"] == 0.0
     syncs = {r["method"]: r for r in report["host_syncs"]}
-    assert set(syncs) == {"simcse", "dclr"}
+    assert set(syncs) == {"simcse", "dclr", gpu_check.TRANSFORMERS_MASK}
+    # with transformers' own mask its check reads once per forward (on a GPU the prepared mask
+    # takes that read away; on a CPU `prepared_mask: auto` leaves it to transformers)
+    mask_check = syncs[gpu_check.TRANSFORMERS_MASK]["where"]
+    assert any(place.startswith("transformers/") for place in mask_check)
     assert all(r["detector"] == "cpu-calls" and r["ordinary_steps"] == 10 for r in syncs.values())
     # the CPU path reads the loss every step (its NaN stop): seen, and the table says why
     assert all(r["ours_in_ordinary_steps"] >= 10 for r in syncs.values())

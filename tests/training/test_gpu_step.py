@@ -134,6 +134,17 @@ def test_fused_adamw_and_length_buckets_give_the_same_run_to_rounding(
             assert other[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
 
 
+def test_the_prepared_attention_mask_gives_the_same_run_bit_for_bit(
+    model_dir, corpus_file, tmp_path
+):
+    """`model.prepared_mask` (auto: on a GPU) builds transformers' own mask in 4-D
+    (`dclr.models.attention_mask`): a padded run is the same either way."""
+    padded = {"packing": "off"}
+    off = run_losses(model_dir, corpus_file, tmp_path / "off", prepared_mask="off", **padded)
+    on = run_losses(model_dir, corpus_file, tmp_path / "on", prepared_mask="on", **padded)
+    assert on == off and len(on) == 6
+
+
 def test_length_bucket_pads_batches_to_its_multiple(model_dir, corpus_file, tmp_path):
     overrides = tiny_run_overrides(
         model_dir, corpus_file, tmp_path / "b", max_steps=3, length_bucket=8
@@ -165,9 +176,10 @@ def test_compiled_step_gives_the_same_run_to_rounding(
     monkeypatch.setattr(inductor_config, "fallback_random", True)
     padded = {"length_bucket": 16, "packing": "off"}  # a compiled run does not pack
     base = run_losses(model_dir, corpus_file, tmp_path / "eager", **padded)
-    compiled = run_losses(
-        model_dir, corpus_file, tmp_path / "compiled", compile="default", **padded
-    )
+    compiled = run_losses(  # with the attention mask prepared, as on a GPU
+        model_dir, corpus_file, tmp_path / "compiled", compile="default", prepared_mask="on",
+        **padded,
+    )  # fmt: skip
     assert compiled.keys() == base.keys()
     for step, loss in base.items():
         assert compiled[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)

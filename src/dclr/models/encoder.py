@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 from dclr.data.text import clip_all
 from dclr.errors import ConfigError
 from dclr.estimate import estimate, linear_weights, record, work_flops
+from dclr.models.attention_mask import prepared_mask, use_prepared_mask
 from dclr.models.packing import (
     ROW_TOKENS,
     pack,
@@ -77,6 +78,9 @@ class SentenceEncoder(nn.Module):
     # `tokenize` pads each batch's length up to a multiple of this (0: to the longest sentence);
     # training sets it from `model.length_bucket` so a compiled step sees few shapes.
     length_bucket: int = 0
+    # the padded forward's mask prepared in 4-D (`dclr.models.attention_mask`): auto = on a GPU;
+    # training sets it from `model.prepared_mask`
+    prepared_mask: str = "auto"
 
     def __init__(
         self,
@@ -320,9 +324,12 @@ class SentenceEncoder(nn.Module):
     ) -> list[torch.Tensor]:
         """`_forward_padded` for several poolers from one forward (one (b, d) per pooler)."""
         want_hidden = any(needs_hidden_states(p) for p in poolers)
+        mask = attention_mask  # (b, L); pooling reads this one
+        if use_prepared_mask(self.prepared_mask, self.backbone, attention_mask):
+            mask = prepared_mask(attention_mask)  # (b, 1, L, L): transformers reads nothing
         out = self.backbone(
             input_ids=input_ids,
-            attention_mask=attention_mask,
+            attention_mask=mask,
             output_hidden_states=want_hidden,
             return_dict=True,
             **inputs,

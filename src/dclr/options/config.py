@@ -82,6 +82,11 @@ class ModelSection:
     # sentence, as always); with optimisation.compile, fewer shapes mean fewer recompilations
     # and CUDA graphs (e.g. 8; the vectors equal the unbucketed ones up to float rounding)
     length_bucket: int = 0
+    # the padded forward's attention mask built by dclr in 4-D, so transformers reads nothing
+    # from the device to build it (`dclr.models.attention_mask`; BERT, RoBERTa, XLM-R with SDPA,
+    # transformers 5+): auto = on a GPU, where the read waits for the queued work; off: as
+    # transformers builds it
+    prepared_mask: Toggle = "auto"
 
     def validate(self) -> None:
         if not self.name:

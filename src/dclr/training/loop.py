@@ -347,6 +347,8 @@ class Trainer:
             state.world_scalar = torch.full((), float(self.world), device=self.device)
         if self.config.model.length_bucket and hasattr(self.model, "length_bucket"):
             setattr(self.model, "length_bucket", self.config.model.length_bucket)  # noqa: B010
+        if hasattr(self.model, "prepared_mask"):
+            setattr(self.model, "prepared_mask", self.config.model.prepared_mask)  # noqa: B010
         if opt.compile != "off":
             compile_backbone(self.model, opt.compile)
             if isinstance(objective, HasCompiledParts):
