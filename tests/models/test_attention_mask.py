@@ -52,6 +52,11 @@ def test_where_it_applies():
     model = small("bert")
     cpu = torch.ones(2, 3, dtype=torch.long)
     assert not use_prepared_mask("auto", model, cpu)  # auto: a GPU's, not a CPU's
+    on_gpu = type("Mask", (), {"device": torch.device("cuda")})()  # only its device is read
+    assert use_prepared_mask("auto", model, on_gpu) == (
+        attention_mask_module.TRANSFORMERS_MAJOR >= 5
+    )
+    assert not use_prepared_mask("auto", model, on_gpu, training=False)  # encoding: transformers'
     assert not use_prepared_mask("off", model, cpu)
     assert use_prepared_mask("on", model, cpu) == (attention_mask_module.TRANSFORMERS_MAJOR >= 5)
     model.config._attn_implementation = "eager"  # eager adds a float mask: not ours to build

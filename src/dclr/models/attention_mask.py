@@ -44,9 +44,15 @@ def prepared_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.bool()[:, None, None, :].expand(b, 1, length, length).contiguous()
 
 
-def use_prepared_mask(choice: str, backbone: Any, attention_mask: torch.Tensor) -> bool:
-    """`model.prepared_mask`: "on" where the backbone takes it, "auto" there on a GPU only (where
-    the read waits; on a CPU it costs nothing and the CPU's results stay as recorded), "off"."""
-    if choice == "off" or (choice == "auto" and attention_mask.device.type != "cuda"):
+def use_prepared_mask(
+    choice: str, backbone: Any, attention_mask: torch.Tensor, training: bool = True
+) -> bool:
+    """`model.prepared_mask`: "on" where the backbone takes it; "auto" there in training on a GPU
+    only (where the read stalls the queued step; on a CPU it costs nothing and the CPU's results
+    stay as recorded; encoding reads each batch's vectors anyway, and keeps transformers' flash
+    kernel for batches with no padding); "off" never."""
+    if choice == "off":
+        return False
+    if choice == "auto" and not (training and attention_mask.device.type == "cuda"):
         return False
     return takes_prepared_mask(backbone)

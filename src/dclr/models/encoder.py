@@ -78,8 +78,8 @@ class SentenceEncoder(nn.Module):
     # `tokenize` pads each batch's length up to a multiple of this (0: to the longest sentence);
     # training sets it from `model.length_bucket` so a compiled step sees few shapes.
     length_bucket: int = 0
-    # the padded forward's mask prepared in 4-D (`dclr.models.attention_mask`): auto = on a GPU;
-    # training sets it from `model.prepared_mask`
+    # the padded forward's mask prepared in 4-D (`dclr.models.attention_mask`): auto = in
+    # training on a GPU; training sets it from `model.prepared_mask`
     prepared_mask: str = "auto"
 
     def __init__(
@@ -325,7 +325,7 @@ class SentenceEncoder(nn.Module):
         """`_forward_padded` for several poolers from one forward (one (b, d) per pooler)."""
         want_hidden = any(needs_hidden_states(p) for p in poolers)
         mask = attention_mask  # (b, L); pooling reads this one
-        if use_prepared_mask(self.prepared_mask, self.backbone, attention_mask):
+        if use_prepared_mask(self.prepared_mask, self.backbone, attention_mask, self.training):
             mask = prepared_mask(attention_mask)  # (b, 1, L, L): transformers reads nothing
         out = self.backbone(
             input_ids=input_ids,

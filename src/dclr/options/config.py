@@ -84,8 +84,8 @@ class ModelSection:
     length_bucket: int = 0
     # the padded forward's attention mask built by dclr in 4-D, so transformers reads nothing
     # from the device to build it (`dclr.models.attention_mask`; BERT, RoBERTa, XLM-R with SDPA,
-    # transformers 5+): auto = on a GPU, where the read waits for the queued work; off: as
-    # transformers builds it
+    # transformers 5+): auto = in training on a GPU, where the read waits for the queued step;
+    # off: as transformers builds it
     prepared_mask: Toggle = "auto"
 
     def validate(self) -> None:
