@@ -406,3 +406,13 @@ def test_the_resume_check_passes_and_is_red_on_a_stale_background_copy(
     monkeypatch.setattr(loop_module, "host_copy", stale_copy)
     bad = gpu_check.resume_check(tiny_check_model, tmp_path / "bad")
     assert not bad["passed"], bad
+
+
+def test_a_step_cell_times_its_steps_and_exports_nothing(tmp_path):
+    """A step cell is a timing run: its metrics are written, its model is not (final/ of the
+    BERT-base shape cost ~3 s a cell, for nothing)."""
+    model = gpu_check.tiny_model(tmp_path / "tiny")
+    row = gpu_check.step_cell(model, "simcse", 8, "fp32", tmp_path / "cell", timing=(1, 2))
+    assert row["seconds_per_step"] > 0
+    assert (tmp_path / "cell" / "metrics.jsonl").exists()
+    assert not (tmp_path / "cell" / "final").exists()
