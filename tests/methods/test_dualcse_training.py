@@ -192,3 +192,16 @@ def test_bad_options_are_rejected_with_a_reason(override, message):
 def test_batch_larger_than_the_data_is_refused(model_dir, data_root, tmp_path):
     with pytest.raises(ConfigError, match="fewer than one batch"):
         DualCSETrainer(config(model_dir, data_root, tmp_path / "run", batch_size=64))
+
+
+@pytest.mark.parametrize("kind", ["cross", "bi"])
+def test_each_encoder_takes_the_runs_attention_mask_choice(model_dir, data_root, tmp_path, kind):
+    """`model.prepared_mask` reaches DualCSE's encoders (one, or one per semantics) as it does a
+    single encoder: with it on, a step's forwards make no read for transformers' mask check."""
+    trainer = DualCSETrainer(
+        config(model_dir, data_root, tmp_path / "run", encoder=kind, prepared_mask="on")
+    )
+    trainer._setup()
+    encoders = list(trainer.model.encoders.values())
+    assert len(encoders) == (1 if kind == "cross" else 2)
+    assert all(e.prepared_mask == "on" for e in encoders)

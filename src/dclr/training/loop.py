@@ -42,6 +42,7 @@ from dclr.data.text import clip_all
 from dclr.errors import ConfigError
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.heap import release_freed_memory, trim_heap
+from dclr.models.encoder import SentenceEncoder
 from dclr.models.export import link_export
 from dclr.options.flat import flat_values
 from dclr.progress import announce, progress_bar, short_number
@@ -345,10 +346,11 @@ class Trainer:
         state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
         if half:
             state.world_scalar = torch.full((), float(self.world), device=self.device)
-        if self.config.model.length_bucket and hasattr(self.model, "length_bucket"):
-            setattr(self.model, "length_bucket", self.config.model.length_bucket)  # noqa: B010
-        if hasattr(self.model, "prepared_mask"):
-            setattr(self.model, "prepared_mask", self.config.model.prepared_mask)  # noqa: B010
+        for encoder in self.model.modules():  # the model, or each of DualCSE's encoders
+            if isinstance(encoder, SentenceEncoder):
+                encoder.prepared_mask = self.config.model.prepared_mask
+                if self.config.model.length_bucket:
+                    encoder.length_bucket = self.config.model.length_bucket
         if opt.compile != "off":
             compile_backbone(self.model, opt.compile)
             if isinstance(objective, HasCompiledParts):
