@@ -642,7 +642,7 @@ def host_sync_rows(model: str, tmp: Path, cuda: bool) -> list[dict[str, Any]]:
     precision = "bf16" if cuda else "fp32"
     rows = []
     # the last padded, as on a GPU (a CPU packs, and a packed forward makes no such check)
-    runs = [("simcse", "simcse", {}), ("dclr", "dclr", {}),
+    runs: list[tuple[str, str, dict[str, Any]]] = [("simcse", "simcse", {}), ("dclr", "dclr", {}),
             (TRANSFORMERS_MASK, "simcse", {"prepared_mask": "off", "packing": "off"})]  # fmt: skip
     for number, (name, method, options) in enumerate(runs):
         trainer = step_trainer(model, method, 64, precision, tmp / f"syncs-{number}", 13, 6,
