@@ -205,3 +205,22 @@ def test_each_encoder_takes_the_runs_attention_mask_choice(model_dir, data_root,
     encoders = list(trainer.model.encoders.values())
     assert len(encoders) == (1 if kind == "cross" else 2)
     assert all(e.prepared_mask == "on" for e in encoders)
+
+
+@pytest.mark.parametrize("kind", ["cross", "bi"])
+def test_length_bucket_pads_each_semantics_batch_to_its_multiple(
+    model_dir, data_root, tmp_path, kind
+):
+    """`model.length_bucket` reaches DualCSE's tokenisation as it does a single encoder's (a
+    compiled step then sees few shapes); without it a batch pads to its longest row."""
+    lengths = {}
+    for bucket in (0, 16):
+        cfg = config(
+            model_dir, data_root, tmp_path / f"b{bucket}", encoder=kind, length_bucket=bucket
+        )
+        trainer = DualCSETrainer(cfg)
+        trainer._setup()
+        features = trainer.batch(0)[0].features
+        lengths[bucket] = {s: f["input_ids"].shape[1] for s, f in features.items()}
+    assert all(n % 16 == 0 for n in lengths[16].values())
+    assert any(n % 16 for n in lengths[0].values())  # the tiny INLI rows are not all 16 long

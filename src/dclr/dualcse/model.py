@@ -156,7 +156,8 @@ class DualEncoder(nn.Module):
     def tokenize(
         self, sentences: Sequence[str], semantics: str, max_length: int | None = None
     ) -> dict[str, torch.Tensor]:
-        """A padded batch of `sentences` as encoded for `semantics` (pairs for a cross encoder)."""
+        """A padded batch of `sentences` as encoded for `semantics` (pairs for a cross encoder),
+        its length a multiple of the encoder's `length_bucket` (training's `model.length_bucket`)."""
         encoder = self.encoder_for(semantics)
         limit = max_length or encoder.max_length or model_limit(encoder.tokenizer)
         batch = encoder.tokenizer(
@@ -164,6 +165,7 @@ class DualEncoder(nn.Module):
             padding=True,
             truncation=self._truncation(),
             max_length=limit,
+            pad_to_multiple_of=encoder.length_bucket or None,
             return_tensors="pt",
         )
         return dict(batch)
