@@ -109,6 +109,30 @@ def test_dclr_on_the_gpu_path_reads_only_what_a_gpu_does_not_wait_for(
     assert sorted(e.step for e in ours) == sorted([1, 2, 4, 5] * 3)
 
 
+@pytest.mark.parametrize("mode", ["on_the_fly", "two_views"])
+def test_a_complementary_model_that_encodes_in_the_step_prepares_its_mask_too(
+    model_dir, corpus_file, tmp_path, monkeypatch, mode
+):
+    """DCLR's on-the-fly complementary model encodes each batch in eval mode inside the step:
+    it takes the step's mask choice (`step_mask_choice`), so transformers reads nothing there
+    either (the eval-mode default would leave its read, once per step)."""
+    syncs = gpu_like_run(
+        model_dir, corpus_file, tmp_path / "run", monkeypatch,
+        method="dclr", complementary_model=str(model_dir), complementary_pooler="mean",
+        phi_calibration="none", complementary_mode=mode,
+    )  # fmt: skip
+    assert [e for e in syncs.in_ordinary_steps() if not e.ours] == []
+
+
+def test_the_step_mask_choice_of_a_frozen_model():
+    from dclr.methods.dclr import step_mask_choice
+
+    assert step_mask_choice("auto", torch.device("cuda")) == "on"
+    assert step_mask_choice("auto", torch.device("cpu")) == "auto"  # a CPU: transformers' mask
+    assert step_mask_choice("off", torch.device("cuda")) == "off"
+    assert step_mask_choice("on", torch.device("cpu")) == "on"
+
+
 def test_a_batch_goes_to_the_device_with_its_corpus_rows_left_on_the_host(
     model_dir, corpus_file, tmp_path
 ):

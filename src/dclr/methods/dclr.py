@@ -52,9 +52,18 @@ def build_complementary(run: PreparedRun, section: DCLRSection, show_progress: b
             return CachedComplementary.build_or_load(
                 cache, encoder, corpus, spec, limit, device=device, show_progress=show_progress
             )
+    # it encodes each batch inside the step: the step's attention-mask choice, even in eval mode
+    # (`model.prepared_mask` auto leaves eval-mode forwards to transformers' mask and its read)
+    encoder.prepared_mask = step_mask_choice(config.model.prepared_mask, device)
     if section.complementary_mode == "on_the_fly":
         return OnTheFlyComplementary(encoder, limit)
     return TwoViewComplementary(encoder, limit)
+
+
+def step_mask_choice(choice: str, device: torch.device) -> str:
+    """`model.prepared_mask` for a frozen model that runs inside the training step: auto is on
+    on a GPU as for the trained model (`dclr.models.attention_mask`), whatever its mode."""
+    return "on" if choice == "auto" and device.type == "cuda" else choice
 
 
 def calibrate(
