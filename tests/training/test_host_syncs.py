@@ -125,7 +125,7 @@ def test_a_complementary_model_that_encodes_in_the_step_prepares_its_mask_too(
 
 
 def test_the_step_mask_choice_of_a_frozen_model():
-    from dclr.methods.dclr import step_mask_choice
+    from dclr.models.attention_mask import step_mask_choice
 
     assert step_mask_choice("auto", torch.device("cuda")) == "on"
     assert step_mask_choice("auto", torch.device("cpu")) == "auto"  # a CPU: transformers' mask

@@ -14,6 +14,7 @@ from torch import nn
 from dclr import distributed as dist
 from dclr.methods.dclr_rows import sample_rows_only
 from dclr.methods.simcse import ContrastiveMethod, build_views
+from dclr.models.attention_mask import step_mask_choice
 from dclr.options.contrastive import ContrastiveSection
 from dclr.options.dclr import DCLRSection
 from dclr.training.phases import phase
@@ -58,12 +59,6 @@ def build_complementary(run: PreparedRun, section: DCLRSection, show_progress: b
     if section.complementary_mode == "on_the_fly":
         return OnTheFlyComplementary(encoder, limit)
     return TwoViewComplementary(encoder, limit)
-
-
-def step_mask_choice(choice: str, device: torch.device) -> str:
-    """`model.prepared_mask` for a frozen model that runs inside the training step: auto is on
-    on a GPU as for the trained model (`dclr.models.attention_mask`), whatever its mode."""
-    return "on" if choice == "auto" and device.type == "cuda" else choice
 
 
 def calibrate(

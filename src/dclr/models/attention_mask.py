@@ -56,3 +56,9 @@ def use_prepared_mask(
     if choice == "auto" and not (training and attention_mask.device.type == "cuda"):
         return False
     return takes_prepared_mask(backbone)
+
+
+def step_mask_choice(choice: str, device: torch.device) -> str:
+    """`model.prepared_mask` for a frozen model that runs inside the training step (DCLR's
+    complementary model on the fly, in eval mode): auto is on on a GPU, as for the trained model."""
+    return "on" if choice == "auto" and device.type == "cuda" else choice
