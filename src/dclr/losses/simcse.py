@@ -61,7 +61,29 @@ def draw_two_views(model: Any, views: PositiveViews | None, batch: Batch) -> dic
     return views.draw(model, dict(batch.features), batch.step)
 
 
-class SimCSELoss(nn.Module):
+class TwoViewObjective(nn.Module):
+    """An objective on two views of the batch: `forward(batch)` encodes them (`two_views`, as
+    drawn ahead with the host batch when `batch.drawn` holds them) and returns
+    `objective(z1, z2, batch)`. Subclasses set `self.model` and `self.views`."""
+
+    model: Callable[..., torch.Tensor]
+    views: PositiveViews | None
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        features = dict(batch.features)
+        z1, z2 = two_views(self.model, features, self.views, batch.step, batch.drawn)
+        return self.objective(z1, z2, batch)
+
+    def draw_ahead(self, batch: Batch) -> dict[str, Any] | None:
+        return draw_two_views(self.model, self.views, batch)
+
+    def objective(
+        self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None
+    ) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class SimCSELoss(TwoViewObjective):
     """SimCSE's objective around an encoder.
 
     Args:
@@ -83,14 +105,6 @@ class SimCSELoss(nn.Module):
         self.model = model
         self.temperature = check_temperature(temperature)
         self.views = views
-
-    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        features = dict(batch.features)
-        z1, z2 = two_views(self.model, features, self.views, batch.step, batch.drawn)
-        return self.objective(z1, z2, batch)
-
-    def draw_ahead(self, batch: Batch) -> dict[str, Any] | None:
-        return draw_two_views(self.model, self.views, batch)
 
     def objective(
         self, z1: torch.Tensor, z2: torch.Tensor, batch: Batch | None = None

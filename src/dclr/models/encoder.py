@@ -154,7 +154,7 @@ class SentenceEncoder(nn.Module):
         if mode and self.linear_kernel != "aten":
             raise ConfigError(
                 f"this encoder runs its linear layers on {self.linear_kernel} for inference and "
-                "cannot be trained: load the model again for training"
+                "cannot be trained: load it for training with SentenceEncoder.from_pretrained(model)"
             )
         return super().train(mode)
 
