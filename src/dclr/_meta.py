@@ -11,6 +11,7 @@ API = (
     "TrainResult",
     "Trainer",
     "available_methods",
+    "build_index",
     "encode",
     "evaluate",
     "evaluate_retrieval",
@@ -18,6 +19,7 @@ API = (
     "get_method",
     "load_config",
     "load_encoder",
+    "open_index",
     "register",
     "train",
 )

@@ -9,6 +9,8 @@
     results = dclr.evaluate("my-model", task_set="full")     # what `dclr eval --json` writes
     config = dclr.load_config("recipes/simcse_minilm_cpu.yaml", {"optimisation.max_steps": 10})
     summary = dclr.train(config)                              # what results.json holds
+    dclr.build_index(summary["final_dir"], "corpus.txt", "my-index")  # `dclr index build`
+    hits = dclr.open_index("my-index").search("a query", k=5)          # `dclr search`
 
 Everything here returns data (dicts, arrays, models); nothing prints tables.
 """
@@ -26,6 +28,7 @@ from dclr.driver import run_training
 from dclr.errors import ConfigError
 from dclr.evaluation.plan import EvalPlan, run_plan
 from dclr.evaluation.sts import StsEvaluator
+from dclr.indexing.searcher import IndexSearcher
 from dclr.methods.base import Method as Method
 
 # Re-exported for `import dclr` (the names in dclr.API).
@@ -156,6 +159,75 @@ def train(
     elif overrides:
         config = updated(config, overrides)
     return run_training(config, resume=resume, overwrite=overwrite)
+
+
+def build_index(
+    model: str | Path,
+    input_file: str | Path,
+    out: str | Path,
+    *,
+    column: str | None = None,
+    input_format: str = "auto",
+    kind: str = "auto",
+    pooler: str | None = None,
+    precision: str = "fp32",
+    dedup: bool = False,
+    id_column: str | None = None,
+    overwrite: bool = False,
+    batch_size: int = 128,
+    processes: int = 1,
+    show_progress: bool = False,
+    **index_options: Any,
+) -> dict[str, Any]:
+    """`dclr index build` from Python: encode `input_file` (text, CSV/TSV, JSONL or Parquet with
+    `column`) with `model` and write a FAISS index folder `out`; returns its index.json.
+
+    `kind`: auto (flat, i.e. exact, up to 100,000 vectors, else hnsw) | flat | hnsw | ivf;
+    `index_options`: hnsw_m, ef_construction, ef_search, ivf_nlist, ivf_nprobe
+    (`dclr.indexing.index.IndexParams`). The folder is locked while it is built and replaced
+    atomically; a build interrupted while encoding resumes from its shards."""
+    from dataclasses import fields
+
+    from dclr.data.readers import open_source
+    from dclr.indexing.index import IndexParams
+    from dclr.indexing.index import build_index as build
+
+    known = {f.name for f in fields(IndexParams)} - {"kind"}
+    unknown = sorted(set(index_options) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown index option(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
+        )
+    source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
+    params = IndexParams(kind, **index_options)  # type: ignore[arg-type]
+    return build(
+        str(model),
+        source,
+        out,
+        params,
+        pooler=pooler,
+        batch_size=batch_size,
+        processes=processes,
+        overwrite=overwrite,
+        show_progress=show_progress,
+        precision=precision,
+        dedup=dedup,
+        id_column=id_column,
+    )
+
+
+def open_index(
+    folder: str | Path,
+    model: str | None = None,
+    pooler: str | None = None,
+    precision: str | None = None,
+    device: str = "auto",
+) -> IndexSearcher:
+    """An index folder with its query encoder, as `dclr search` opens it: `.search(query, k)`
+    gives the top-k `Hit`s (id, row, score, text, doc_id), `.search([q1, q2], k)` a list per
+    query. The query model is the one the index records unless `model` is given, and one whose
+    vectors are not the index's is refused. Needs the `serve` extra (FAISS)."""
+    return IndexSearcher(folder, model, pooler, precision, device)
 
 
 def encode(model: SentenceEncoder | str | Path, sentences: Sequence[str], **options: Any) -> Any:

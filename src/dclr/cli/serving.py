@@ -243,9 +243,7 @@ def search(
     quiet_hf()
     try:
         from dclr.data.readers import unencodable
-        from dclr.indexing.fingerprint import model_fingerprint
-        from dclr.indexing.index import SearchIndex, query_model, read_meta
-        from dclr.models.precision import load_inference_encoder
+        from dclr.indexing.searcher import IndexSearcher
 
         if k < 1:
             raise ValueError("-k must be >= 1")
@@ -256,15 +254,9 @@ def search(
                 "line arrive this way)",
                 fix="pass the query as UTF-8 text (check the terminal's or the script's encoding)",
             )
-        meta = read_meta(index)
-        name = query_model(meta, model, index)
-        encoder = load_inference_encoder(
-            name, pooler or meta["pooler"], precision or meta.get("precision", "fp32")
-        )
-        searcher = SearchIndex(index)
-        searcher.check_model(model_fingerprint(encoder), name)
-        vector = encoder.encode([query], normalize=True)  # (1, d)
-        hits = searcher.search(vector, k)[0]
+        searcher = IndexSearcher(index, model, pooler, precision)
+        hits = searcher.search(query, k)
+        meta, name = searcher.meta, searcher.model
     except ModuleNotFoundError as err:
         _need_extra(err)
     except (DclrError, ValueError) as err:
