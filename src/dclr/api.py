@@ -28,10 +28,12 @@ from dclr.driver import run_training
 from dclr.errors import ConfigError
 from dclr.evaluation.plan import EvalPlan, run_plan
 from dclr.evaluation.sts import StsEvaluator
+from dclr.indexing.bulk import read_bulk as read_bulk
 from dclr.indexing.searcher import IndexSearcher
 from dclr.methods.base import Method as Method
 
 # Re-exported for `import dclr` (the names in dclr.API).
+from dclr.methods.dclr_audit import audit_corpus as audit_corpus
 from dclr.methods.registry import available_methods as available_methods
 from dclr.methods.registry import get_method as get_method
 from dclr.methods.registry import register as register
@@ -213,6 +215,47 @@ def build_index(
         precision=precision,
         dedup=dedup,
         id_column=id_column,
+    )
+
+
+def encode_bulk(
+    model: str | Path,
+    input_file: str | Path,
+    out_dir: str | Path,
+    *,
+    column: str | None = None,
+    input_format: str = "auto",
+    shard_format: str = "npy",
+    dtype: str = "float32",
+    shard_size: int = 10_000,
+    normalize: bool = False,
+    pooler: str | None = None,
+    batch_size: int = 128,
+    processes: int = 1,
+    device: str = "auto",
+    overwrite: bool = False,
+    precision: str = "fp32",
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """`dclr encode-bulk` from Python: encode a large file into vector shards in `out_dir`
+    (resumable: call it again after an interruption); returns the finished manifest.
+    `read_bulk(out_dir)` gives the (rows, vectors) back."""
+    from dclr.data.readers import open_source
+    from dclr.indexing.bulk import BulkSettings, bulk_encode
+
+    source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
+    settings = BulkSettings(shard_size, shard_format, dtype, normalize, batch_size)  # type: ignore[arg-type]
+    return bulk_encode(
+        str(model),
+        source,
+        out_dir,
+        settings,
+        pooler=pooler,
+        processes=processes,
+        device=device,  # type: ignore[arg-type]
+        overwrite=overwrite,
+        show_progress=show_progress,
+        precision=precision,
     )
 
 

@@ -265,3 +265,40 @@ def test_cli_encode_bulk_csv(model_dir, encoder, tmp_path):
     np.testing.assert_allclose(vectors.astype(np.float32), encoder.encode(SENTENCES[:5]), atol=2e-3)
     bad = CliRunner().invoke(app, ["encode-bulk", str(model_dir), str(path), str(tmp_path / "x")])
     assert bad.exit_code == 2 and "needs --column" in bad.output
+
+
+# ---- the Python API ----------------------------------------------------------------------------
+
+
+def test_the_api_encodes_in_bulk_and_reads_the_vectors_back(model_dir, text_file, tmp_path):
+    """`dclr.encode_bulk` is `dclr encode-bulk`; `dclr.read_bulk` gives the (rows, vectors) of a
+    finished job in input order (what a user reassembled from the shards by hand before)."""
+    import dclr
+
+    out = tmp_path / "api"
+    manifest = dclr.encode_bulk(model_dir, text_file, out, shard_size=7, pooler="mean",
+                                shard_format="parquet")  # fmt: skip
+    assert manifest["complete"] and manifest["n_shards"] == 4
+    cli = tmp_path / "cli"
+    done = CliRunner().invoke(app, ["encode-bulk", str(model_dir), str(text_file), str(cli),
+                                    "--shard-size", "7", "--pooler", "mean", "--format", "parquet"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    rows, vectors = dclr.read_bulk(out)
+    expected_rows, expected = _all(cli)
+    np.testing.assert_array_equal(rows, expected_rows)
+    np.testing.assert_array_equal(vectors, expected)
+    assert rows.dtype == np.int64 and list(rows[:4]) == [0, 1, 2, 4]  # row 3 is blank
+
+
+def test_reading_an_unfinished_bulk_job_is_refused_with_the_fix(model_dir, text_file, tmp_path):
+    import dclr
+
+    with pytest.raises(InputError, match="no finished bulk job here .manifest.json missing"):
+        dclr.read_bulk(tmp_path)
+    bulk_encode(str(model_dir), open_source(text_file), tmp_path / "o", BulkSettings(7),
+                pooler="mean")  # fmt: skip
+    manifest = read_manifest(tmp_path / "o")
+    manifest["complete"] = False  # as a job interrupted before its last shard leaves it
+    (tmp_path / "o" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"(?s)not complete.*dclr encode-bulk MODEL INPUT DIR"):
+        dclr.read_bulk(tmp_path / "o")

@@ -263,6 +263,29 @@ def finalize(out_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def read_bulk(out_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """A finished bulk job's vectors, in input order: (rows (n,) int64, the 0-based input row
+    of each vector; vectors (n, d) in the stored dtype). Blank rows have no vector. A job not
+    finished (no manifest, or not complete) is refused, naming the fix; each shard is checked as
+    it is read."""
+    from dclr.indexing.shards import iter_shards
+
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    if manifest is None or not manifest.get("complete"):
+        raise InputError(
+            "no finished bulk job here"
+            + (" (manifest.json missing)" if manifest is None else " (not complete)"),
+            path=out_dir,
+            fix="run `dclr encode-bulk MODEL INPUT DIR` (or dclr.encode_bulk) to finish it",
+        )
+    parts = list(iter_shards(out_dir, manifest["n_shards"], manifest["shard_format"]))
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty((0, manifest.get("dim") or 0))
+    rows = np.concatenate([np.asarray(r, dtype=np.int64) for r, _ in parts])
+    return rows, np.concatenate([v for _, v in parts])
+
+
 def pick_device(device: Device, rank: int) -> torch.device:
     """`auto`: the rank's own GPU when there are GPUs, else the CPU."""
     check_choice(device, Device, "--device")
