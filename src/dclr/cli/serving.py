@@ -88,23 +88,26 @@ def encode_bulk(
     """Encode a large file into vector shards; run it again after an interruption to resume."""
     quiet_hf()
     from dclr import distributed
-    from dclr.data.readers import open_source
-    from dclr.indexing.bulk import BulkSettings, bulk_encode
+    from dclr.api import encode_bulk
 
     try:
-        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
-        settings = BulkSettings(shard_size, shard_format, dtype, normalize, batch_size)  # type: ignore[arg-type]
-        manifest = bulk_encode(
+        manifest = encode_bulk(
             model,
-            source,
+            input_file,
             out_dir,
-            settings,
+            column=column,
+            input_format=input_format,
+            shard_format=shard_format,
+            dtype=dtype,
+            shard_size=shard_size,
+            normalize=normalize,
             pooler=pooler,
+            batch_size=batch_size,
             processes=processes,
-            device=device,  # type: ignore[arg-type]
+            device=device,
             overwrite=overwrite,
-            show_progress=True,
             precision=precision,
+            show_progress=True,
         )
     except ModuleNotFoundError as err:
         _need_extra(err)
@@ -114,10 +117,12 @@ def encode_bulk(
         fail(named_os_error(err, out_dir))
     if distributed.rank() == 0:
         read = f"{manifest['rows']} rows"
-        if source.format != "parquet":
+        source = manifest["input"]  # the file as read (`TextSource.identity`)
+        if source["format"] != "parquet":
             from dclr.data.readers import physical_lines
 
-            read += f" ({physical_lines(source.path)} lines in {source.path.name})"
+            path = Path(source["path"])
+            read += f" ({physical_lines(path)} lines in {path.name})"
         console.print(
             f"{manifest['vectors']} vectors of dimension {manifest['dim']} from {read} in "
             f"{manifest['n_shards']} shard(s) in {out_dir}",
@@ -169,24 +174,28 @@ def index_build(
     """Encode a corpus and build a FAISS index (cosine similarity) tied to the model."""
     quiet_hf()
     try:
-        from dclr.data.readers import open_source
-        from dclr.indexing.index import IndexParams, build_index
+        from dclr.api import build_index
 
-        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
-        params = IndexParams(kind, hnsw_m, ef_construction, ef_search, nlist, nprobe)  # type: ignore[arg-type]
         meta = build_index(
             model,
-            source,
+            input_file,
             out,
-            params,
+            column=column,
+            input_format=input_format,
+            kind=kind,
             pooler=pooler,
-            batch_size=batch_size,
-            processes=processes,
-            overwrite=overwrite,
-            show_progress=True,
             precision=precision,
             dedup=dedup,
             id_column=id_column,
+            overwrite=overwrite,
+            batch_size=batch_size,
+            processes=processes,
+            show_progress=True,
+            hnsw_m=hnsw_m,
+            ef_construction=ef_construction,
+            ef_search=ef_search,
+            ivf_nlist=nlist,
+            ivf_nprobe=nprobe,
         )
     except ModuleNotFoundError as err:
         _need_extra(err)
