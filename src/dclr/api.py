@@ -27,6 +27,7 @@ from dclr.contract import TrainResult as TrainResult
 from dclr.driver import run_training
 from dclr.errors import ConfigError
 from dclr.evaluation.plan import EvalPlan, run_plan
+from dclr.evaluation.scores import evaluation_batch_size
 from dclr.evaluation.sts import StsEvaluator
 from dclr.indexing.bulk import read_bulk as read_bulk
 from dclr.indexing.searcher import IndexSearcher
@@ -73,7 +74,7 @@ def evaluate_sts(
     data_dir: str | Path | None = None,
     mode: str = "test",
     pooler: str | None = None,
-    batch_size: int = 128,
+    batch_size: int | None = None,
 ) -> dict[str, float]:
     """Spearman x100 on the STS tasks, as SentEval computes it (`mode`: test | dev).
 
@@ -81,7 +82,8 @@ def evaluate_sts(
     and bookkeeping ("n_sentences", "seconds")."""
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
     evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
-    return evaluator(lambda s: encoder.encode(s, batch_size=batch_size))
+    size = batch_size or evaluation_batch_size(encoder)
+    return evaluator(lambda s: encoder.encode(s, batch_size=size))
 
 
 def evaluate_retrieval(
@@ -92,7 +94,7 @@ def evaluate_retrieval(
     task: str | None = None,
     data_dir: str | Path | None = None,
     pooler: str | None = None,
-    batch_size: int = 128,
+    batch_size: int | None = None,
 ) -> dict[str, float]:
     """nDCG@10, MRR@10, MAP@100, Recall@{1,10,100} (fractions, trec_eval's definitions) of
     `model` on one split of a BEIR folder, or on a built-in `task` (paraphrase | inli, built from
@@ -107,7 +109,7 @@ def evaluate_retrieval(
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
 
     def encode(texts: list[str]) -> Any:
-        return encoder.encode(texts, batch_size=batch_size)
+        return encoder.encode(texts, batch_size=batch_size or evaluation_batch_size(encoder))
 
     fingerprint = model_fingerprint(encoder) if index is not None else None
     return evaluate_target(encode, folder, task, split, data_dir, index, fingerprint)
@@ -126,7 +128,7 @@ def evaluate(
     data_dir: str | Path | None = None,
     pooler: str | None = None,
     packing: bool = True,
-    batch_size: int = 128,
+    batch_size: int | None = None,
     device: str = "auto",
 ) -> dict[str, Any]:
     """`dclr eval` from Python: the same options, the same checks, and the results `dclr eval

@@ -157,3 +157,38 @@ def test_missing_data_fails_before_the_model_loads(tmp_path):
     plan = EvalPlan.from_options(tasks="STSBenchmark")
     with pytest.raises(InputError):  # the model does not exist either: the data is read first
         run_plan(plan, tmp_path / "no-model", tmp_path / "no-data")
+
+
+def test_evaluation_batches_follow_the_device_unless_given(tiny_model_dir, data_dir, monkeypatch):
+    """`dclr eval`, `dclr.evaluate` and `dclr.evaluate_sts` encode 128 sentences per forward on
+    a CPU and 512 on a GPU (as `dclr train`'s tables do: 128 short STS sentences leave a GPU
+    idle); before, they took 128 everywhere. A given batch size wins."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dclr.evaluation.scores import evaluation_batch_size
+    from dclr.models.encoder import SentenceEncoder
+
+    assert evaluation_batch_size(SimpleNamespace(device=torch.device("cuda", 0))) == 512
+    assert evaluation_batch_size(SimpleNamespace(device=torch.device("cpu"))) == 128
+    seen: list[int] = []
+    real = SentenceEncoder.encode
+
+    def spy(self, sentences, batch_size=128, **options):
+        seen.append(batch_size)
+        return real(self, sentences, batch_size=batch_size, **options)
+
+    monkeypatch.setattr(SentenceEncoder, "encode", spy)
+    dclr.evaluate(tiny_model_dir, mode="dev", tasks="STSBenchmark", data_dir=data_dir,
+                  pooler="mean", device="cpu")  # fmt: skip
+    assert seen == [128]
+    # the size a GPU gets, with the CPU's encoder (no GPU here): each call asks for it
+    for module in ("dclr.evaluation.plan", "dclr.api"):
+        monkeypatch.setattr(f"{module}.evaluation_batch_size", lambda encoder: 512)
+    dclr.evaluate(tiny_model_dir, mode="dev", tasks="STSBenchmark", data_dir=data_dir,
+                  pooler="mean")  # fmt: skip
+    dclr.evaluate_sts(str(tiny_model_dir), data_dir, mode="dev", pooler="mean")
+    dclr.evaluate(tiny_model_dir, mode="dev", tasks="STSBenchmark", data_dir=data_dir,
+                  pooler="mean", batch_size=32)  # fmt: skip
+    assert seen == [128, 512, 512, 32]

@@ -146,7 +146,10 @@ def eval_cmd(
             "RMSprop, batch 128) or test (10 folds, Adam, batch 64; slower)."
         ),
     ] = "fasttest",
-    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(help="Sentences per forward pass (default: 128 on a CPU, 512 on a GPU)."),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write all results here.")] = None,
     packing: Annotated[
         bool,

@@ -20,6 +20,7 @@ from dclr.data.sts import STS_TASKS
 from dclr.data.transfer import TRANSFER_TASKS
 from dclr.errors import ConfigError
 from dclr.evaluation.retrieval_eval import evaluate_target
+from dclr.evaluation.scores import evaluation_batch_size
 from dclr.evaluation.sts import DEV_TASKS, EncodeFn, Mode, StsEvaluator
 from dclr.evaluation.transfer import SETTINGS, TransferEvaluator, TransferMode
 from dclr.indexing.fingerprint import model_fingerprint
@@ -161,7 +162,7 @@ def run_plan(
     data_dir: str | Path | None = None,
     pooler: str | None = None,
     packing: bool = True,
-    batch_size: int = 128,
+    batch_size: int | None = None,
     show_progress: bool = False,
     on_part: PartDone | None = None,
     device: str = "auto",
@@ -184,13 +185,14 @@ def run_plan(
         else None
     )
     encoder = load_inference_encoder(model, pooler, plan.precision, packing, device)
+    size = batch_size or evaluation_batch_size(encoder)  # 128 on a CPU, 512 on a GPU
     results: dict[str, Any] = {"model": str(model), "mode": plan.mode, "pooler": encoder.pooler}
     if plan.precision != "fp32":
         results["precision"] = plan.precision
 
     def encoding(label: str) -> EncodeFn:
         return lambda s: encoder.encode(
-            s, batch_size=batch_size, show_progress=show_progress, progress_label=label
+            s, batch_size=size, show_progress=show_progress, progress_label=label
         )
 
     def done(part: str) -> None:
