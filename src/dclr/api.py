@@ -62,8 +62,9 @@ def load_encoder(
     fp16 / bf16 (GPU; `dclr.models.precision`). On a CPU, fp32 runs its linear layers on the
     kernel measured fastest for this CPU kind (`dclr cpu-policy`) and `packing` packs sentences
     into rows where the backbone gives the same vectors (the vectors agree with a plain encoder's
-    to float32 rounding). The result is for inference (`encoder.train()` refuses a CPU one); a
-    trainable encoder is `SentenceEncoder.from_pretrained(model)`."""
+    to float32 rounding). The result is for inference (`encoder.train()` refuses one whose layers
+    run on oneDNN, int8 or half precision); a trainable encoder is
+    `SentenceEncoder.from_pretrained(model)`."""
     from dclr.models.precision import load_inference_encoder
 
     return load_inference_encoder(model, pooler, precision, packing, device, max_length)

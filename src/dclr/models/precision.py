@@ -110,7 +110,9 @@ def inference_device(device: torch.device | str = "auto") -> torch.device:
     (`cuda` without a GPU is refused by name)."""
     device = _requested(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda, but no GPU is visible (use --device cpu or auto)")
+        raise ConfigError(
+            "device cuda (--device cuda, device='cuda'), but no GPU is visible: use cpu or auto"
+        )
     return device
 
 
