@@ -24,5 +24,6 @@ API = (
     "open_index",
     "read_bulk",
     "register",
+    "serve",
     "train",
 )

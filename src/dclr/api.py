@@ -276,6 +276,47 @@ def open_index(
     return IndexSearcher(folder, model, pooler, precision, device)
 
 
+def serve(model: str | Path, **options: Any) -> None:
+    """`dclr serve` from Python: the same server, routes and guards, until it is stopped
+    (SIGINT / SIGTERM). `options` are `dclr serve`'s by their Python names (`dclr serve --help`;
+    e.g. port=8000, index="my-index", precision="int8", api_key=..., max_texts=...); an unknown
+    one is refused, naming the closest. The API key comes from $DCLR_API_KEY when not given, as
+    on the command line; a bind beyond loopback without one is refused."""
+    import difflib
+    import os
+    import warnings
+    from dataclasses import fields
+
+    from dclr.serving.server import run
+    from dclr.serving.settings import ServeSettings, for_bind, is_loopback, sections
+    from dclr.serving.startup import load_app
+
+    known = {f.name: f for section in sections().values() for f in fields(section)}
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"dclr.serve has no option {name!r}{hint}")
+    values = dict(options)
+    for name, spec in known.items():
+        envvar = spec.metadata.get("envvar")
+        if name not in values and envvar and os.environ.get(envvar):
+            values[name] = os.environ[envvar]
+    if values.get("allowed_hosts") is not None:
+        values["allowed_hosts"] = tuple(values["allowed_hosts"])
+    try:
+        settings = for_bind(ServeSettings.from_options(values))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    host = settings.connections.host
+    if not is_loopback(host) and not settings.security.api_key:
+        warnings.warn(
+            f"binding {host} exposes the service (no authentication) beyond this machine",
+            stacklevel=2,
+        )
+    run(load_app(str(model), settings), settings.connections)
+
+
 def encode(model: SentenceEncoder | str | Path, sentences: Sequence[str], **options: Any) -> Any:
     """(n, d) float32 vectors of `sentences` (see `SentenceEncoder.encode` for the options)."""
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model)

@@ -49,8 +49,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("recipe", {"recipe", "flat_recipe"}),
         ("driver", {"driver"}),
         ("st", {"st"}),  # the sentence-transformers face
-        ("api", {"api"}),
         ("serving", {"serving"}),  # HTTP only
+        ("api", {"api"}),  # the Python face of every command (`dclr.serve` included)
         ("cli", {"cli", "__main__", "__init__"}),  # every command-line face: the cli/ folder
         ("lab_api", {"lab_api"}),  # what the lab may import: names from any layer, the CLI's too
     )

@@ -50,10 +50,14 @@ def _pump(stream: object, lines: list[str], ready: threading.Event, found: list[
 
 @contextlib.contextmanager
 def serve_process(
-    args: Sequence[str], env: dict[str, str] | None = None, timeout: float = START_TIMEOUT_S
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    timeout: float = START_TIMEOUT_S,
+    command: Sequence[str] | None = None,
 ) -> Iterator[ServerProcess]:
-    """Run `python -m dclr serve ARGS --port 0` until the block exits; yields its address."""
-    command = [sys.executable, "-m", "dclr", "serve", *args, "--port", "0"]
+    """Run `python -m dclr serve ARGS --port 0` (or `command`, a server that binds port 0 the
+    same way, e.g. `dclr.serve(..., port=0)`) until the block exits; yields its address."""
+    command = list(command or [sys.executable, "-m", "dclr", "serve", *args, "--port", "0"])
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
