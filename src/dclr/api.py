@@ -108,9 +108,10 @@ def evaluate_retrieval(
     if (folder is None) == (task is None):
         raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
+    size = batch_size or evaluation_batch_size(encoder)
 
     def encode(texts: list[str]) -> Any:
-        return encoder.encode(texts, batch_size=batch_size or evaluation_batch_size(encoder))
+        return encoder.encode(texts, batch_size=size)
 
     fingerprint = model_fingerprint(encoder) if index is not None else None
     return evaluate_target(encode, folder, task, split, data_dir, index, fingerprint)
@@ -193,16 +194,15 @@ def build_index(
     atomically; a build interrupted while encoding resumes from its shards."""
     from dataclasses import fields
 
+    from dclr.configfile import unknown_option_error
     from dclr.data.readers import open_source
     from dclr.indexing.index import IndexParams
     from dclr.indexing.index import build_index as build
 
-    known = {f.name for f in fields(IndexParams)} - {"kind"}
-    unknown = sorted(set(index_options) - known)
+    known = [f.name for f in fields(IndexParams) if f.name != "kind"]
+    unknown = sorted(set(index_options) - set(known))
     if unknown:
-        raise ConfigError(
-            f"unknown index option(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
-        )
+        raise unknown_option_error(unknown, known, "dclr.build_index", "see IndexParams")
     source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
     params = IndexParams(kind, **index_options)  # type: ignore[arg-type]
     return build(
@@ -282,32 +282,13 @@ def serve(model: str | Path, **options: Any) -> None:
     e.g. port=8000, index="my-index", precision="int8", api_key=..., max_texts=...); an unknown
     one is refused, naming the closest. The API key comes from $DCLR_API_KEY when not given, as
     on the command line; a bind beyond loopback without one is refused."""
-    import difflib
-    import os
     import warnings
-    from dataclasses import fields
 
     from dclr.serving.server import run
-    from dclr.serving.settings import ServeSettings, for_bind, is_loopback, sections
+    from dclr.serving.settings import from_keywords, is_loopback
     from dclr.serving.startup import load_app
 
-    known = {f.name: f for section in sections().values() for f in fields(section)}
-    for name in options:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(f"dclr.serve has no option {name!r}{hint}")
-    values = dict(options)
-    for name, spec in known.items():
-        envvar = spec.metadata.get("envvar")
-        if name not in values and envvar and os.environ.get(envvar):
-            values[name] = os.environ[envvar]
-    if values.get("allowed_hosts") is not None:
-        values["allowed_hosts"] = tuple(values["allowed_hosts"])
-    try:
-        settings = for_bind(ServeSettings.from_options(values))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    settings = from_keywords(options)
     host = settings.connections.host
     if not is_loopback(host) and not settings.security.api_key:
         warnings.warn(

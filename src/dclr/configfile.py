@@ -54,16 +54,20 @@ def coerce(cls: type, name: str, value: Any) -> Any:
     return value
 
 
-def unknown_option_error(unknown: list[str], known: list[str], source: str) -> ConfigError:
+def unknown_option_error(
+    unknown: list[str],
+    known: list[str],
+    source: str,
+    listing: str = "`dclr train --help` lists every option by section",
+) -> ConfigError:
     """ConfigError naming `source` and each unknown key with the closest known name when one is
-    close (`noise_ratioo` -> `noise_ratio`)."""
+    close (`noise_ratioo` -> `noise_ratio`); `listing` says where every option is explained."""
     named = []
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ConfigError(
-        f"{source}: unknown option {', '.join(named)}; known: {sorted(known)} "
-        "(`dclr train --help` lists every option by section)"
+        f"{source}: unknown option {', '.join(named)}; known: {sorted(known)} ({listing})"
     )
 
 

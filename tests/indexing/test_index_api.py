@@ -58,5 +58,8 @@ def test_the_api_refuses_what_the_cli_refuses(built, tiny_model_dir, tmp_path):
         searcher.search(["fine", "bad \udcff"], k=1)
     with pytest.raises(InputError, match="not valid text: not a string"):
         searcher.search([b"bytes"], k=1)  # type: ignore[list-item]
-    with pytest.raises(ConfigError, match="unknown index option.*ef_serach; choose from"):
+    with pytest.raises(
+        ConfigError,
+        match=r"build_index: unknown option 'ef_serach' \(did you mean 'ef_search'\?\); known: \[",
+    ):
         dclr.build_index(tiny_model_dir, tmp_path / "c.txt", tmp_path / "i", ef_serach=8)

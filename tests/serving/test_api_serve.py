@@ -43,7 +43,9 @@ def test_unknown_options_and_an_open_bind_without_a_key_are_refused_before_loadi
     monkeypatch,
 ):
     monkeypatch.delenv("DCLR_API_KEY", raising=False)
-    with pytest.raises(ConfigError, match="no option 'prot'; did you mean port"):
+    with pytest.raises(
+        ConfigError, match=r"dclr\.serve: unknown option 'prot' \(did you mean 'port'\?\)"
+    ):
         dclr.serve("no/such/model", prot=8000)
     with pytest.raises(ConfigError, match="no API key is set"):
         dclr.serve("no/such/model", host="0.0.0.0")

@@ -276,3 +276,32 @@ def for_bind(settings: ServeSettings) -> ServeSettings:
     hosts = tuple(given) if given else (LOOPBACK_HOSTS if loopback else None)
     security = replace(security, api_key=security.api_key or None, allowed_hosts=hosts)
     return replace(settings, security=security)
+
+
+def from_keywords(options: dict[str, Any], source: str = "dclr.serve") -> ServeSettings:
+    """The settings `dclr serve` would run with, from Python keyword options (their names as
+    `dclr serve --help` lists them, with _ for -): an unknown name is refused with the closest,
+    a setting with an environment variable ($DCLR_API_KEY) reads it when not given, as the
+    command line does, and `for_bind`'s checks apply. Raises ConfigError."""
+    import os
+
+    from dclr.configfile import unknown_option_error
+    from dclr.errors import ConfigError
+
+    known = {f.name: f for section in sections().values() for f in fields(section)}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise unknown_option_error(
+            unknown, list(known), source, "`dclr serve --help` explains each"
+        )
+    values = dict(options)
+    for name, spec in known.items():
+        envvar = spec.metadata.get("envvar")
+        if name not in values and envvar and os.environ.get(envvar):
+            values[name] = os.environ[envvar]
+    if values.get("allowed_hosts") is not None:
+        values["allowed_hosts"] = tuple(values["allowed_hosts"])
+    try:
+        return for_bind(ServeSettings.from_options(values))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
