@@ -179,6 +179,19 @@ def test_an_emulated_table_is_named_so_whatever_the_benchmark(policies, monkeypa
     for name in cpu_kind.ISA_LIMITS:
         monkeypatch.delenv(name, raising=False)
     assert cpu_kind.table_name() == cpu_kind.recording_name() == "TestVendor-AVX2"
+    monkeypatch.setattr(cpu_kind, "cpu_model", lambda: "family 25 model 17")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    assert cpu_kind.table_name() == "TestVendor-AVX2-emulated"
+    assert cpu_kind.table_name() == "TestVendor-AVX2-emulated-on-family25-model17"
     assert cpu_kind.recording_name() == "TestVendor-AVX2"  # the policy lookup is not renamed
+
+
+def test_two_hosts_emulating_one_kind_write_two_tables(policies, monkeypatch):
+    """The emulated kind's speeds are the host's cores under its kernels: a Zen 5 host's AVX2 table
+    and a Zen 4 host's are two measurements, and neither overwrites the other."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    names = set()
+    for model in ("family 26 model 2", "family 25 model 17"):
+        monkeypatch.setattr(cpu_kind, "cpu_model", lambda model=model: model)
+        names.add(cpu_kind.table_name())
+    assert names == {"TestVendor-AVX2-emulated-on-family26-model2",
+                     "TestVendor-AVX2-emulated-on-family25-model17"}  # fmt: skip

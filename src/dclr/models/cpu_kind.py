@@ -106,10 +106,15 @@ def recording_name() -> str:
 
 
 def table_name() -> str:
-    """The name this machine's benchmark tables go under: `recording_name()`, with "-emulated"
-    appended when the kernels run under instruction-set limits (`isa_limits`): such a table is
-    evidence about the kind it emulates, never that kind's own."""
-    return recording_name() + "-emulated" * bool(isa_limits())
+    """The name this machine's benchmark tables go under: `recording_name()`; under
+    instruction-set limits (`isa_limits`) the kind emulated, "-emulated-on-" and the host's CPU
+    model (e.g. AuthenticAMD-AVX2-emulated-on-family25-model17). Such a table is evidence about the
+    kind it emulates, never that kind's own, and its speeds are the host's cores under that kind's
+    kernels: two hosts emulating one kind differ (Zen 5's AVX2 arithmetic is wider than Zen 4's),
+    so each host's table stands beside the other's."""
+    if isa_limits():
+        return f"{hardware_key()}-emulated-on-{model_tag()}"
+    return recording_name()
 
 
 def recorded_model(path: Path) -> str | None:
