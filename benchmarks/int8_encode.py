@@ -56,12 +56,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from linear_kernels import emulation_note
 
 from dclr.cli.cpu import INT8_KERNEL
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
 from dclr.evaluation.sts import StsEvaluator, cosine_rows
-from dclr.models.cpu_kind import table_name
+from dclr.models.cpu_kind import (
+    cpu_description,
+    cpu_model,
+    hardware_key,
+    isa_limits,
+    load_average,
+    table_name,
+)
 from dclr.models.cpu_measure import int8_pairs_saturate
 from dclr.models.encoder import resolve_model
 from dclr.models.precision import load_inference_encoder, quantize_int8
@@ -381,6 +389,7 @@ def main() -> None:
         memory_probe(args)
         return
     args.work = args.work or tempfile.mkdtemp(prefix="dclr-int8-")
+    load_start = load_average()
     sentences = sample(args.data_dir, args.n_sentences)
     variants: dict[str, EncodeFn] = {}
     skipped: dict[str, str] = {}
@@ -418,6 +427,12 @@ def main() -> None:
             sts[name] = {t: result[t] for t in (*evaluator.tasks, "avg")}  # type: ignore[misc]
     memory = {} if args.no_memory else {name: peak_rss(name, args) for name in names}
     result = {
+        "cpu": cpu_description(),
+        "hardware_key": hardware_key(),
+        "cpu_model": cpu_model(),
+        "isa_limits": isa_limits(),
+        "load_start": load_start,
+        "load_end": load_average(),
         "model": resolve_model(MODEL),
         "sentences": len(sentences),
         "batch_size": BATCH,
@@ -493,8 +508,17 @@ def render(result: dict, names: list[str]) -> str:
     versions = result.get("versions", {})
     if versions:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    lines.append(f"command: {result['command']}\n")
-    return "\n".join(lines)
+    if "hardware_key" in result:  # runs before they were recorded have no line
+        lines.append(
+            f"CPU: {result['cpu']} ({result['hardware_key']}, {result['cpu_model']}), load "
+            f"average {result['load_start']} at start, {result['load_end']} at end"
+        )
+    lines.append(f"command: {result['command']}")
+    if result.get("isa_limits"):
+        lines += emulation_note(result)
+        lines.append("fbgemm (the dynamic int8 engine) dispatches on the CPU's own features and "
+                     "ignores these variables: its rows are the host's kernels.")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

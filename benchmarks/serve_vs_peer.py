@@ -412,6 +412,10 @@ def markdown(report: dict) -> str:
     if peer is not None:
         mem += f", infinity {peer['peak_rss_mib']} MiB"
     lines.append(mem + ".")
+    if report.get("isa_limits"):
+        from linear_kernels import emulation_note
+
+        lines += emulation_note({**report, "cpu_model": report["machine"].get("cpu_model")})
     return "\n".join(lines) + "\n"
 
 
@@ -434,7 +438,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from dclr.data.sts import all_sentences
-    from dclr.models.cpu_kind import cpu_model, cpu_name, hardware_key, load_average, table_name
+    from dclr.models.cpu_kind import (
+        cpu_model,
+        cpu_name,
+        hardware_key,
+        isa_limits,
+        load_average,
+        table_name,
+    )
 
     suffix = "" if args.precision == "fp32" else f"-{args.precision}"
     args.out = args.out or ROOT / f"benchmarks/results/serve_vs_peer@{table_name()}{suffix}.json"
@@ -461,6 +472,7 @@ def main() -> None:
         "quick": args.quick,
     }
     report["machine"].update(hardware_key=hardware_key(), cpu_model=cpu_model())
+    report["isa_limits"] = isa_limits()
     rate = bulk_rate(sentences, args.precision)
     report["bulk_texts_per_s"] = round(rate, 1)
     print(f"dclr encode: {rate:.1f} texts/s", flush=True)

@@ -91,3 +91,23 @@ def test_fidelity_is_the_cosine_of_each_row_to_the_same_fp32_row():
         "sentences": 3, "repeats": 1, "sts_mode": "none", "command": "python x",
     }  # fmt: skip
     assert "| a | 10 | 1.00 | — | 0.8890 / 0.7071 |" in int8_encode.render(result, ["a"])
+
+
+def test_the_table_names_the_machine_its_load_and_an_emulation():
+    """Every timing is read beside the CPU kind and the load; a run under ISA limits says it is
+    emulated, on which host, and that fbgemm's rows are the host's own kernels."""
+    result = {
+        "sts": {}, "speedup_vs_dclr_fp32_packed": {"a": 1.0}, "sentences_per_s": {"a": 10.0},
+        "peak_rss_mib": {}, "cosine_to_dclr_fp32": {}, "skipped": {}, "sentences": 3,
+        "repeats": 1, "sts_mode": "none", "command": "python x", "cpu": "AMD EPYC, 2 cores",
+        "hardware_key": "AuthenticAMD-AVX2", "cpu_model": "family 25 model 17",
+        "load_start": [0.5, 1.0, 1.2], "load_end": [1.9, 1.3, 1.2],
+        "isa_limits": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
+    }  # fmt: skip
+    table = int8_encode.render(result, ["a"])
+    assert "CPU: AMD EPYC, 2 cores (AuthenticAMD-AVX2, family 25 model 17)" in table
+    assert "load average [0.5, 1.0, 1.2] at start, [1.9, 1.3, 1.2] at end" in table
+    assert "Emulated: kernels limited by ONEDNN_MAX_CPU_ISA=AVX2 on a family 25 model 17" in table
+    assert "fbgemm" in table
+    plain = int8_encode.render({**result, "isa_limits": {}}, ["a"])
+    assert "Emulated" not in plain and "fbgemm" not in plain

@@ -35,3 +35,17 @@ def test_rounds_keep_the_median_and_the_report_splits_the_one_client_p50():
     shown = serve_vs_peer.markdown(report)
     assert "model passes take 7.5 ms per request" in shown and "of a p50 of 9.0 ms" in shown
     assert "so 1.5 ms is spent outside the model" in shown
+
+
+def test_a_run_under_isa_limits_says_it_is_emulated_and_on_which_host():
+    combined = serve_vs_peer.combine([{"scenarios": {s: _row(8.0, 7.0) for s in serve_vs_peer.PLAN},
+                                       "peak_rss_mib": 700.0}])  # fmt: skip
+    report = {"servers": {"dclr": combined}, "precision": "fp32", "model": "m",
+              "machine": {"cpus": 2, "cpu": "c", "hardware_key": "AuthenticAMD-AVX2",
+                          "cpu_model": "family 25 model 17"},
+              "load_start": [0], "load_end": [0], "bulk_texts_per_s": 1000.0, "rounds": 1,
+              "order": ["dclr"], "infinity_version": None,
+              "isa_limits": {"ATEN_CPU_CAPABILITY": "avx2"}}  # fmt: skip
+    shown = serve_vs_peer.markdown(report)
+    assert "Emulated: kernels limited by ATEN_CPU_CAPABILITY=avx2 on a family 25 model 17" in shown
+    assert "Emulated" not in serve_vs_peer.markdown({**report, "isa_limits": {}})
