@@ -103,9 +103,12 @@ def markdown(report: dict) -> str:
                       f"{enc['max_abs_diff']:.1e}."]  # fmt: skip
     rates = report.get("int8_bulk_texts_per_s")
     if rates:
+        cosines = report.get("int8_mean_cosine_to_fp32")  # runs before it was measured have none
+        near = {k: f" (mean cosine to fp32 {cosines[k]})" if cosines else "" for k in rates}
         lines += ["", f"int8 engines, 2,000 texts, 2 threads: static (oneDNN) {rates['static']} "
-                      f"texts/s, dynamic (fbgemm) {rates['dynamic']} texts/s: "
-                      f"`--precision int8` runs {int8_engine(rates)} here."]  # fmt: skip
+                      f"texts/s{near['static']}, dynamic (fbgemm) {rates['dynamic']} "
+                      f"texts/s{near['dynamic']}: `--precision int8` runs "
+                      f"{int8_engine(rates, cosines)} here."]  # fmt: skip
     scaling = report.get("thread_scaling")
     if scaling:
         paired = all("speedup_2t_ci95" in r for r in scaling)  # older runs timed them apart

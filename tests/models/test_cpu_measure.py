@@ -88,6 +88,19 @@ def test_the_kernel_and_the_int8_engine_by_their_rules():
     assert cpu_measure.int8_engine({"static": 100.0, "dynamic": 120.0}) == "dynamic"
 
 
+def test_a_fast_dynamic_engine_that_rounds_coarsely_is_not_chosen():
+    """Speed alone would pick fbgemm on a CPU where it is fast; its vectors must also come as
+    close to fp32's as the floor asks (MiniLM's dynamic engine, 0.9735, does not)."""
+    rates = {"static": 100.0, "dynamic": 200.0}
+    floor = cpu_measure.INT8_COSINE_FLOOR
+    assert cpu_measure.int8_engine(rates, {"static": 0.995, "dynamic": 0.9735}) == "static"
+    assert cpu_measure.int8_engine(rates, {"static": 0.995, "dynamic": floor}) == "dynamic"
+    assert cpu_measure.int8_engine({"static": 100.0, "dynamic": 119.0},
+                                   {"static": 0.995, "dynamic": 0.999}) == "static"  # fmt: skip
+    assert cpu_measure.int8_engine(rates, None) == "dynamic"  # a record from before: speed only
+    assert cpu_measure.int8_engine({"dynamic": 1.0}, {"dynamic": 0.5}) == "dynamic"  # the only one
+
+
 def test_without_data_the_built_in_sentences_are_measured(monkeypatch, tmp_path, data_dir):
     monkeypatch.delenv("DCLR_DATA_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no data in the default cache either
@@ -124,6 +137,13 @@ def test_a_measurement_is_kept_and_followed(unrecorded_kind, tiny_model_dir):
     assert len(steps) == 3 and record["hardware_key"] == "TestVendor-AVX2"
     assert [r["texts"] for r in record["thread_scaling"]] == list(cpu_measure.PASS_SIZES)
     assert set(record["int8_bulk_texts_per_s"]) == {"static", "dynamic"}
+    cosines = record["int8_mean_cosine_to_fp32"]  # each engine's vectors against fp32's
+    assert set(cosines) == {"static", "dynamic"} and all(
+        0.5 < c <= 1.0001 for c in cosines.values()
+    )
+    assert record["int8_engine"] == cpu_measure.int8_engine(
+        record["int8_bulk_texts_per_s"], cosines
+    )
     assert record["int8_pairs_saturate"] is static_int8.pairs_saturate()  # recorded, not chosen
     policy = cpu_kind.cpu_policy()  # followed at once: the cached policy was cleared
     assert policy.source.startswith("measured on this machine")

@@ -9,8 +9,10 @@ The measurements run on a real encoder, `load_inference_encoder(model, ..., pack
   speedup and its 95 % interval over the passes; several runs, each in a fresh process, pooled,
   the interval then over the runs); a pass runs on two from the smallest size where
   two are `SECOND_THREAD_SPEEDUP` times as fast and stay so (`one_thread_below`);
-- the int8 engine: a bulk pass of each (`int8_engine`); beside it, whether the static engine's
-  kernel saturates on this CPU (`int8_pairs_saturate`, recorded, not a choice).
+- the int8 engine: a bulk pass of each, and how close its vectors come to fp32's
+  (`int8_engines`; chosen by `int8_engine`: the dynamic one only where it is both much faster and
+  as faithful); beside it, whether the static engine's kernel saturates on this CPU
+  (`int8_pairs_saturate`, recorded, not a choice).
 
 `benchmarks/linear_kernels.py --record` runs this on the STS sample and records the result in the
 package for a CPU kind (`cpu_policies/<recording_name>.json`); `dclr cpu-policy --measure` runs it on
@@ -37,6 +39,11 @@ import torch
 # (MiniLM: mean cosine 0.995 to the fp32 vectors against 0.974, STS +0.06 against -0.44). Our
 # choice.
 DYNAMIC_INT8_SPEEDUP = 1.2
+# ... and as faithful: its mean cosine to the fp32 vectors on the measured sentences at least this.
+# Between the two engines measured on MiniLM (static 0.9945-0.9950, its STS -0.03 / +0.06;
+# dynamic 0.9735, STS -0.44, past issue 46's 0.3 from fp32), so a kind where fbgemm is fast but
+# rounds coarsely keeps the static engine. Our choice.
+INT8_COSINE_FLOOR = 0.99
 # A second thread must cut a pass's time by a quarter to be worth waking: in a server it competes
 # with the event loop for the same cores (dclr.serving.encoding.pass_threads). Our choice.
 SECOND_THREAD_SPEEDUP = 1.33
@@ -221,31 +228,40 @@ def paired_speedup(one: Sequence[float], two: Sequence[float]) -> tuple[float, t
     return math.exp(mean), (math.exp(mean - half), math.exp(mean + half))
 
 
-def int8_rates(model: str, sentences: Sequence[str]) -> dict[str, float]:
-    """Bulk rate (texts/s, 2 threads, packed) of each int8 engine this torch build has on
-    `sentences` (static needs oneDNN's int8 linear)."""
+def int8_engines(model: str, sentences: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Each int8 engine this torch build has (static needs oneDNN's int8 linear), on `sentences`:
+    {"texts_per_s": its bulk rate (2 threads, packed), "mean_cosine_to_fp32": how close its unit
+    vectors come to the fp32 encoder's, sentence by sentence (the timed pass's own vectors)}."""
     from dclr.models import static_int8
     from dclr.models.precision import load_inference_encoder, quantize_int8
 
-    rates = {}
+    texts = list(sentences)
+    rates, cosines = {}, {}
     engines = ("static", "dynamic") if static_int8.available() else ("dynamic",)
     with threads_restored():
         torch.set_num_threads(2)
+        fp32 = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel="aten")
+        reference = fp32.encode(texts, normalize=True)
+        del fp32
         for engine in engines:
             e = load_inference_encoder(model, "mean", "fp32", packing=True, linear_kernel="aten")
             quantize_int8(e, engine=engine)
-            e.encode(list(sentences[:256]))
+            e.encode(texts[:256])
             start = time.perf_counter()
-            e.encode(list(sentences))
-            rates[engine] = round(len(sentences) / (time.perf_counter() - start), 1)
-    return rates
+            vectors = e.encode(texts, normalize=True)
+            rates[engine] = round(len(texts) / (time.perf_counter() - start), 1)
+            cosines[engine] = round(float((vectors * reference).sum(1).mean()), 4)
+    return {"texts_per_s": rates, "mean_cosine_to_fp32": cosines}
 
 
-def int8_engine(rates: dict) -> str:
+def int8_engine(rates: dict, cosines: dict | None = None) -> str:
     """ "dynamic" only when it is at least `DYNAMIC_INT8_SPEEDUP` times the static engine's rate
-    (or the only one measured)."""
+    and, where its fidelity was measured (`cosines`: mean cosine to fp32), at least
+    `INT8_COSINE_FLOOR` faithful; or when it is the only one measured."""
     if "static" not in rates:
         return "dynamic"
+    if cosines and cosines.get("dynamic", 0.0) < INT8_COSINE_FLOOR:
+        return "static"
     return "dynamic" if rates["dynamic"] >= DYNAMIC_INT8_SPEEDUP * rates["static"] else "static"
 
 
@@ -279,8 +295,8 @@ def measure(
     """The three measurements above on `model` and `sentences` (`singles` one-text passes per
     kernel and thread count, up to `passes` passes per size, the sizes `scaling_runs` times
     over): {"encoder": kernel_speeds,
-    "thread_scaling": on the chosen kernel, "int8_bulk_texts_per_s": int8_rates,
-    "int8_pairs_saturate"}."""
+    "thread_scaling": on the chosen kernel, "int8_bulk_texts_per_s" and
+    "int8_mean_cosine_to_fp32": int8_engines, "int8_pairs_saturate"}."""
     tell = step or (lambda _: None)
     tell("fp32 kernels: oneDNN against PyTorch's BLAS")
     report: dict = {"encoder": kernel_speeds(model, sentences, singles)}
@@ -290,7 +306,9 @@ def measure(
     report["thread_scaling"] = thread_scaling(model, sentences, chosen, passes=passes,
                                               runs=scaling_runs)  # fmt: skip
     tell("int8 engines")
-    report["int8_bulk_texts_per_s"] = int8_rates(model, sentences)
+    engines = int8_engines(model, sentences)
+    report["int8_bulk_texts_per_s"] = engines["texts_per_s"]
+    report["int8_mean_cosine_to_fp32"] = engines["mean_cosine_to_fp32"]
     report["int8_pairs_saturate"] = int8_pairs_saturate()
     return report
 
@@ -312,8 +330,11 @@ def policy_record(report: dict) -> dict:
     mean = round(statistics.geometric_mean(speedups.values()), 3) if speedups else None
     return {"linear_kernel": kernel_choice(speedups),
             "one_thread_below_tokens": one_thread_below(report["thread_scaling"]),
-            "int8_engine": int8_engine(report["int8_bulk_texts_per_s"]),
+            "int8_engine": int8_engine(report["int8_bulk_texts_per_s"],
+                                       report.get("int8_mean_cosine_to_fp32")),
             "int8_bulk_texts_per_s": report["int8_bulk_texts_per_s"],
+            "int8_mean_cosine_to_fp32": report.get("int8_mean_cosine_to_fp32"),
+            "int8_cosine_floor": INT8_COSINE_FLOOR,
             "int8_pairs_saturate": report["int8_pairs_saturate"],
             "dynamic_int8_speedup_needed": DYNAMIC_INT8_SPEEDUP,
             "second_thread_speedup_needed": SECOND_THREAD_SPEEDUP,
