@@ -163,6 +163,7 @@ def test_the_command_shows_the_policy_and_its_source(unrecorded_kind, tiny_model
     measured = runner.invoke(app, ["cpu-policy", "--measure", "--model", str(tiny_model_dir)])
     assert measured.exit_code == 0, measured.output
     assert "measured now" in measured.output and "measured on this machine" in measured.output
+    assert "cosine" in measured.output  # what the engine was chosen by (a word: rich wraps)
     assert cpu_kind.user_policy_path("TestVendor-AVX2").is_file()
 
 

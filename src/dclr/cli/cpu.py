@@ -78,7 +78,10 @@ def cpu_policy_cmd(
         ("int8 engine", policy.int8_engine, "int8_engine"),
     )  # fmt: skip
     for label, value, key in rows:
-        table.add_row(label, str(value), *([str(record[key])] if record is not None else []))
+        measured = [] if record is None else [str(record[key])]
+        if record is not None and key == "int8_engine":
+            measured = [f"{record[key]} ({engine_figures(record)})"]
+        table.add_row(label, str(value), *measured)
     from dclr.models.cpu_measure import int8_pairs_saturate
 
     kernel = INT8_KERNEL[int8_pairs_saturate()]
@@ -90,6 +93,16 @@ def cpu_policy_cmd(
             "the package records this CPU kind, so dclr follows its recording; this "
             "measurement is kept for a kind without one"
         )
+
+
+def engine_figures(record: dict) -> str:
+    """Each int8 engine's measured rate and closeness to fp32, as the choice weighed them."""
+    cosines = record.get("int8_mean_cosine_to_fp32") or {}
+    return "; ".join(
+        f"{engine} {rate:,.0f} texts/s"
+        + (f", cosine to fp32 {cosines[engine]:.4f}" if engine in cosines else "")
+        for engine, rate in record["int8_bulk_texts_per_s"].items()
+    )
 
 
 def register(parent: typer.Typer) -> None:
