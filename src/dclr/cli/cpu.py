@@ -78,16 +78,15 @@ def cpu_policy_cmd(
         ("int8 engine", policy.int8_engine, "int8_engine"),
     )  # fmt: skip
     for label, value, key in rows:
-        measured = [] if record is None else [str(record[key])]
-        if record is not None and key == "int8_engine":
-            measured = [f"{record[key]} ({engine_figures(record)})"]
-        table.add_row(label, str(value), *measured)
+        table.add_row(label, str(value), *([str(record[key])] if record is not None else []))
     from dclr.models.cpu_measure import int8_pairs_saturate
 
     kernel = INT8_KERNEL[int8_pairs_saturate()]
     table.add_row("static int8 kernel", kernel, *([kernel] if record is not None else []))
     table.add_row("source", policy.source, *(["this run"] if record is not None else []))
     out.print(table)
+    if record is not None:
+        console.print(f"int8 engines measured now: {engine_figures(record)}")
     if record is not None and not policy.source.startswith("measured on this machine"):
         console.print(
             "the package records this CPU kind, so dclr follows its recording; this "
