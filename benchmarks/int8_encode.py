@@ -62,14 +62,7 @@ from dclr.cli.cpu import INT8_KERNEL
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
 from dclr.evaluation.sts import StsEvaluator, cosine_rows
-from dclr.models.cpu_kind import (
-    cpu_description,
-    cpu_model,
-    hardware_key,
-    isa_limits,
-    load_average,
-    table_name,
-)
+from dclr.models.cpu_kind import load_average, machine_fields, table_name
 from dclr.models.cpu_measure import int8_pairs_saturate
 from dclr.models.encoder import resolve_model
 from dclr.models.precision import load_inference_encoder, quantize_int8
@@ -427,10 +420,7 @@ def main() -> None:
             sts[name] = {t: result[t] for t in (*evaluator.tasks, "avg")}  # type: ignore[misc]
     memory = {} if args.no_memory else {name: peak_rss(name, args) for name in names}
     result = {
-        "cpu": cpu_description(),
-        "hardware_key": hardware_key(),
-        "cpu_model": cpu_model(),
-        "isa_limits": isa_limits(),
+        **machine_fields(),
         "load_start": load_start,
         "load_end": load_average(),
         "model": resolve_model(MODEL),

@@ -29,14 +29,7 @@ from linear_kernels import SHAPES, emulation_note
 from report_files import save_report
 from torch import nn
 
-from dclr.models.cpu_kind import (
-    cpu_description,
-    cpu_model,
-    hardware_key,
-    isa_limits,
-    load_average,
-    table_name,
-)
+from dclr.models.cpu_kind import load_average, machine_fields, table_name
 from dclr.models.static_int8 import WEIGHT_MODES, SharedQuantizer, StaticQLinear, pairs_saturate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,10 +101,8 @@ def main() -> None:
                         help="default: benchmarks/results/int8_rounding_speed@<key>.json")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(2)
-    key, limits = hardware_key(), isa_limits()
     out = args.out or ROOT / f"benchmarks/results/int8_rounding_speed@{table_name()}.json"
-    report: dict = {"cpu": cpu_description(), "hardware_key": key, "cpu_model": cpu_model(),
-                    "isa_limits": limits, "torch": torch.__version__, "threads": 2,
+    report: dict = {**machine_fields(), "torch": torch.__version__, "threads": 2,
                     "pairs_saturate": pairs_saturate(), "rounds": args.rounds,
                     "load_start": load_average()}  # fmt: skip
     report["layers"] = measure(rounds=args.rounds)

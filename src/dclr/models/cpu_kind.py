@@ -153,6 +153,14 @@ def isa_limits() -> dict[str, str]:
     return {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)}
 
 
+def machine_fields() -> dict:
+    """What a CPU benchmark's report names its machine by: {"cpu": cpu_description(),
+    "hardware_key", "cpu_model", "isa_limits"} (the load averages are the caller's, read at its
+    start and end)."""
+    return {"cpu": cpu_description(), "hardware_key": hardware_key(), "cpu_model": cpu_model(),
+            "isa_limits": isa_limits()}  # fmt: skip
+
+
 def policy_path(key: str) -> Path:
     return POLICIES / f"{key}.json"
 
