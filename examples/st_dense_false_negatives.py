@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def train(model_spec: str, loss_name: str, lines: list[str], batches: PlannedBatches,
           args: argparse.Namespace) -> object:  # fmt: skip
+    import torch
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -85,6 +86,7 @@ def train(model_spec: str, loss_name: str, lines: list[str], batches: PlannedBat
         output_dir=scratch, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr, save_strategy="no", logging_steps=max(1, args.steps // 6),
         report_to=[], seed=args.seed, batch_sampler=lambda dataset, **_: batches,
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinned pages only feed a GPU
     )  # fmt: skip
     SentenceTransformerTrainer(model=model, args=training, train_dataset=data, loss=loss).train()
     shutil.rmtree(scratch, ignore_errors=True)

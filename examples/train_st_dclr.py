@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    import torch
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         logging_steps=max(1, args.steps // 6),
         report_to=[],
         seed=args.seed,
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinned pages only feed a GPU
     )
     SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=train, loss=loss

@@ -7,7 +7,12 @@ import pytest
 from helpers import load_example, make_tiny_model_dir, write_pseudo_corpus
 
 
+# On a CPU the examples do not ask the trainer for pinned memory (torch warns that it cannot pin)
+NO_PIN_WARNING = pytest.mark.filterwarnings("error:'pin_memory' argument is set as true")
+
+
 @pytest.mark.slow
+@NO_PIN_WARNING
 def test_st_dclr_example_trains_and_evaluates(tmp_path, data_dir, capfd):
     pytest.importorskip("datasets")
     example = load_example("train_st_dclr")
@@ -32,6 +37,7 @@ def test_st_dclr_example_trains_and_evaluates(tmp_path, data_dir, capfd):
 
 
 @pytest.mark.slow
+@NO_PIN_WARNING
 def test_st_dense_example_trains_both_losses_on_dclrs_batches(tmp_path, data_dir, capfd):
     pytest.importorskip("datasets")
     example = load_example("st_dense_false_negatives")
