@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from helpers import load_example, make_tiny_model_dir, write_pseudo_corpus
 
-
 # On a CPU the examples do not ask the trainer for pinned memory (torch warns that it cannot pin)
 NO_PIN_WARNING = pytest.mark.filterwarnings("error:'pin_memory' argument is set as true")
 
