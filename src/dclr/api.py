@@ -285,16 +285,13 @@ def serve(model: str | Path, **options: Any) -> None:
     import warnings
 
     from dclr.serving.server import run
-    from dclr.serving.settings import from_keywords, is_loopback
+    from dclr.serving.settings import exposure_warning, from_keywords
     from dclr.serving.startup import load_app
 
     settings = from_keywords(options)
-    host = settings.connections.host
-    if not is_loopback(host) and not settings.security.api_key:
-        warnings.warn(
-            f"binding {host} exposes the service (no authentication) beyond this machine",
-            stacklevel=2,
-        )
+    exposed = exposure_warning(settings)
+    if exposed:
+        warnings.warn(exposed, stacklevel=2)
     run(load_app(str(model), settings), settings.connections)
 
 

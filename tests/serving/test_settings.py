@@ -11,7 +11,13 @@ import dataclasses
 import typer
 
 from dclr.cli.main import app
-from dclr.serving.settings import LOOPBACK_HOSTS, ServeSettings, for_bind, sections
+from dclr.serving.settings import (
+    LOOPBACK_HOSTS,
+    ServeSettings,
+    exposure_warning,
+    for_bind,
+    sections,
+)
 
 # `dclr serve`'s options and defaults before issue 45 (each written out by hand in the command).
 BEFORE = {
@@ -76,3 +82,14 @@ def test_the_options_build_the_settings():
 def test_a_loopback_bind_answers_only_loopback_hosts():
     assert for_bind(ServeSettings()).security.allowed_hosts == LOOPBACK_HOSTS
     assert ServeSettings().security.allowed_hosts is None  # create_app's default: any Host
+
+
+def test_only_an_open_bind_without_a_key_is_warned_of():
+    """The CLI prints it and dclr.serve warns it: one message, one condition."""
+    open_bind = for_bind(ServeSettings.from_options({"host": "0.0.0.0", "allow_no_auth": True}))
+    assert exposure_warning(open_bind) == (
+        "binding 0.0.0.0 exposes the service (no authentication) beyond this machine"
+    )
+    keyed = for_bind(ServeSettings.from_options({"host": "0.0.0.0", "api_key": "k" * 32}))
+    assert exposure_warning(keyed) is None
+    assert exposure_warning(for_bind(ServeSettings.from_options({}))) is None

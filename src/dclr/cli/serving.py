@@ -17,10 +17,10 @@ from rich.table import Table
 
 from dclr.atomic import named_os_error
 from dclr.cli.tools import console, fail, out, quiet_hf, settings_signature
-from dclr.errors import DclrError, InputError
+from dclr.errors import DclrError
 from dclr.indexing.index import EXACT_MAX_VECTORS
 from dclr.models.precision_names import PRECISION_HELP
-from dclr.serving.settings import ServeSettings, for_bind, is_loopback
+from dclr.serving.settings import ServeSettings, exposure_warning, for_bind
 
 index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_args_is_help=True)
 
@@ -251,18 +251,9 @@ def search(
     """Top-k texts of an index by cosine similarity; refuses a model other than the index's."""
     quiet_hf()
     try:
-        from dclr.data.readers import unencodable
-        from dclr.indexing.searcher import IndexSearcher
+        from dclr.indexing.searcher import IndexSearcher, check_queries
 
-        if k < 1:
-            raise ValueError("-k must be >= 1")
-        bad = unencodable(query)
-        if bad is not None:
-            raise InputError(
-                f"the query is not valid text: {bad} (bytes that are not UTF-8 on the command "
-                "line arrive this way)",
-                fix="pass the query as UTF-8 text (check the terminal's or the script's encoding)",
-            )
+        check_queries(query, k)  # before the model loads: a bad query fails at once
         searcher = IndexSearcher(index, model, pooler, precision)
         hits = searcher.search(query, k)
         meta, name = searcher.meta, searcher.model
@@ -334,11 +325,9 @@ def serve(model: Model, **options: Any) -> None:
     hint = cpu_policy_hint(settings.served.device)
     if hint:
         console.print(hint, highlight=False, soft_wrap=True)
-    if not is_loopback(host) and not settings.security.api_key:
-        console.print(
-            f"[yellow]warning:[/] binding {host} exposes the service (no authentication) beyond "
-            "this machine"
-        )
+    exposed = exposure_warning(settings)
+    if exposed:
+        console.print(f"[yellow]warning:[/] {exposed}")
     try:
         run(app, settings.connections)
     except ValueError as err:  # an unknown or missing parser, before binding

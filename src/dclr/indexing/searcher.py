@@ -58,17 +58,27 @@ class IndexSearcher:
 
     def search(self, queries: str | Sequence[str], k: int = 10) -> list[Hit] | list[list[Hit]]:
         """The top `k` hits of each query, best first (a list of hits for one query string)."""
-        if k < 1:
-            raise InputError(f"k must be >= 1, got {k}")
-        texts = [queries] if isinstance(queries, str) else list(queries)
-        for number, text in enumerate(texts):
-            bad = unencodable(text) if isinstance(text, str) else "not a string"
-            if bad is not None:
-                raise InputError(
-                    f"query {number} is not valid text: {bad}",
-                    fix="pass queries as str (UTF-8 text)",
-                )
+        texts = check_queries(queries, k)
         if not texts:
             return []
         hits = self.index.search(self.encoder.encode(texts, normalize=True), k)
         return hits[0] if isinstance(queries, str) else hits
+
+
+def check_queries(queries: str | Sequence[str], k: int) -> list[str]:
+    """The queries as a list, once `k` and each query are checked (cheap: a caller may check
+    before it loads the model, as `dclr search` does). InputError names what is wrong: k < 1, or
+    a query that is not a string or holds what UTF-8 cannot encode (a lone surrogate: bytes that
+    were not UTF-8, e.g. on a command line, decoded with surrogateescape)."""
+    if k < 1:
+        raise InputError(f"k must be >= 1, got {k}")
+    texts = [queries] if isinstance(queries, str) else list(queries)
+    for number, text in enumerate(texts):
+        bad = unencodable(text) if isinstance(text, str) else "not a string"
+        if bad is not None:
+            which = "the query" if isinstance(queries, str) else f"query {number}"
+            raise InputError(
+                f"{which} is not valid text: {bad}",
+                fix="pass queries as UTF-8 text (check the terminal's or the script's encoding)",
+            )
+    return texts

@@ -278,6 +278,15 @@ def for_bind(settings: ServeSettings) -> ServeSettings:
     return replace(settings, security=security)
 
 
+def exposure_warning(settings: ServeSettings) -> str | None:
+    """What to warn of before serving: a bind beyond loopback with no API key (`for_bind` lets it
+    through only with allow_no_auth, when a proxy authenticates), else None."""
+    host = settings.connections.host
+    if is_loopback(host) or settings.security.api_key:
+        return None
+    return f"binding {host} exposes the service (no authentication) beyond this machine"
+
+
 def from_keywords(options: dict[str, Any], source: str = "dclr.serve") -> ServeSettings:
     """The settings `dclr serve` would run with, from Python keyword options (their names as
     `dclr serve --help` lists them, with _ for -): an unknown name is refused with the closest,
