@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# pyproject allows sentence-transformers >= 3.0, and export.py imports its modules from the path of
-# 6.x with a fallback for older releases. This runs the export and model-card tests (save ->
-# SentenceTransformer(path) -> identical embeddings) with older releases in place of the installed
-# one: each in a virtual environment that sees this environment's packages (torch, transformers,
-# dclr) and installs only that sentence-transformers release (--no-deps). Not covered: an old
-# release together with an old transformers (4.x); that combination needs its own environment.
+# export.py imports sentence-transformers' modules from the path of 6.x with a fallback for older
+# releases (pyproject's floor is 5.2, the first that installs beside transformers 5; the floors
+# are tested by scripts/test_dependency_floors.sh). This runs the export and model-card tests (save
+# -> SentenceTransformer(path) -> identical embeddings) with older releases in place of the
+# installed one: each in a virtual environment that sees this environment's packages (torch,
+# transformers, dclr) and installs only that sentence-transformers release (--no-deps). Not
+# covered: an old release together with an old transformers (4.x), which dclr no longer allows.
 # The GIST equivalence test must skip (not error) where GISTEmbedLoss has no contrast_anchors /
 # contrast_positives (3.4.1).
 set -euo pipefail

