@@ -39,13 +39,24 @@ install --resolution lowest-direct -r pyproject.toml --extra serve --extra st \
 numpy="$("$venv/bin/python" -c "import numpy; print(numpy.__version__)")"
 install "matplotlib<3.10" "numpy==$numpy"
 install --no-deps -e . -e ./lab
+# the release of each requirement pyproject.toml names (dependencies, serve and st), as installed
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as m
-names = ("torch", "transformers", "sentence-transformers", "tokenizers", "huggingface-hub",
-         "safetensors", "numpy", "scipy", "scikit-learn", "typer", "click", "rich", "tqdm",
-         "pyyaml", "tensorboard", "fastapi", "uvicorn", "faiss-cpu",
-         "pyarrow", "orjson", "datasets", "accelerate")
-print("floors under test: " + ", ".join(f"{n} {m.version(n)}" for n in names))
+import re
+import tomllib
+
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+wanted = project["dependencies"] + [
+    r for extra in ("serve", "st") for r in project["optional-dependencies"][extra]
+]
+names = [re.match(r"[A-Za-z0-9._-]+", r).group(0) for r in wanted]
+found = []
+for name in names:
+    try:
+        found.append(f"{name} {m.version(name)}")
+    except m.PackageNotFoundError:  # a marker left it out (uvloop on Windows)
+        found.append(f"{name} (not installed)")
+print("floors under test: " + ", ".join(found))
 PY
 export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TQDM_DISABLE=1
