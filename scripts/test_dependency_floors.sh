@@ -15,6 +15,8 @@
 # every package at the newest release the requirements admit, torch included, which CI pins to
 # its CPU build 2.13), and the lab's tests at that sentence-transformers:
 #   bash scripts/test_dependency_floors.sh --newest [VENV]   # VENV default /tmp/dclr-newest
+# The venv's Python: $DCLR_VENV_PYTHON, else python3 (requires-python admits 3.11 and later):
+#   DCLR_VENV_PYTHON=python3.13 bash scripts/test_dependency_floors.sh --newest /tmp/dclr-py313
 # Not in .ci/run: the floor's torch is a CUDA build from PyPI (several GB) and the run takes ~15
 # minutes; docs/code-health.md has the last run.
 set -euo pipefail
@@ -32,7 +34,7 @@ if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
     exit 2
 fi
 rm -rf "$venv"  # a fresh resolution each run
-python3 -m uv venv -q -p "$(command -v python3)" "$venv"
+python3 -m uv venv -q -p "$(command -v "${DCLR_VENV_PYTHON:-python3}")" "$venv"
 # every index pip is configured with, each release on any of them (unsafe-best-match: the same
 # trust pip gives them)
 extra=()
@@ -56,6 +58,7 @@ install --no-deps -e . -e ./lab
 # the release of each requirement pyproject.toml names (dependencies, serve and st), as installed
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as m
+import platform
 import re
 import tomllib
 
@@ -70,7 +73,7 @@ for name in names:
         found.append(f"{name} {m.version(name)}")
     except m.PackageNotFoundError:  # a marker left it out (uvloop on Windows)
         found.append(f"{name} (not installed)")
-print("releases under test: " + ", ".join(found))
+print(f"releases under test (Python {platform.python_version()}): " + ", ".join(found))
 PY
 export DCLR_DATA_DIR="${DCLR_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TQDM_DISABLE=1
