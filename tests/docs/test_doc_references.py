@@ -1,0 +1,141 @@
+"""The README's and the docs' backticked file paths and dclr module names still name real things.
+
+A file moved (tests split into folders, a module folded into another) leaves every sentence that
+named it pointing at nothing; these tests fail on the first such sentence. Pure file reading plus
+imports. Left out: docs/code-health.md, a dated log whose entries name files as they were then, and
+docs/reproduction-log.md, whose `path:LINE` references have their own, stricter test. A path that
+only git's history keeps is allowed where its own line says so ("git history").
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATED_OR_CHECKED_ELSEWHERE = frozenset({"code-health.md", "reproduction-log.md"})
+DOCS = [
+    path
+    for path in [
+        REPO_ROOT / "README.md",
+        REPO_ROOT / "benchmarks" / "README.md",
+        *sorted((REPO_ROOT / "docs").glob("*.md")),
+    ]
+    if path.name not in DATED_OR_CHECKED_ELSEWHERE
+]
+TOP_FOLDERS = ("src", "tests", "benchmarks", "scripts", "recipes", "lab", "docs", ".ci")
+PATH = re.compile(rf"`((?:{'|'.join(re.escape(f) for f in TOP_FOLDERS)})/[^`\s]*)`")
+PATTERN_CHARS = set("*{}<>…$[]")  # a glob, a placeholder or a shell variable: not one file
+# `dclr.module.name` or `dclr.module:NAME`, closed by a backtick or a call's parenthesis
+MODULE_NAME = re.compile(r"`(dclr(?:_lab)?(?:\.[A-Za-z_]\w*)+)(?::([A-Za-z_]\w*))?[`(]")
+HISTORY_ONLY = "git history"
+
+
+def mentions(pattern: re.Pattern[str]) -> list[tuple[str, str, re.Match[str]]]:
+    """(`doc:line`, the line, the match) for every match in every doc."""
+    found = []
+    for doc in DOCS:
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for match in pattern.finditer(line):
+                found.append((f"{doc.relative_to(REPO_ROOT)}:{number}", line, match))
+    return found
+
+
+def file_part(mention: str) -> str | None:
+    """The repository path a backticked mention names, or None for a pattern."""
+    path = mention.split("::")[0].split("#")[0].rstrip(".,:;)")
+    return None if PATTERN_CHARS & set(path) else path
+
+
+PATHS = [(where, line, file_part(m.group(1))) for where, line, m in mentions(PATH)]
+PATHS = [(where, line, path) for where, line, path in PATHS if path]
+
+
+def is_package_module(name: str) -> bool:
+    """True when the name's second part is a module or package of dclr / dclr_lab.
+
+    `dclr.noise_gradient` is a config key (section `dclr`, key `noise_gradient`), not a module:
+    only names that start with a real module are import paths.
+    """
+    top, second = name.split(".")[:2]
+    return importlib.util.find_spec(f"{top}.{second}") is not None
+
+
+MODULES = [
+    (where, m.group(1), m.group(2))
+    for where, _, m in mentions(MODULE_NAME)
+    if is_package_module(m.group(1))
+]
+
+
+def test_enough_mentions_are_parsed():
+    assert len(PATHS) > 150 and len(MODULES) > 80  # the docs name more; a parser bug finds none
+
+
+def missing_path(where: str, line: str, path: str) -> str | None:
+    """What is wrong with a line's mention of `path`, or None."""
+    if (REPO_ROOT / path).exists() or HISTORY_ONLY in line:
+        return None
+    return (
+        f"{where} names `{path}`, which is not in the repository: point it at the file's new "
+        f"place, or say on that line that only {HISTORY_ONLY} keeps it"
+    )
+
+
+@pytest.mark.parametrize(("where", "line", "path"), PATHS, ids=[p[0] for p in PATHS])
+def test_a_named_path_exists(where, line, path):
+    problem = missing_path(where, line, path)
+    assert problem is None, problem
+
+
+def resolve(dotted: str, attribute: str | None) -> object:
+    """The object `dotted[:attribute]` names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[split:] + ([attribute] if attribute else []):
+            obj = getattr(obj, name)
+        return obj
+    raise ModuleNotFoundError(dotted)
+
+
+@pytest.mark.parametrize(
+    ("where", "dotted", "attribute"), MODULES, ids=[f"{w}:{d}" for w, d, _ in MODULES]
+)
+def test_a_named_module_or_object_imports(where, dotted, attribute):
+    named = dotted + (f":{attribute}" if attribute else "")
+    try:
+        resolve(dotted, attribute)
+    except (ImportError, AttributeError) as error:
+        pytest.fail(f"{where} names `{named}`, which does not import: {error}")
+
+
+def test_the_path_check_is_red_on_a_moved_file():
+    line = "Pinned to a hand-written formula in `tests/test_consert.py`."  # moved to tests/methods/
+    ((where, _, match),) = [("x.md:1", line, m) for m in PATH.finditer(line)]
+    assert missing_path(where, line, file_part(match.group(1))) == (
+        "x.md:1 names `tests/test_consert.py`, which is not in the repository: point it at the "
+        "file's new place, or say on that line that only git history keeps it"
+    )
+    assert missing_path(where, line + " (in git history only)", "tests/test_consert.py") is None
+    assert missing_path(where, line, "tests/methods/test_consert.py") is None
+    assert file_part("tests/dualcse/test_dualcse_*.py") is None  # a glob names no one file
+
+
+def test_the_module_check_is_red_on_a_module_that_is_gone():
+    line = "`method: simcse_sup` (`dclr.dualcse.simcse_sup`): anchor = premise"  # folded away
+    ((dotted, attribute),) = [m.groups() for m in MODULE_NAME.finditer(line)]
+    assert is_package_module(dotted)
+    with pytest.raises(AttributeError):
+        resolve(dotted, attribute)
+    with pytest.raises(AttributeError):
+        resolve("dclr.methods.dualcse", "NOT_A_METHOD")
+    assert resolve("dclr.methods.dualcse", "SIMCSE_SUP_INLI") is not None
+    assert not is_package_module("dclr.noise_gradient")  # a config key, not checked
