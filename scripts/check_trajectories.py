@@ -159,6 +159,21 @@ def compare(expected: list[dict[str, float]], got: list[dict[str, float]]) -> li
     return problems
 
 
+def largest_difference(
+    expected: list[dict[str, float]], got: list[dict[str, float]]
+) -> tuple[float, float]:
+    """The largest absolute and relative difference over every recorded number both runs logged:
+    last bits (~1e-6 relative) or another run (other random draws) at a glance."""
+    largest_abs = largest_rel = 0.0
+    for old, new in zip(expected, got, strict=False):
+        for key, value in old.items():
+            if key in new and new[key] != value:
+                difference = abs(new[key] - value)
+                largest_abs = max(largest_abs, difference)
+                largest_rel = max(largest_rel, difference / abs(value) if value else float("inf"))
+    return largest_abs, largest_rel
+
+
 def check(case: Case, short: bool, record: bool) -> bool:
     import torch
 
@@ -181,7 +196,9 @@ def check(case: Case, short: bool, record: bool) -> bool:
     problems = compare(expected, rows)
     label = f"{case.name}{' (short)' if short else ''}"
     if problems:
-        print(f"{label}: DIFFERS ({len(problems)} problems)")
+        absolute, relative = largest_difference(expected, rows)
+        print(f"{label}: DIFFERS ({len(problems)} problems; largest difference {absolute:.3g}, "
+              f"{relative:.3g} relative)")  # fmt: skip
         for line in problems[:10]:
             print("   ", line)
         return False

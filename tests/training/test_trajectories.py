@@ -63,3 +63,18 @@ def test_compared_under_the_recordings_torch_or_one_measured_identical_on_this_c
     monkeypatch.setattr(script, "hardware_key", lambda: "GenuineIntel-AVX512")
     monkeypatch.setattr(torch, "__version__", "2.10.0+cu128")
     assert not script.comparable("2.13.0+cpu")  # measured on another CPU kind only
+
+
+def test_the_largest_difference_tells_last_bits_from_another_run():
+    script = load_script()
+    recorded = [{"step": 1, "loss": 0.25, "lr": 1e-5}, {"step": 2, "loss": 0.5, "lr": 2e-5}]
+    assert script.largest_difference(recorded, recorded) == (0.0, 0.0)
+    last_bits = [{"step": 1, "loss": 0.25, "lr": 1e-5}, {"step": 2, "loss": 0.5000005, "lr": 2e-5}]
+    absolute, relative = script.largest_difference(recorded, last_bits)
+    assert absolute == pytest.approx(5e-7) and relative == pytest.approx(1e-6)
+    other_run = [{"step": 1, "loss": 0.3, "lr": 1e-5, "new_key": 1.0}]  # a step short, a new key
+    absolute, relative = script.largest_difference(recorded, other_run)
+    assert absolute == pytest.approx(0.05) and relative == pytest.approx(0.2)
+    assert script.largest_difference([{"step": 1, "x": 0.0}], [{"step": 1, "x": 1e-9}])[1] == (
+        float("inf")
+    )
