@@ -1,4 +1,4 @@
-"""The README's and the docs' backticked file paths and dclr module names still name real things.
+"""The READMEs' and the docs' backticked file paths and dclr module names still name real things.
 
 A file moved (tests split into folders, a module folded into another) leaves every sentence that
 named it pointing at nothing; these tests fail on the first such sentence. Pure file reading plus
@@ -23,6 +23,7 @@ DOCS = [
     for path in [
         REPO_ROOT / "README.md",
         REPO_ROOT / "benchmarks" / "README.md",
+        REPO_ROOT / "lab" / "README.md",
         *sorted((REPO_ROOT / "docs").glob("*.md")),
     ]
     if path.name not in DATED_OR_CHECKED_ELSEWHERE
