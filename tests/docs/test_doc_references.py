@@ -10,18 +10,17 @@ only git's history keeps is allowed where its own line says so ("git history").
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
+import pkgutil
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 import typer
+from helpers import REPO_ROOT
 
 from dclr.cli.main import app
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DATED_OR_CHECKED_ELSEWHERE = frozenset({"code-health.md", "reproduction-log.md"})
 DOCS = [
     path
@@ -144,17 +143,8 @@ def test_a_named_path_exists(where, line, path):
 
 
 def resolve(dotted: str, attribute: str | None) -> object:
-    """The object `dotted[:attribute]` names: the longest importable module, then attributes."""
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ModuleNotFoundError:
-            continue
-        for name in parts[split:] + ([attribute] if attribute else []):
-            obj = getattr(obj, name)
-        return obj
-    raise ModuleNotFoundError(dotted)
+    """The object `dotted[:attribute]` names (the standard library's reading of such names)."""
+    return pkgutil.resolve_name(dotted + (f":{attribute}" if attribute else ""))
 
 
 @pytest.mark.parametrize(
