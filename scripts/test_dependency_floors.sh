@@ -6,8 +6,8 @@
 # st, indexing, serving and the CLI), then the lab's tests (experiments) with sentence-transformers
 # at the lab's own floor. The recorded trajectories are compared where the torch is one measured
 # bit-identical on this CPU kind (scripts/check_trajectories.py, IDENTICAL_UNDER) and skipped
-# elsewhere, the floor's 2.6 among them. Left out: the benchmark harnesses. The lab's plots need matplotlib; a release that still runs on the floor's
-# numpy (< 3.10) is installed beside it.
+# elsewhere, the floor's 2.6 among them. Left out: the benchmark harnesses. The lab's plots need
+# matplotlib; a release that still runs on the floor's numpy (< 3.10) is installed beside it.
 #
 # A floor in pyproject.toml is a release this run passed on. Run it when a floor moves:
 #   bash scripts/test_dependency_floors.sh [VENV]      # VENV default /tmp/dclr-floors; ~6 GB, ~15 min
