@@ -1,5 +1,6 @@
-"""The READMEs' and the docs' backticked file paths, dclr module names, `dclr` command options and
-`--set` / `--grid` option keys still name real things.
+"""The READMEs' and the docs' backticked file paths, dclr module names, `dclr` command options,
+`--set` / `--grid` option keys and the options of the repository's own scripts still name real
+things.
 
 A file moved (tests split into folders, a module folded into another) leaves every sentence that
 named it pointing at nothing; these tests fail on the first such sentence. Pure file reading plus
@@ -243,3 +244,65 @@ def test_the_set_key_check_is_red_on_an_option_that_is_not_there():
     ]  # fmt: skip
     assert {"optimisation.learning_rate", "noise_steps", "dclr.noise_steps", "model"} <= KNOWN_KEYS
     assert "lr" not in KNOWN_KEYS and "optimisation.noise_steps" not in KNOWN_KEYS
+
+
+# `python benchmarks/NAME.py …` / `bash scripts/NAME.sh …`: the repository's own scripts' options
+SCRIPT_LINE = re.compile(
+    r"(?:python3?|bash) ((?:benchmarks|scripts)/[\w-]+\.(?:py|sh))((?: [^`|;&>#]*)?)"
+)
+
+
+def script_source(path: str) -> str:
+    """The script's text with that of the sibling modules it imports (a shared argument parser)
+    or, for a shell script, of the repository's Python scripts it runs (its "$@" goes there)."""
+    script = REPO_ROOT / path
+    text = script.read_text(encoding="utf-8")
+    if script.suffix == ".sh":
+        ran = [REPO_ROOT / p for p in re.findall(r"(?:benchmarks|scripts)/[\w-]+\.py", text)]
+    else:
+        imported = re.findall(r"^\s*(?:from|import) (\w+)", text, flags=re.MULTILINE)
+        ran = [script.with_name(f"{name}.py") for name in imported]
+    return text + "".join(p.read_text(encoding="utf-8") for p in ran if p.exists())
+
+
+def script_options() -> list[tuple[str, str, str, bool]]:
+    """(`doc:line`, script, option, whether the script defines it) for each option shown."""
+    found = []
+    for where, _, match in mentions(SCRIPT_LINE):
+        path, arguments = match.groups()
+        if not (REPO_ROOT / path).exists():
+            continue  # test_a_named_path_exists speaks for a backticked one
+        source = script_source(path)
+        for token in arguments.split():
+            option = token.split("=")[0].strip("[]").rstrip(".,)")
+            if option.startswith("--") and option != "--":
+                found.append((where, path, option, defines(source, option)))
+    return found
+
+
+def defines(source: str, option: str) -> bool:
+    """Whether a script's source defines `option`: argparse's quoted name, or a shell `case` arm."""
+    return any(form in source for form in (f'"{option}"', f"'{option}'", f"{option})"))
+
+
+SCRIPT_OPTIONS = script_options()
+
+
+@pytest.mark.parametrize(
+    ("where", "script", "option", "exists"),
+    SCRIPT_OPTIONS,
+    ids=[f"{w}:{s}:{o}" for w, s, o, _ in SCRIPT_OPTIONS],
+)
+def test_a_script_option_exists(where, script, option, exists):
+    assert exists, f"{where} shows `{script} {option}`, which {script} does not define"
+
+
+def test_the_script_option_check_is_red_on_an_option_that_is_not_there():
+    assert len(SCRIPT_OPTIONS) > 40  # the docs show more; a parser bug finds none
+    line = "python benchmarks/int8_encode.py --data-dir ../shared/data --no-such-option 3"
+    ((path, arguments),) = [m.groups() for m in SCRIPT_LINE.finditer(line)]
+    source = script_source(path)
+    assert path == "benchmarks/int8_encode.py" and defines(source, "--data-dir")
+    assert "--no-such-option" in arguments and not defines(source, "--no-such-option")
+    shell = script_source("benchmarks/gpu_check.sh")  # passes its arguments to gpu_check.py
+    assert defines(shell, "--tiny") and not defines(shell, "--no-such-option")
