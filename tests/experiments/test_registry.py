@@ -89,13 +89,15 @@ def test_config_hash_ignores_locations_only() -> None:
     assert config_hash(base) != config_hash({**base, "seed": 2})
 
 
-def test_speed_and_memory_options_at_their_defaults_keep_a_recorded_runs_hash() -> None:
+def test_options_added_later_at_their_defaults_keep_a_recorded_runs_hash() -> None:
     """A run recorded before an option existed has no key for it; a new run writes its default."""
     recorded = {"model": "m", "seed": 1}
     new = {**recorded, "prefetch": "auto", "fused_optimizer": "auto", "compile": "off",
-           "length_bucket": 0, "low_memory": False, "noise_gradient": "auto"}  # fmt: skip
+           "length_bucket": 0, "low_memory": False, "noise_gradient": "auto",
+           "noise_objective": "auto"}  # fmt: skip
     assert config_hash(recorded) == config_hash(new)
     assert config_hash(recorded) != config_hash({**new, "low_memory": True})
+    assert config_hash(recorded) != config_hash({**new, "noise_objective": "released"})
 
 
 def test_runs_cli(root: Path) -> None:

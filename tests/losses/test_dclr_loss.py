@@ -18,8 +18,10 @@ from dclr.losses.dclr import (
     non_uniformity_loss,
     non_uniformity_noise_grad,
     official_weights,
+    released_noise_loss,
 )
 from dclr.losses.simcse import SimCSELoss, simcse_loss
+from dclr.options.dclr import DCLROptions
 
 
 def cos(a, b):
@@ -198,6 +200,91 @@ def test_closed_form_noise_gradient_equals_hand_formula_and_autograd():
         (want,) = torch.autograd.grad(non_uniformity_loss(a, pos, x, 0.05), x)
         got = non_uniformity_noise_grad(torch.nn.functional.normalize(a, dim=-1), x.detach(), 0.05)
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-6 * want.abs().max().item())
+
+
+def hand_released_noise_loss(anchors, positives, noise, tau):
+    """The released code's noise objective (RUCAIBox/DCLR simcse/models.py l.686-690 at e2c3430):
+    cross-entropy over [cos(h_i, h_j+) for every j, cos(h_i, noise_k) for every k] / tau, the
+    target h_i+; mean over the anchors."""
+    total = 0.0
+    for i, a in enumerate(anchors):
+        logits = [cos(a, b) / tau for b in positives] + [cos(a, e) / tau for e in noise]
+        total += -logits[i] + math.log(sum(math.exp(v) for v in logits))
+    return total / len(anchors)
+
+
+def hand_released_noise_grad(anchors, positives, noise, tau):
+    """Its gradient in each noise vector: as `hand_noise_grad`, the softmax taken over each row's
+    in-batch logits and noise logits together."""
+    n, grads = len(anchors), []
+    for x in noise:
+        nx = math.sqrt(sum(v * v for v in x))
+        g = [0.0] * len(x)
+        for a in anchors:
+            na = math.sqrt(sum(v * v for v in a))
+            den = sum(math.exp(cos(a, b) / tau) for b in positives)
+            den += sum(math.exp(cos(a, e) / tau) for e in noise)
+            q, c = math.exp(cos(a, x) / tau) / den, cos(a, x)
+            for j in range(len(x)):
+                g[j] += q / (n * tau) * (a[j] / na - c * x[j] / nx) / nx
+        grads.append(g)
+    return grads
+
+
+def test_released_noise_objective_and_its_closed_form_equal_hand_formulas():
+    f64 = {"dtype": torch.float64}
+    got = released_noise_loss(T(Z1, **f64), T(Z2, **f64), T(NOISE, **f64), 0.1)
+    assert got.item() == pytest.approx(hand_released_noise_loss(Z1, Z2, NOISE, 0.1), rel=1e-12)
+    # differs from L_U, whose softmax runs over the noise alone
+    assert abs(got - non_uniformity_loss(T(Z1, **f64), T(Z2, **f64), T(NOISE, **f64), 0.1)) > 0.1
+    unit = torch.nn.functional.normalize(T(Z1, **f64), dim=-1)
+    batch_logits = (
+        torch.nn.functional.cosine_similarity(
+            T(Z1, **f64).unsqueeze(1), T(Z2, **f64).unsqueeze(0), dim=-1
+        )
+        / 0.1
+    )
+    grad = non_uniformity_noise_grad(unit, T(NOISE, **f64), 0.1, batch_logits)
+    want = T(hand_released_noise_grad(Z1, Z2, NOISE, 0.1), **f64)
+    assert torch.allclose(grad, want, atol=1e-12)
+    assert not torch.allclose(grad, non_uniformity_noise_grad(unit, T(NOISE, **f64), 0.1))
+
+
+def test_the_released_objective_ascends_alike_by_autograd_and_in_closed_form():
+    torch.manual_seed(4)
+    h, hp = torch.randn(32, 48), torch.randn(32, 48) * 0.1
+    h = h + 0.3 * hp  # positives near their anchors: in-batch logits outweigh the noise's
+    runs = {(objective, g): noise_negatives(
+                h, hp, 40, 1.0, 4, 0.2, 0.05, torch.Generator().manual_seed(5),
+                gradient=g, objective=objective)
+            for objective in ("paper", "released") for g in ("autograd", "closed_form")}  # fmt: skip
+    for objective in ("paper", "released"):
+        assert torch.allclose(runs[objective, "autograd"], runs[objective, "closed_form"],
+                              atol=1e-5)  # fmt: skip
+    # the two objectives weigh the anchors differently: the noise ends elsewhere
+    moved = (runs["paper", "autograd"] - runs["released", "autograd"]).norm(dim=1)
+    assert moved.max() > 1e-2
+
+
+def test_auto_ascends_the_forms_own_objective_and_the_option_overrides_it(monkeypatch):
+    import dclr.losses.dclr as dclr_loss
+
+    assert DCLROptions().ascent_objective == "paper"
+    assert DCLROptions(dclr_form="official").ascent_objective == "released"
+    assert DCLROptions(dclr_form="official", noise_objective="paper").ascent_objective == "paper"
+    assert DCLROptions(noise_objective="released").ascent_objective == "released"
+    with pytest.raises(ConfigError, match="noise_objective must be one of auto, paper, released"):
+        DCLROptions(noise_objective="l_u").check_options()
+    seen = []
+    real = dclr_loss.noise_negatives
+    monkeypatch.setattr(dclr_loss, "noise_negatives",
+                        lambda *a, **k: seen.append(k["objective"]) or real(*a, **k))  # fmt: skip
+    z = torch.randn(4, 6)
+    for form, objective in (("paper", "auto"), ("official", "auto"), ("official", "paper")):
+        loss = DCLRLoss.of(lambda **_: None, None, weighting="none", dclr_form=form,
+                           noise_objective=objective)  # fmt: skip
+        loss.objective(z, z + 0.1)
+    assert seen == ["paper", "released", "paper"]
 
 
 def test_both_ascents_move_the_noise_alike_and_auto_picks_by_device():

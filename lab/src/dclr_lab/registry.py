@@ -26,15 +26,17 @@ INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"
 # Config fields that say where things are, not what is trained: left out of the run identity.
 LOCATION_FIELDS = ("output_dir", "data_dir", "complementary_cache", "extra")
-# Speed and memory options added after runs were recorded: at their defaults they are left out
-# of the hash, so a run recorded before they existed keeps its identity (they change no CPU run).
-SPEED_DEFAULTS = {
+# Options added after runs were recorded: at their defaults they are left out of the hash, so a
+# run recorded before they existed keeps its identity (the speed and memory ones change no CPU
+# run; `noise_objective: auto` keeps the paper form's ascent, what every recorded DCLR run took).
+LATER_DEFAULTS = {
     "prefetch": "auto",
     "fused_optimizer": "auto",
     "compile": "off",
     "length_bucket": 0,
     "low_memory": False,
     "noise_gradient": "auto",  # DCLR's ascent: autograd on a CPU, as before the option existed
+    "noise_objective": "auto",  # what DCLR's noise ascends: the loss form's own objective
 }
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 
@@ -86,7 +88,7 @@ def config_hash(config: dict[str, Any]) -> str:
     kept = {
         k: v
         for k, v in sorted(config.items())
-        if k not in LOCATION_FIELDS and not (k in SPEED_DEFAULTS and SPEED_DEFAULTS[k] == v)
+        if k not in LOCATION_FIELDS and not (k in LATER_DEFAULTS and LATER_DEFAULTS[k] == v)
     }
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 

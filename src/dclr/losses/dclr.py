@@ -22,7 +22,10 @@ Two loss forms, chosen explicitly:
   docs/dclr-loss-forms.md): weights multiply the logits (a dropped negative still adds exp(0) = 1),
   the threshold is applied to teacher *logits* as phi * 20 (i.e. it assumes tau = 0.05), noise
   negatives are never dropped, and the loss is a softmax followed by element-wise binary
-  cross-entropy against the one-hot target, averaged over all n * (n + k) entries.
+  cross-entropy against the one-hot target, averaged over all n * (n + k) entries. Its noise
+  ascends the released code's objective, not L_U: the cross-entropy of each row's in-batch and
+  noise logits together, the target its positive (`released_noise_loss`; `noise_objective`
+  picks either objective with either form).
 
 With no noise (k = 0) and no weighting (all alpha = 1) the paper form is exactly SimCSE.
 """
@@ -56,19 +59,49 @@ def non_uniformity_loss(
     return (torch.logsumexp(neg, dim=1) - pos).mean()
 
 
+def released_noise_loss(
+    anchors: torch.Tensor, positives: torch.Tensor, noise: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """The objective the released code ascends the noise on (RUCAIBox/DCLR `cl_vat_forward`,
+    `simcse/models.py` l.686-690 at e2c3430): cross-entropy of each anchor's row of in-batch
+    logits cos(h_i, h_j+)/tau followed by its noise logits cos(h_i, noise_k)/tau, the target its
+    own positive. L_U (`non_uniformity_loss`) normalises over the noise alone. anchors,
+    positives: (n, d); noise: (k, d) -> scalar."""
+    logits = torch.cat([cosine_matrix(anchors, positives), cosine_matrix(anchors, noise)], dim=1)
+    target = torch.arange(anchors.shape[0], device=anchors.device)
+    return F.cross_entropy(logits / temperature, target)
+
+
+def noise_objective(name: str) -> Callable[..., torch.Tensor]:
+    """The loss the noise ascends: "paper" (L_U of Knowl 2) or "released" (the released code's)."""
+    return released_noise_loss if name == "released" else non_uniformity_loss
+
+
 def non_uniformity_noise_grad(
-    unit_anchors: torch.Tensor, noise: torch.Tensor, temperature: float
+    unit_anchors: torch.Tensor,
+    noise: torch.Tensor,
+    temperature: float,
+    batch_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """dL_U / d noise (k, d) in closed form, `unit_anchors` (n, d) the anchors at unit length.
 
     With a_i the unit anchors, x_k the noise, u_k = x_k / |x_k|, c_ik = a_i . u_k and
     p_ik = softmax_k(c_ik / tau_u): dL_U/dx_k = 1 / (n tau_u |x_k|) sum_i p_ik (a_i - c_ik u_k)
     (the positives' term of L_U does not depend on the noise). What autograd gives through
-    `non_uniformity_loss`, up to float rounding, with no autograd graph."""
+    `non_uniformity_loss`, up to float rounding, with no autograd graph.
+
+    `batch_logits` (n, n), the in-batch logits cos(h_i, h_j+)/tau: the gradient of
+    `released_noise_loss` instead, whose softmax runs over each row's in-batch and noise logits
+    together (p_ik is then the noise column's share of that row; the formula is otherwise the
+    same, since the in-batch logits do not depend on the noise)."""
     length = noise.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (k, 1), as F.normalize's eps
     unit = noise / length  # (k, d)
     cos = unit_anchors @ unit.T  # (n, k)
-    p = torch.softmax(cos / temperature, dim=1)  # (n, k)
+    if batch_logits is None:
+        p = torch.softmax(cos / temperature, dim=1)  # (n, k)
+    else:
+        k = cos.shape[1]
+        p = torch.softmax(torch.cat([batch_logits, cos / temperature], dim=1), dim=1)[:, -k:]
     pulled = p.T @ unit_anchors - (p * cos).sum(0).unsqueeze(1) * unit  # (k, d)
     return pulled / (unit_anchors.shape[0] * temperature * length)
 
@@ -97,11 +130,13 @@ def ascend_closed_form(
     steps: int,
     step_size: float,
     temperature: float,
+    batch_logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`steps` normalised ascent steps of the noise on L_U, by `non_uniformity_noise_grad`: plain
-    tensor arithmetic, no autograd graph, so torch.compile can fuse it whole."""
+    """`steps` normalised ascent steps of the noise on L_U (or, given `batch_logits`, on the
+    released code's objective), by `non_uniformity_noise_grad`: plain tensor arithmetic, no
+    autograd graph, so torch.compile can fuse it whole."""
     for _ in range(steps):
-        grad = non_uniformity_noise_grad(unit_anchors, noise, temperature)
+        grad = non_uniformity_noise_grad(unit_anchors, noise, temperature, batch_logits)
         noise = noise + step_size * unit_rows(grad)
     return noise
 
@@ -117,12 +152,14 @@ def noise_negatives(
     generator: torch.Generator | None = None,
     gradient: str = "autograd",
     ascend: Callable[..., torch.Tensor] = ascend_closed_form,
+    objective: str = "paper",
 ) -> torch.Tensor:
-    """k noise vectors (k, d), each moved `steps` times by a normalised ascent step on L_U.
+    """k noise vectors (k, d), each moved `steps` times by a normalised ascent step on L_U
+    (`objective` "paper") or on the released code's objective ("released": `released_noise_loss`).
 
     The anchors are detached: nothing here reaches the encoder. A zero gradient (e.g. a noise
     vector orthogonal to everything) leaves that vector in place instead of dividing by zero.
-    `gradient`: "autograd" (through `non_uniformity_loss`) or "closed_form"
+    `gradient`: "autograd" (through the objective's loss) or "closed_form"
     (`non_uniformity_noise_grad`, stepped by `ascend`: `ascend_closed_form` or a compiled copy):
     the same ascent up to float rounding.
     """
@@ -131,13 +168,17 @@ def noise_negatives(
     noise = torch.randn(k, d, generator=generator, device=anchors.device) * std  # (k, d)
     if gradient == "closed_form":
         unit_anchors = F.normalize(anchors, dim=-1)
-        noise = ascend(noise, unit_anchors, steps, step_size, temperature)
+        batch_logits = None
+        if objective == "released":  # constant through the steps: the noise is not in it
+            batch_logits = cosine_matrix(anchors, positives) / temperature  # (n, n)
+        noise = ascend(noise, unit_anchors, steps, step_size, temperature, batch_logits)
     else:
+        loss_of = noise_objective(objective)
         for _ in range(steps):
             noise.requires_grad_(True)
             with torch.enable_grad():
                 (grad,) = torch.autograd.grad(
-                    non_uniformity_loss(anchors, positives, noise, temperature), noise
+                    loss_of(anchors, positives, noise, temperature), noise
                 )
             noise = (noise + step_size * unit_rows(grad)).detach()
     # Never let a NaN reach the loss: a non-finite entry stays non-finite through later steps
@@ -379,6 +420,7 @@ class DCLRLoss(TwoViewObjective):
             generator=gen,
             gradient=gradient,
             ascend=self._ascend or ascend_closed_form,
+            objective=self.options.ascent_objective,
         )
 
     def _negatives(

@@ -24,6 +24,9 @@ NoiseMode = Literal["optimized", "random", "none"]
 # how the ascent takes L_U's gradient: auto = closed_form on a GPU, autograd elsewhere (the same
 # ascent up to float rounding; autograd is what the recorded CPU trajectories computed)
 NoiseGradient = Literal["auto", "autograd", "closed_form"]
+# what the noise ascends: auto = the loss form's (paper: L_U, dclr.txt Knowl 2; official: the
+# released code's cross-entropy over each row's in-batch and noise logits, docs/dclr-loss-forms.md)
+NoiseObjective = Literal["auto", "paper", "released"]
 Weighting = Literal["complementary", "self", "none", "distill"]
 ComplementaryMode = Literal["cached", "on_the_fly", "two_views"]
 ComplementaryRows = Literal["auto", "all", "sampled"]
@@ -51,6 +54,8 @@ class DCLROptions:
     noise_temperature: float | None = None  # tau_u of the non-uniformity loss (None: temperature)
     noise_mode: NoiseMode = "optimized"  # optimized | random (t = 0) | none
     noise_gradient: NoiseGradient = "auto"  # auto | autograd | closed_form (dclr.losses.dclr)
+    # auto (the form's: paper -> paper, official -> released) | paper (L_U) | released
+    noise_objective: NoiseObjective = "auto"
     false_negative_threshold: float = 0.9  # phi: complementary cosine >= phi -> weight 0
     weighting: Weighting = "complementary"  # complementary | self | none | distill
     # none: noise negatives always kept (released code); complementary: alpha = 0 where
@@ -111,6 +116,13 @@ class DCLROptions:
             )
 
     @property
+    def ascent_objective(self) -> str:
+        """What the noise ascends on: `noise_objective`, or for auto the loss form's own."""
+        if self.noise_objective != "auto":
+            return self.noise_objective
+        return "released" if self.dclr_form == "official" else "paper"
+
+    @property
     def needs_complementary(self) -> bool:
         return self.weighting in NEEDS_SCORER
 
@@ -122,6 +134,7 @@ class DCLROptions:
 _LITERALS: dict[str, tuple[str, ...]] = {
     "noise_mode": get_args(NoiseMode),
     "noise_gradient": get_args(NoiseGradient),
+    "noise_objective": get_args(NoiseObjective),
     "weighting": get_args(Weighting),
     "noise_weighting": get_args(NoiseWeighting),
     "dclr_form": get_args(LossForm),

@@ -271,6 +271,7 @@ class DCLRLoss(nn.Module):
             "noise_temperature": self.noise_temperature,
             "noise_mode": o.noise_mode,
             "noise_gradient": o.noise_gradient,
+            "noise_objective": o.noise_objective,
             "false_negative_threshold": o.false_negative_threshold,
             "false_negative_rule": o.false_negative_rule,
             "pair_margin": o.pair_margin,
