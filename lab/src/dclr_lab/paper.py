@@ -2,8 +2,8 @@
 
 Zhou, Zhang, Zhao and Wen, "Debiased Contrastive Learning of Unsupervised Sentence Representations",
 ACL 2022, arXiv 2205.00656. Every number is read from the paper's text summary in
-`../shared/papers/dclr.txt` and carries its line there; `tests/test_paper_numbers.py` reads them back
-from that file, so a typo fails. Scores are Spearman x100 (SentEval "all" setting for STS12-16).
+`../shared/papers/dclr.txt` and carries its line there; `tests/experiments/test_paper_numbers.py`
+reads them from that file, so a typo fails. Scores are Spearman x100 (SentEval "all" setting for STS12-16).
 The ConSERT and DualCSE numbers and findings the reports print come from `consert.txt` and
 `dualcse.txt` in the same folder, and are read back the same way.
 """

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from dclr.contract import PreparedRun, TrainResult
     from dclr.options.config import TrainConfig
 
-# Every DualCSE-family recipe starts from these (the DualCSE paper's setting; no STS evaluation).
+# Every DualCSE-family recipe starts from these. Our choices, not the paper's: it gives only the
+# backbones, batch sizes, learning rates and tau (../shared/papers/dualcse.txt l.110-113).
 INLI_DEFAULTS: dict[str, Any] = {
     "model": {"pooler": "mean", "mlp_head": False, "max_length": 80, "packing": "off"},
     "optimisation": {"learning_rate": 5e-5},  # paper: 5e-5 cross, 3e-5 bi
