@@ -81,6 +81,9 @@ def test_the_printed_command_runs_from_any_folder(tmp_path, monkeypatch):
 def test_the_printed_command_for_plain_simcse_loads():
     config = loaded(train_command(audit_result("simcse", None)))
     assert config.method == "simcse" and config.data.corpus == "my corpus.csv"
+    # the README's setting, not the [CLS] + MLP recipe every MiniLM run of which ends below the
+    # stock mean-pooled model
+    assert (config.model.pooler, config.model.mlp_head) == ("mean", False)
 
 
 def test_the_run_summary_shows_the_phi_it_trained_with():
