@@ -21,6 +21,7 @@ from dclr.data.readers import open_source  # noqa: E402
 from dclr.errors import InputError  # noqa: E402
 from dclr.indexing import index as index_module  # noqa: E402
 from dclr.indexing.index import INDEX_FILE, IndexParams, SearchIndex, build_index  # noqa: E402
+from dclr.indexing.searcher import check_queries  # noqa: E402
 from dclr.runlock import FolderLock, LockHeld  # noqa: E402
 
 
@@ -102,6 +103,34 @@ def test_search_query_with_invalid_unicode_is_a_named_error(flat_and_hnsw):
     assert result.exit_code == 2
     assert "query is not valid text" in result.output and "U+DCE9" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\u200b\n"])
+def test_an_empty_query_is_refused_as_the_server_refuses_it(flat_and_hnsw, query):
+    """An empty query ranked the whole corpus by nothing (10 hits) where /search says
+    `empty_text`: the command and the Python API refuse it, by name, before the model loads."""
+    result = CliRunner().invoke(app, ["search", query, "--index", str(flat_and_hnsw[0])])
+    assert result.exit_code == 2 and "the query is empty" in result.output
+    assert "Traceback" not in result.output
+    with pytest.raises(InputError, match="query 1 is empty"):
+        check_queries(["a real query", query], 10)
+    assert check_queries(["a real query"], 10) == ["a real query"]
+
+
+def test_a_moved_model_folder_is_named_as_the_indexs_and_search_takes_its_new_place(
+    model_dir, corpus_file, tmp_path
+):
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    build(model, corpus_file, tmp_path / "index", "flat")
+    moved = model.rename(tmp_path / "moved")
+    result = CliRunner().invoke(app, ["search", "guitar", "--index", str(tmp_path / "index")])
+    assert result.exit_code == 2, result.output
+    assert f"records its model as the folder {model}" in result.output
+    assert "moved or deleted" in result.output and "pass --model" in result.output
+    result = CliRunner().invoke(
+        app, ["search", "guitar", "--index", str(tmp_path / "index"), "--model", str(moved)]
+    )
+    assert result.exit_code == 0, result.output
 
 
 def test_an_index_folder_never_chooses_code_to_import(tmp_path):

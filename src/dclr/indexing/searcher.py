@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import overload
 
-from dclr.data.readers import unencodable
+from dclr.data.readers import is_blank, unencodable
 from dclr.errors import InputError
 from dclr.indexing.index import Hit, SearchIndex, query_model, read_meta
 from dclr.models.encoder import SentenceEncoder
@@ -68,17 +68,24 @@ class IndexSearcher:
 def check_queries(queries: str | Sequence[str], k: int) -> list[str]:
     """The queries as a list, once `k` and each query are checked (cheap: a caller may check
     before it loads the model, as `dclr search` does). InputError names what is wrong: k < 1, or
-    a query that is not a string or holds what UTF-8 cannot encode (a lone surrogate: bytes that
-    were not UTF-8, e.g. on a command line, decoded with surrogateescape)."""
+    a query that is not a string, is empty (nothing but whitespace or invisible characters, which
+    the server refuses as `empty_text` too: it would rank the corpus by nothing) or holds what
+    UTF-8 cannot encode (a lone surrogate: bytes that were not UTF-8, e.g. on a command line,
+    decoded with surrogateescape)."""
     if k < 1:
         raise InputError(f"k must be >= 1, got {k}")
     texts = [queries] if isinstance(queries, str) else list(queries)
     for number, text in enumerate(texts):
+        which = "the query" if isinstance(queries, str) else f"query {number}"
         bad = unencodable(text) if isinstance(text, str) else "not a string"
         if bad is not None:
-            which = "the query" if isinstance(queries, str) else f"query {number}"
             raise InputError(
                 f"{which} is not valid text: {bad}",
                 fix="pass queries as UTF-8 text (check the terminal's or the script's encoding)",
+            )
+        if is_blank(text):
+            raise InputError(
+                f"{which} is empty (nothing but whitespace or invisible characters)",
+                fix="pass the words to search for",
             )
     return texts
