@@ -206,12 +206,16 @@ def test_resume_after_a_crash_encodes_only_missing_shards(
 def test_resume_with_other_settings_or_model_is_refused(model_dir, text_file, tmp_path):
     source, out = open_source(text_file), tmp_path / "out"
     bulk_encode(str(model_dir), source, out, BulkSettings(shard_size=5), pooler="mean")
-    with pytest.raises(InputError, match="other shard_size") as err:
+    with pytest.raises(InputError, match="finished job with another shard_size .it was 5") as err:
         bulk_encode(str(model_dir), source, out, BulkSettings(shard_size=6), pooler="mean")
-    assert "--overwrite" in str(err.value)
+    assert "pass --overwrite to replace them" in str(err.value)
     other = make_tiny_model_dir(tmp_path / "other", seed=1)
-    with pytest.raises(InputError, match="other model_fingerprint"):
+    with pytest.raises(InputError, match=r"another model \(weights, pooler or precision: it was"):
         bulk_encode(str(other), source, out, BulkSettings(shard_size=5), pooler="mean")
+    text_file.write_text(text_file.read_text() + "one more line\n")  # the corpus edited
+    with pytest.raises(InputError, match=r"another version of .*in\.txt \(its size or mod"):
+        bulk_encode(str(model_dir), open_source(text_file), out, BulkSettings(shard_size=5),
+                    pooler="mean")  # fmt: skip
     manifest = bulk_encode(
         str(other), source, out, BulkSettings(shard_size=6), pooler="mean", overwrite=True
     )

@@ -129,14 +129,32 @@ def plan(
     if old is not None:
         changed = [key for key in (*_RESUME_KEYS, "normalize") if old.get(key) != manifest[key]]
         if changed:
+            state = "a finished" if old.get("complete") else "an unfinished"
             raise InputError(
-                f"this folder holds a bulk job with other {', '.join(changed)}",
+                f"this folder holds the vectors of {state} job with another "
+                f"{'; another '.join(describe_change(key, old, manifest) for key in changed)}",
                 path=out_dir / MANIFEST,
-                fix="use another output folder, or pass --overwrite to start over",
+                fix="pass --overwrite to replace them (only this job's files are deleted), or "
+                "use another output folder",
             )
         manifest = {**old, "batch_size": settings.batch_size}
     _write_manifest(out_dir, manifest)
     return manifest
+
+
+def describe_change(key: str, old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What a manifest key's change means, in words (`dclr index build` on a folder whose
+    vectors came from another model or another version of the input)."""
+    if key == "model_fingerprint":
+        return f"model (weights, pooler or precision: it was {old.get('model')})"
+    if key == "input":
+        before, now = old.get("input") or {}, new["input"]
+        if before.get("path") != now.get("path"):
+            return f"input file (it was {before.get('path')})"
+        if before.get("column") != now.get("column") or before.get("format") != now.get("format"):
+            return "input column or format"
+        return f"version of {now.get('path')} (its size or modification time changed)"
+    return f"{key} (it was {old.get(key)!r})"
 
 
 def _remove_outputs(out_dir: Path, manifest: dict[str, Any]) -> None:
