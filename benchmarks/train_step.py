@@ -100,7 +100,9 @@ def build(
 
         from dclr.models.export import st_modules
 
-        Transformer, Pooling, _ = st_modules()  # not the deprecated `sentence_transformers.models`
+        Transformer, Pooling, _, _ = (
+            st_modules()
+        )  # not the deprecated `sentence_transformers.models`
         st_transformer = Transformer(resolve_model(MODEL), max_seq_length=max_length)
         dim = st_transformer.get_word_embedding_dimension()
         peer = SentenceTransformer(

@@ -287,6 +287,65 @@ def test_a_calibrated_run_says_which_phi_it_used(model_dir, tmp_path, tmp_path_f
                     assert local not in content, (file, local)
 
 
+def test_too_small_data_names_the_corpus_and_the_set_syntax_and_shrinking_is_one_line(
+    model_dir, tmp_path
+):
+    """A walkthrough's findings: the refusal named neither the file nor the `--set` syntax, and
+    `shrink_batch`'s notice came as Python's `prepare.py:71: UserWarning:` with a line of code."""
+    corpus = tmp_path / "three.txt"
+    corpus.write_text("one sentence\nanother sentence\na third one\n")
+    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--no-eval", "--max-steps", "1",
+            "-o", str(tmp_path / "run")]  # fmt: skip
+    refused = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert refused.exit_code == 2
+    text = " ".join(refused.output.split())
+    assert f"the training data ({corpus}) has 3 examples" in text
+    assert "--set data.small_data=shrink_batch" in text
+    shrunk = runner.invoke(
+        app, [*args, "--set", "data.small_data=shrink_batch"], env={"COLUMNS": "200"}
+    )
+    assert shrunk.exit_code == 0, shrunk.output
+    assert "warning: data.small_data: shrink_batch: 3 examples < batch_size 4" in shrunk.output
+    assert "UserWarning" not in shrunk.output
+
+
+def test_sigterm_outside_the_steps_says_what_is_saved_as_ctrl_c_does(
+    model_dir, tmp_path, monkeypatch
+):
+    """A walkthrough's finding: `timeout`, Slurm or `docker stop` (SIGTERM) during the evaluation
+    after training ended the run with no word (exit -15), where Ctrl-C named the saved model. It
+    now says the same, exit 143 (128 + SIGTERM); the handler is gone after the command."""
+    import os
+    import signal
+    import time
+
+    from helpers import write_pseudo_corpus
+
+    from dclr.methods.base import Method
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20)
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
+            "--set", "run.test_eval=false", "--max-steps", "2", "-o", str(out)]  # fmt: skip
+
+    def terminated(self, config, result):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at the next bytecode: this never ends on its own
+
+    monkeypatch.setattr(Method, "evaluate_final", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 143, result.output
+    text = " ".join(result.output.split())
+    assert "interrupted after training, in the evaluation" in text
+    assert f"dclr train --resume {out}" in text
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_ctrl_c_in_the_evaluation_after_training_says_what_is_saved(
     model_dir, tmp_path, monkeypatch
 ):

@@ -84,7 +84,7 @@ def evaluate_sts(
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
     evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
     size = batch_size or evaluation_batch_size(encoder)
-    return evaluator(lambda s: encoder.encode(s, batch_size=size))
+    return evaluator(lambda s: encoder.encode(s, batch_size=size, normalize=False))
 
 
 def evaluate_retrieval(
@@ -111,7 +111,7 @@ def evaluate_retrieval(
     size = batch_size or evaluation_batch_size(encoder)
 
     def encode(texts: list[str]) -> Any:
-        return encoder.encode(texts, batch_size=size)
+        return encoder.encode(texts, batch_size=size, normalize=False)
 
     fingerprint = model_fingerprint(encoder) if index is not None else None
     return evaluate_target(encode, folder, task, split, data_dir, index, fingerprint)
@@ -231,7 +231,7 @@ def encode_bulk(
     shard_format: str = "npy",
     dtype: str = "float32",
     shard_size: int = 10_000,
-    normalize: bool = False,
+    normalize: bool | None = None,
     pooler: str | None = None,
     batch_size: int = 128,
     processes: int = 1,

@@ -3,6 +3,7 @@
 import pytest
 
 from dclr.data.corpus import ListCorpus, TextFileCorpus, load_corpus
+from dclr.data.readers import open_source
 from dclr.errors import InputError
 
 
@@ -41,6 +42,14 @@ def test_empty_or_too_small_corpus(tmp_path, content):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="not found"):
         TextFileCorpus(tmp_path / "nope.txt")
+
+
+def test_a_folder_given_as_the_corpus_is_named_as_a_folder(tmp_path):
+    """It said "corpus file not found" of a folder that is there (a walkthrough's finding)."""
+    with pytest.raises(InputError, match="the corpus is a folder, not a file"):
+        TextFileCorpus(tmp_path)
+    with pytest.raises(InputError, match="the input is a folder, not a file"):
+        open_source(tmp_path)
 
 
 def test_list_corpus_counts_blank():

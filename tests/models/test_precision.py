@@ -125,7 +125,7 @@ def test_cli_encode_and_bulk_at_int8(model_dir, tmp_path):
     manifest = json.loads((bulk / "manifest.json").read_text())
     assert manifest["precision"] == "int8"
     refused = runner.invoke(app, args)  # the fp32 model into the int8 job: another fingerprint
-    assert refused.exit_code != 0 and "model_fingerprint" in refused.output
+    assert refused.exit_code != 0 and "another model (weights, pooler" in refused.output
     bad = runner.invoke(app, [*args[:3], str(tmp_path / "b2"), "--precision", "int4"])
     assert bad.exit_code != 0 and "unknown precision" in bad.output
 

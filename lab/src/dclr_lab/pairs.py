@@ -546,7 +546,7 @@ def evaluate_model(folder: str, setup: Setup, dev_only: bool = False) -> dict[st
     encoder = load_encoder(folder, pooler="mean")
 
     def encode(texts: list[str]) -> np.ndarray:
-        return np.asarray(encoder.encode(texts, batch_size=128))
+        return np.asarray(encoder.encode(texts, batch_size=128, normalize=False))
 
     if dev_only:
         dev = StsEvaluator(setup.data_dir, mode="dev", tasks=["STSBenchmark"], geometry=False)
@@ -661,7 +661,7 @@ def guide_vectors(setup: Setup, texts: Sequence[str]) -> np.ndarray:
     from dclr.lab_api import load_encoder
 
     encoder = load_encoder(setup.model, pooler="mean")
-    vectors = np.asarray(encoder.encode(list(texts), batch_size=128,
+    vectors = np.asarray(encoder.encode(list(texts), batch_size=128, normalize=False,
                                         max_length=setup.max_seq_length), dtype=np.float32)  # fmt: skip
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 

@@ -61,6 +61,29 @@ def _options(
     ] = False,
 ) -> None:
     """Train, evaluate and use sentence encoders (SimCSE, DCLR, ...)."""
+    warnings_in_one_line()
+
+
+def warnings_in_one_line() -> None:
+    """dclr's own warnings (a shrunk batch, a flat recipe) as one `warning: MESSAGE` line above
+    any progress bar, not Python's `path:LINE: UserWarning:` form with a line of dclr's source;
+    other packages' warnings keep theirs."""
+    import warnings
+
+    shown = warnings.showwarning
+    if getattr(shown, "dclr_one_line", False):
+        return
+    package = Path(__file__).resolve().parents[1]  # src/dclr
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if not Path(filename).resolve().is_relative_to(package):
+            return shown(message, category, filename, lineno, file, line)
+        from tqdm.auto import tqdm
+
+        tqdm.write(f"warning: {message}", file=file or sys.stderr)
+
+    show.dclr_one_line = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 DataDir = Annotated[
@@ -284,11 +307,18 @@ def train_cmd(
     """Train with any method (recipe `method:`); evaluates before and after and prints the table.
 
     The run folder is locked while training: a second run into it is refused, naming the holder.
-    SIGTERM or Ctrl-C saves a checkpoint at the end of the current step before stopping.
+    SIGTERM or Ctrl-C saves a checkpoint at the end of the current step before stopping; outside
+    the steps (caches, calibration, evaluations) either stops at once and says what the run folder
+    holds and how to go on (exit 143 or 130).
     """
     from dclr.recipe import load_config, parse_overrides
     from dclr.runlock import FolderLock
-    from dclr.training.runfolder import interrupted_state, rank_from_env
+    from dclr.training.runfolder import (
+        Terminated,
+        interrupted_state,
+        rank_from_env,
+        sigterm_as_interrupt,
+    )
 
     run_dir: Path | None = None
     try:
@@ -322,7 +352,7 @@ def train_cmd(
         from dclr.driver import run_training
         from dclr.progress import listening
 
-        with listening(say):
+        with listening(say), sigterm_as_interrupt():
             summary = run_training(
                 config, resume=resume is not None, overwrite=overwrite, notify=print_event
             )
@@ -330,10 +360,11 @@ def train_cmd(
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix
         fail(named_os_error(err))
-    except KeyboardInterrupt:  # outside the steps (a first Ctrl-C there checkpoints and stops)
+    except KeyboardInterrupt as stop:  # outside the steps (a first signal there checkpoints)
         if run_dir is not None and rank_from_env() == 0:
             console.print(f"\n{escape(interrupted_state(run_dir))}", highlight=False)
-        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports it
+        # 128 + the signal, as a shell reports it: SIGTERM (Terminated) or SIGINT
+        raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     render_summary(summary)
 
 
@@ -466,7 +497,14 @@ def encode_cmd(
     ] = "auto",
     pooler: Pooler = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
-    normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
+    normalize: Annotated[
+        bool | None,
+        typer.Option(
+            "--normalize/--no-normalize",
+            help="L2-normalise the vectors (default: as the model's sentence-transformers "
+            "pipeline does; all-MiniLM-L6-v2 and models trained from it end in Normalize).",
+        ),
+    ] = None,
     packing: Annotated[bool, typer.Option(help="Padding-free packed forwards.")] = True,
     skip_blank: Annotated[
         bool,

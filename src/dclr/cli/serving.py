@@ -77,7 +77,14 @@ def encode_bulk(
     ] = "npy",
     dtype: Annotated[str, typer.Option(help="float32 | float16 (storage only).")] = "float32",
     shard_size: Annotated[int, typer.Option(help="Input rows per shard.")] = 10_000,
-    normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
+    normalize: Annotated[
+        bool | None,
+        typer.Option(
+            "--normalize/--no-normalize",
+            help="L2-normalise the vectors (default: as the model's sentence-transformers "
+            "pipeline does; all-MiniLM-L6-v2 and models trained from it end in Normalize).",
+        ),
+    ] = None,
     pooler: Pooler = None,
     batch_size: BatchSize = 128,
     processes: Processes = 1,

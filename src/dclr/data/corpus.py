@@ -43,7 +43,9 @@ class TextFileCorpus(Sequence[str]):
         self.path = Path(path)
         if not self.path.is_file():
             raise InputError(
-                "corpus file not found",
+                "the corpus is a folder, not a file"
+                if self.path.is_dir()
+                else "corpus file not found",
                 path=self.path,
                 fix="pass a UTF-8 text file with one sentence per line",
             )

@@ -144,7 +144,8 @@ def open_source(
     """Check `path` and `column` and return the source; the format comes from the suffix."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
-        raise InputError("input file not found", path=path, fix="pass an existing file")
+        what = "the input is a folder, not a file" if path.is_dir() else "input file not found"
+        raise InputError(what, path=path, fix="pass an existing file")
     if input_format not in get_args(InputFormat):
         raise InputError(
             f"unknown input format {input_format!r}",

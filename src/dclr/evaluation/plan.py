@@ -191,8 +191,8 @@ def run_plan(
         results["precision"] = plan.precision
 
     def encoding(label: str) -> EncodeFn:
-        return lambda s: encoder.encode(
-            s, batch_size=size, show_progress=show_progress, progress_label=label
+        return lambda s: encoder.encode(  # raw vectors, as SentEval scores them
+            s, batch_size=size, normalize=False, show_progress=show_progress, progress_label=label
         )
 
     def done(part: str) -> None:

@@ -28,7 +28,7 @@ def retrieval_test_scores(
     encoder = evaluation_encoder(model, pooler)
 
     def encode(texts: list[str]) -> np.ndarray:
-        return encoder.encode(texts, show_progress=True, progress_label=label)
+        return encoder.encode(texts, normalize=False, show_progress=True, progress_label=label)
 
     builtin = target in BUILTIN
     scores = evaluate_target(

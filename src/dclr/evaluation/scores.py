@@ -35,7 +35,9 @@ def evaluate_model(
     encoder = evaluation_encoder(path, pooler)
     size = evaluation_batch_size(encoder)
     return StsEvaluator(data_dir, mode="test")(
-        lambda s: encoder.encode(s, batch_size=size, show_progress=True, progress_label=label)
+        lambda s: encoder.encode(
+            s, batch_size=size, normalize=False, show_progress=True, progress_label=label
+        )
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,13 +66,15 @@ class BulkSettings:
 
     shard_size: input rows per shard; shard_format: "npy" (vectors + `.rows.npy`) or "parquet"
     (columns `row`, `embedding`); dtype: storage dtype ("float16" halves the disk, the model still
-    runs in float32); normalize: L2-normalise before storing; batch_size: texts per forward pass.
+    runs in float32); normalize: L2-normalise before storing (None: as the model's
+    sentence-transformers pipeline does, `SentenceEncoder.normalizes`; the manifest records what
+    was done); batch_size: texts per forward pass.
     """
 
     shard_size: int = DEFAULT_SHARD_SIZE
     shard_format: ShardFormat = "npy"
     dtype: StorageDtype = "float32"
-    normalize: bool = False
+    normalize: bool | None = False
     batch_size: int = 128
 
     def __post_init__(self) -> None:
@@ -347,6 +349,13 @@ def _spawned_worker(
     encode_shards(encoder, source, out_dir, manifest, rank, world, show_progress)
 
 
+def for_model(settings: BulkSettings, encoder: SentenceEncoder) -> BulkSettings:
+    """`settings` with `normalize` None resolved to what the model's pipeline does."""
+    if settings.normalize is not None:
+        return settings
+    return replace(settings, normalize=encoder.normalizes)
+
+
 def bulk_encode(
     model: str,
     source: TextSource,
@@ -405,6 +414,7 @@ def _bulk_local(
     precision: str = "fp32",
 ) -> dict[str, Any]:
     encoder = load_encoder(model, pooler, pick_device(device, 0), precision)
+    settings = for_model(settings, encoder)
     plan(
         out_dir,
         model,
@@ -449,6 +459,7 @@ def _bulk_torchrun(
     rank, world = distributed.rank(), distributed.world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     encoder = load_encoder(model, pooler, pick_device(device, local_rank), precision)
+    settings = for_model(settings, encoder)
     planned = torch.ones(1, dtype=torch.int64, device=_collective_device(encoder))
     error: DclrError | None = None
     lock = FolderLock(out_dir, "dclr encode-bulk (torchrun)")

@@ -110,7 +110,11 @@ def encode_dev(
     A model without `token_ids` (another method's) is asked to `encode`."""
     if not hasattr(model, "token_ids") or len(set(sentences)) != len(sentences):
         return model.encode(
-            sentences, batch_size=128, show_progress=True, progress_label="dev eval"
+            sentences,
+            batch_size=128,
+            normalize=False,
+            show_progress=True,
+            progress_label="dev eval",
         )
     key = tuple(sentences)
     if key not in token_ids:

@@ -37,6 +37,7 @@ def calibrate_phi(
             vectors = scorer.encode(
                 [corpus[int(i)] for i in ids],
                 max_length=max_length,
+                normalize=False,
                 show_progress=True,
                 progress_label="calibrate phi (random corpus sentences)",
             )
@@ -45,7 +46,8 @@ def calibrate_phi(
         chosen = rng.choice(
             len(paraphrases), size=min(CALIBRATION_PAIRS, len(paraphrases)), replace=False
         )
-        first = scorer.encode([paraphrases[int(i)][0] for i in chosen], max_length=max_length)
-        second = scorer.encode([paraphrases[int(i)][1] for i in chosen], max_length=max_length)
+        pairs = [paraphrases[int(i)] for i in chosen]
+        first = scorer.encode([p[0] for p in pairs], max_length=max_length, normalize=False)
+        second = scorer.encode([p[1] for p in pairs], max_length=max_length, normalize=False)
         phi = phi_from_paraphrases(first, second, target)
         return {"mode": mode, "target": target, "phi": phi, "pairs": len(chosen)}

@@ -81,6 +81,11 @@ class SentenceEncoder(nn.Module):
     # the padded forward's mask prepared in 4-D (`dclr.models.attention_mask`): auto = in
     # training on a GPU; training sets it from `model.prepared_mask`
     prepared_mask: str = "auto"
+    # what `encode` does by default (`normalize=None`): unit vectors when the model it was loaded
+    # or built from ends its sentence-transformers pipeline in `Normalize` (all-MiniLM-L6-v2
+    # does; `saved_normalize`), so dclr's vectors are `SentenceTransformer(folder)`'s; an export
+    # keeps that module. Internal scoring passes `normalize` explicitly and is unaffected.
+    normalizes: bool = False
 
     def __init__(
         self,
@@ -171,14 +176,17 @@ class SentenceEncoder(nn.Module):
         """A fresh training encoder from a backbone (local folder or hub id)."""
         check_pooler(pooler)
         backbone, tokenizer = load_backbone(str(name_or_path), **config_overrides)
-        return cls(
+        source = resolve_model(str(name_or_path))
+        encoder = cls(
             backbone,
             tokenizer,
             pooler,
             mlp_head=mlp_head,
-            max_length=max_length or folder_limit(resolve_model(str(name_or_path)), tokenizer),
+            max_length=max_length or folder_limit(source, tokenizer),
             eval_pooler=eval_pooler,
         )
+        encoder.normalizes = saved_normalize(Path(source))
+        return encoder
 
     @classmethod
     def from_pretrained(
@@ -209,6 +217,7 @@ class SentenceEncoder(nn.Module):
             raise ConfigError(f"{path} has no pooler layer; use pooler 'cls_before_pooler'")
         limit = max_length or folder_limit(path, tokenizer)
         encoder = cls(backbone, tokenizer, pooler, max_length=limit).eval()
+        encoder.normalizes = saved_normalize(Path(path))
         if packing:
             encoder.enable_packing()
         return encoder
@@ -356,23 +365,24 @@ class SentenceEncoder(nn.Module):
         sentences: Sequence[str],
         batch_size: int = 128,
         max_length: int | None = None,
-        normalize: bool = False,
+        normalize: bool | None = None,
         show_progress: bool = False,
         progress_label: str = "encode",
         by_length: bool = False,
     ) -> np.ndarray:
         """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length.
 
-        Pools with the eval-mode pooler (`eval_pooler` if set); `progress_label` names the
-        progress bar (several encodes in one command stay apart); `by_length`: see
-        `encode_poolers`."""
+        Pools with the eval-mode pooler (`eval_pooler` if set); `normalize` None: unit vectors
+        when the model's pipeline ends in `Normalize` (`normalizes`), as sentence-transformers
+        gives them; `progress_label` names the progress bar (several encodes in one command stay
+        apart); `by_length`: see `encode_poolers`."""
         pooler = self.eval_pooler or self.pooler
         vectors = self.encode_poolers(
             sentences,
             (pooler,),
             batch_size,
             max_length,
-            normalize,
+            self.normalizes if normalize is None else normalize,
             show_progress,
             progress_label,
             by_length,
@@ -606,6 +616,17 @@ def _folder_file(source: str, name: str) -> Path | None:
     except ValueError:  # not a valid repo id (a missing folder, a python-package: spec)
         return None
     return Path(cached) if isinstance(cached, str) else None
+
+
+def saved_normalize(path: Path) -> bool:
+    """Whether a folder's vectors are unit length as sentence-transformers gives them: dclr.json's
+    `normalize`, else a `Normalize` module in modules.json (all-MiniLM-L6-v2 has one)."""
+    if (path / DCLR_CONFIG).is_file():
+        return bool(json.loads((path / DCLR_CONFIG).read_text()).get("normalize", False))
+    modules = path / "modules.json"
+    if modules.is_file():
+        return any(m.get("type", "").endswith("Normalize") for m in json.loads(modules.read_text()))
+    return False
 
 
 def saved_pooler(path: Path) -> str | None:

@@ -6,6 +6,10 @@ modules.json + 1_Pooling/ + sentence_bert_config.json (stock `Transformer` + `Po
 and README.md, the model card (`dclr.models.card`). Training-only parts (the MLP head) are never
 written. The folder appears atomically.
 
+A starting model whose pipeline ends in `Normalize` (all-MiniLM-L6-v2) gives an export that ends
+in it too, as sentence-transformers' own fine-tuning keeps it: unit vectors from
+`SentenceTransformer(path)` and from dclr (`SentenceEncoder.normalizes`).
+
 `max_seq_length` is the backbone's own limit (all-MiniLM-L6-v2: 256, from its sentence-transformers
 config), not the training length (SimCSE trains on 32 tokens) nor the position table (512).
 """
@@ -89,6 +93,7 @@ def _write_encoder(encoder: SentenceEncoder, tmp: Path, shown_as: Path, extra: d
             encoder.hidden_size,
             max_length,
             layer_weights=_layer_weights(pooler, layers),
+            normalize=encoder.normalizes,
         )
     info = {
         "pooler": pooler,
@@ -96,6 +101,8 @@ def _write_encoder(encoder: SentenceEncoder, tmp: Path, shown_as: Path, extra: d
         "format": "dclr-1",
         "dimension": encoder.hidden_size,
         "sentence_transformers": pooler in ST_POOLING_MODE,
+        # the starting model's pipeline ended in Normalize: so does this one (absent: it did not)
+        **({"normalize": True} if encoder.normalizes else {}),
         **(extra or {}),
     }
     (tmp / DCLR_CONFIG).write_text(json.dumps(info, indent=2) + "\n")
@@ -118,22 +125,24 @@ def backbone_limit(encoder: SentenceEncoder) -> int:
     return folder_limit(source, encoder.tokenizer)
 
 
-def st_modules() -> tuple[type, type, type]:
-    """(Transformer, Pooling, WeightedLayerPooling) from sentence-transformers' current import
-    path; `sentence_transformers.models` (deprecated in 6.x) only for releases before it."""
+def st_modules() -> tuple[type, type, type, type]:
+    """(Transformer, Pooling, WeightedLayerPooling, Normalize) from sentence-transformers' current
+    import path; `sentence_transformers.models` (deprecated in 6.x) only for releases before it."""
     try:
         from sentence_transformers.sentence_transformer.modules import (
+            Normalize,
             Pooling,
             Transformer,
             WeightedLayerPooling,
         )
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import (  # type: ignore[no-redef]  # same classes, old path
+            Normalize,
             Pooling,
             Transformer,
             WeightedLayerPooling,
         )
-    return Transformer, Pooling, WeightedLayerPooling
+    return Transformer, Pooling, WeightedLayerPooling, Normalize
 
 
 def _layer_weights(pooler: str, layers: int) -> tuple[int, list[float]] | None:
@@ -151,12 +160,14 @@ def _write_sentence_transformers(
     dim: int,
     max_length: int,
     layer_weights: tuple[int, list[float]] | None = None,
+    normalize: bool = False,
 ) -> None:
-    """Add the stock sentence-transformers module files, built by sentence-transformers itself."""
+    """Add the stock sentence-transformers module files, built by sentence-transformers itself;
+    with `normalize`, a `Normalize` module last (the starting model's pipeline had one)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
-    Transformer, Pooling, WeightedLayerPooling = st_modules()
+    Transformer, Pooling, WeightedLayerPooling, Normalize = st_modules()
 
     modules: list[torch.nn.Module] = [Transformer(str(folder), max_seq_length=max_length)]
     if layer_weights is not None:
@@ -170,5 +181,7 @@ def _write_sentence_transformers(
             )
         )
     modules.append(Pooling(dim, pooling_mode=mode))
+    if normalize:
+        modules.append(Normalize())
     # The card is dclr's (written after this); sentence-transformers' generic one is not made.
     SentenceTransformer(modules=modules, device="cpu").save(str(folder), create_model_card=False)

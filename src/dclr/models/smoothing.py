@@ -121,7 +121,7 @@ def each_linear_input(
     ]
     packing, encoder.packing = encoder.packing, False
     try:
-        encoder.encode(list(sentences), batch_size=1)
+        encoder.encode(list(sentences), batch_size=1, normalize=False)
     finally:
         encoder.packing = packing
         for handle in handles:

@@ -121,8 +121,10 @@ def fit_small_data(
     mode = config.data.small_data
     if mode == "refuse":
         raise ConfigError(
-            f"the training data has {n} examples, fewer than one batch of {batch_size}; "
-            "set data.small_data: shrink_batch (train on all of them each step) or repeat"
+            f"the training data ({config.data.corpus}) has {n} examples, fewer than one batch of "
+            f"{batch_size}; add `--set data.small_data=shrink_batch` (train on all of them each "
+            "step) or `--set data.small_data=repeat`, or a smaller `--set "
+            "optimisation.batch_size=N` (data.small_data and optimisation.batch_size in a recipe)"
         )
     if mode == "shrink_batch":
         if n % world:

@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -169,6 +170,33 @@ def remove_if_only_claimed(run_dir: Path) -> None:
         return
     if {p.name for p in run_dir.iterdir()} <= {RUN_FILE}:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside the training steps (`sigterm_as_interrupt`): it stops what runs as a
+    Ctrl-C there does, and `dclr train` says what the run folder holds (exit 143)."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises `Terminated` in a single-process run's main thread, so `timeout`,
+    Slurm, systemd or `docker stop` during the caches, the calibration or the evaluations leave the
+    message a Ctrl-C leaves instead of a silent exit; during the steps `GracefulStop` takes it
+    first (a checkpoint, then the stop). Elsewhere (another thread, torchrun's ranks) SIGTERM
+    keeps its usual effect."""
+    single = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+    if not single or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class GracefulStop:
