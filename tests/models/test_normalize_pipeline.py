@@ -61,6 +61,9 @@ def test_a_model_trained_from_it_keeps_normalize_in_its_export(normalizing_folde
     path = save_encoder(trained, tmp_path / "best")
     assert module_types(path) == ["Transformer", "Pooling", "Normalize"]
     assert json.loads((path / DCLR_CONFIG).read_text())["normalize"] is True
+    assert (
+        "| output | unit-length vectors (a `Normalize` module" in (path / "README.md").read_text()
+    )
     theirs = SentenceTransformer(str(path), device="cpu").encode(SENTENCES)
     ours = SentenceEncoder.from_pretrained(path).encode(SENTENCES)
     assert np.abs(ours - theirs).max() < SAME
@@ -72,6 +75,7 @@ def test_a_model_from_a_raw_pipeline_exports_none(tiny_model_dir, tmp_path):
     path = save_encoder(trained, tmp_path / "best")
     assert module_types(path) == ["Transformer", "Pooling"]
     assert "normalize" not in json.loads((path / DCLR_CONFIG).read_text())
+    assert "unit-length" not in (path / "README.md").read_text()
 
 
 def test_the_commands_follow_the_pipeline_unless_told(normalizing_folder, tmp_path):

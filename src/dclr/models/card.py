@@ -41,6 +41,7 @@ class CardFacts:
     pooler: str | None = None
     max_seq_length: int | None = None
     dimension: int | None = None
+    normalized: bool = False  # the pipeline ends in Normalize (the base model's did)
     method: str | None = None
     method_title: str | None = None  # the method's `title` (e.g. its paper)
     settings: dict[str, Any] = field(default_factory=dict)
@@ -88,6 +89,7 @@ class CardFacts:
             pooler=info.get("pooler"),
             max_seq_length=info.get("max_length"),
             dimension=info.get("dimension"),
+            normalized=bool(info.get("normalize", False)),
             method=values.get("method"),
             method_title=(getattr(method, "title", "") or None) if method is not None else None,
             settings=settings,
@@ -221,6 +223,10 @@ def render_card(facts: CardFacts, folder_name: str = "path/to/this/folder") -> s
         )
     if facts.dimension:
         lines.append(f"| dimension | {facts.dimension} |")
+    if facts.normalized:
+        lines.append(
+            "| output | unit-length vectors (a `Normalize` module, as the base model has) |"
+        )
     lines.append("| similarity | cosine |")
     if method or facts.steps is not None:
         lines += ["", "## Training", "", "| | |", "| --- | --- |"]

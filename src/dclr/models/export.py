@@ -112,6 +112,7 @@ def _write_encoder(encoder: SentenceEncoder, tmp: Path, shown_as: Path, extra: d
         pooler=pooler,
         max_seq_length=max_length,
         dimension=encoder.hidden_size,
+        normalized=encoder.normalizes,
         steps=info.get("step"),
     )
     write_card(tmp, facts, shown_as=shown_as)
