@@ -49,11 +49,20 @@ class StubScorer:
 def test_calibrate_phi_uses_the_scorer() -> None:
     table = {"x": [1.0, 0.0], "y": [0.6, 0.8], "z": [0.0, 1.0], "w": [0.8, 0.6]}
     scorer = StubScorer(table)
-    random = calibrate_phi("random_pairs", 0.5, scorer, list(table), seed=0)
+    with pytest.warns(UserWarning, match="4 corpus sentences put 3 random pairs above it"):
+        random = calibrate_phi("random_pairs", 0.5, scorer, list(table), seed=0)
     vectors = np.array(list(table.values()))
     assert random["phi"] == pytest.approx(phi_from_random_pairs(vectors, 0.5))
-    para = calibrate_phi("paraphrase_recall", 0.5, scorer, [], [("x", "y"), ("x", "w")])
+    with pytest.warns(UserWarning, match="rests on 2 known paraphrase pairs"):
+        para = calibrate_phi("paraphrase_recall", 0.5, scorer, [], [("x", "y"), ("x", "w")])
     assert para["phi"] == pytest.approx(0.7) and para["pairs"] == 2
+
+
+def test_a_calibration_on_enough_data_says_nothing(recwarn) -> None:
+    rng = np.random.default_rng(0)
+    table = {f"s{i}": list(rng.normal(size=4)) for i in range(200)}  # 19,900 pairs x 0.001 = 19.9
+    calibrate_phi("random_pairs", 0.001, StubScorer(table), list(table), seed=0)
+    assert not [w for w in recwarn if "calibrated phi" in str(w.message)]
 
 
 def test_config_rules() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,9 @@ from dclr.models.encoder import SentenceEncoder
 CALIBRATION_SENTENCES = 4_000
 # Known paraphrase pairs for `paraphrase_recall`: a small labelled set, as a user would have.
 CALIBRATION_PAIRS = 500
+# Below these a calibrated phi is one or two cosines, not a quantile: said, not refused (our bound)
+MIN_TAIL_PAIRS = 10  # random pairs above phi (target x pairs)
+MIN_PARAPHRASE_PAIRS = 50
 
 
 def calibrate_phi(
@@ -42,6 +46,9 @@ def calibrate_phi(
                 progress_label="calibrate phi (random corpus sentences)",
             )
             phi = phi_from_random_pairs(vectors, target)
+            tail = target * len(ids) * (len(ids) - 1) / 2
+            if tail < MIN_TAIL_PAIRS:
+                warn_thin(f"{len(ids)} corpus sentences put {tail:.3g} random pairs above it")
             return {"mode": mode, "target": target, "phi": phi, "sentences": len(ids)}
         chosen = rng.choice(
             len(paraphrases), size=min(CALIBRATION_PAIRS, len(paraphrases)), replace=False
@@ -50,4 +57,16 @@ def calibrate_phi(
         first = scorer.encode([p[0] for p in pairs], max_length=max_length, normalize=False)
         second = scorer.encode([p[1] for p in pairs], max_length=max_length, normalize=False)
         phi = phi_from_paraphrases(first, second, target)
+        if len(chosen) < MIN_PARAPHRASE_PAIRS:
+            warn_thin(f"it rests on {len(chosen)} known paraphrase pairs")
         return {"mode": mode, "target": target, "phi": phi, "pairs": len(chosen)}
+
+
+def warn_thin(why: str) -> None:
+    """Say that a calibrated phi rests on too little to be the quantile it names."""
+    warnings.warn(
+        f"the calibrated phi is not a reliable quantile: {why}; use a larger corpus or set phi "
+        "yourself (dclr.false_negative_threshold, with dclr.phi_calibration=none)",
+        UserWarning,
+        stacklevel=3,
+    )
