@@ -20,6 +20,18 @@ def model_dir(tiny_dropout_model_dir):  # conftest: built once per session
     return tiny_dropout_model_dir
 
 
+# `--no-eval` as overrides: dev evaluations and the before/after tables off
+NO_EVAL_SETS = ("--set", "run.eval_steps=0", "--set", "run.test_eval=false")
+
+
+def tiny_train(model_dir, corpus, out, steps: int, *extra: str) -> list[str]:
+    """`dclr train` of the tiny model on `corpus` into `out`: mean pooling, batch 4, `steps`."""
+    return ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
+            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
+            "--set", "optimisation.batch_size=4", "--max-steps", str(steps), "-o", str(out),
+            *extra]  # fmt: skip
+
+
 def test_eval_writes_the_contract_json(model_dir, data_dir, tmp_path):
     out = tmp_path / "r.json"
     result = runner.invoke(
@@ -214,10 +226,7 @@ def test_train_says_what_it_trains_on_and_where_the_model_is(model_dir, tmp_path
 
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20, blank_every=5)
     out = tmp_path / "run"
-    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
-            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
-            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
-            "--set", "run.test_eval=false", "--max-steps", "1", "-o", str(out)]  # fmt: skip
+    args = tiny_train(model_dir, corpus, out, 1, *NO_EVAL_SETS)
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
@@ -235,10 +244,7 @@ def test_no_eval_skips_every_evaluation_of_a_smoke_run(model_dir, tmp_path):
 
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
     out = tmp_path / "run"
-    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
-            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
-            "--set", "optimisation.batch_size=4", "--max-steps", "2", "--no-eval",
-            "-o", str(out)]  # fmt: skip
+    args = tiny_train(model_dir, corpus, out, 2, "--no-eval")
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     saved = yaml.safe_load((out / "config.yaml").read_text())
@@ -294,10 +300,7 @@ def test_too_small_data_names_the_corpus_and_the_set_syntax_and_shrinking_is_one
     `shrink_batch`'s notice came as Python's `prepare.py:71: UserWarning:` with a line of code."""
     corpus = tmp_path / "three.txt"
     corpus.write_text("one sentence\nanother sentence\na third one\n")
-    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
-            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
-            "--set", "optimisation.batch_size=4", "--no-eval", "--max-steps", "1",
-            "-o", str(tmp_path / "run")]  # fmt: skip
+    args = tiny_train(model_dir, corpus, tmp_path / "run", 1, "--no-eval")
     refused = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert refused.exit_code == 2
     text = " ".join(refused.output.split())
@@ -327,10 +330,7 @@ def test_sigterm_outside_the_steps_says_what_is_saved_as_ctrl_c_does(
 
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20)
     out = tmp_path / "run"
-    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
-            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
-            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
-            "--set", "run.test_eval=false", "--max-steps", "2", "-o", str(out)]  # fmt: skip
+    args = tiny_train(model_dir, corpus, out, 2, *NO_EVAL_SETS)
 
     def terminated(self, config, result):
         os.kill(os.getpid(), signal.SIGTERM)
@@ -357,10 +357,7 @@ def test_ctrl_c_in_the_evaluation_after_training_says_what_is_saved(
 
     corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 20)
     out = tmp_path / "run"
-    args = ["train", "--model", str(model_dir), "--set", f"data.corpus={corpus}",
-            "--set", "model.pooler=mean", "--set", "model.mlp_head=false",
-            "--set", "optimisation.batch_size=4", "--set", "run.eval_steps=0",
-            "--set", "run.test_eval=false", "--max-steps", "2", "-o", str(out)]  # fmt: skip
+    args = tiny_train(model_dir, corpus, out, 2, *NO_EVAL_SETS)
     real = Method.evaluate_final
 
     def interrupted(self, config, result):

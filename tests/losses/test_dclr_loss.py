@@ -172,16 +172,19 @@ def test_noise_ascent_moves_each_vector_by_beta_and_raises_nonuniformity():
     assert non_uniformity_loss(h, hp, big, 0.05) > non_uniformity_loss(h, hp, start, 0.05)
 
 
-def hand_noise_grad(anchors, noise, tau):
+def hand_noise_grad(anchors, noise, tau, positives=()):
     """dL_U/dx_k written out: L_U = mean_i logsumexp_k(cos(a_i, x_k) / tau) - (positive term),
-    d cos(a, x) / dx = (a / |a| - cos(a, x) x / |x|) / |x|."""
+    d cos(a, x) / dx = (a / |a| - cos(a, x) x / |x|) / |x|. With `positives`, the gradient of the
+    released code's objective instead: the softmax over each row's in-batch logits
+    cos(a_i, b_j) / tau and noise logits together."""
     n, grads = len(anchors), []
     for x in noise:
         nx = math.sqrt(sum(v * v for v in x))
         g = [0.0] * len(x)
         for a in anchors:
             na = math.sqrt(sum(v * v for v in a))
-            den = sum(math.exp(cos(a, e) / tau) for e in noise)
+            den = sum(math.exp(cos(a, b) / tau) for b in positives)
+            den += sum(math.exp(cos(a, e) / tau) for e in noise)
             p, c = math.exp(cos(a, x) / tau) / den, cos(a, x)
             for j in range(len(x)):
                 g[j] += p / (n * tau) * (a[j] / na - c * x[j] / nx) / nx
@@ -213,24 +216,6 @@ def hand_released_noise_loss(anchors, positives, noise, tau):
     return total / len(anchors)
 
 
-def hand_released_noise_grad(anchors, positives, noise, tau):
-    """Its gradient in each noise vector: as `hand_noise_grad`, the softmax taken over each row's
-    in-batch logits and noise logits together."""
-    n, grads = len(anchors), []
-    for x in noise:
-        nx = math.sqrt(sum(v * v for v in x))
-        g = [0.0] * len(x)
-        for a in anchors:
-            na = math.sqrt(sum(v * v for v in a))
-            den = sum(math.exp(cos(a, b) / tau) for b in positives)
-            den += sum(math.exp(cos(a, e) / tau) for e in noise)
-            q, c = math.exp(cos(a, x) / tau) / den, cos(a, x)
-            for j in range(len(x)):
-                g[j] += q / (n * tau) * (a[j] / na - c * x[j] / nx) / nx
-        grads.append(g)
-    return grads
-
-
 def test_released_noise_objective_and_its_closed_form_equal_hand_formulas():
     f64 = {"dtype": torch.float64}
     got = released_noise_loss(T(Z1, **f64), T(Z2, **f64), T(NOISE, **f64), 0.1)
@@ -245,7 +230,7 @@ def test_released_noise_objective_and_its_closed_form_equal_hand_formulas():
         / 0.1
     )
     grad = non_uniformity_noise_grad(unit, T(NOISE, **f64), 0.1, batch_logits)
-    want = T(hand_released_noise_grad(Z1, Z2, NOISE, 0.1), **f64)
+    want = T(hand_noise_grad(Z1, NOISE, 0.1, positives=Z2), **f64)
     assert torch.allclose(grad, want, atol=1e-12)
     assert not torch.allclose(grad, non_uniformity_noise_grad(unit, T(NOISE, **f64), 0.1))
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from dclr.atomic import named_os_error
 from dclr.cli.tools import (
+    NormalizeOpt,
     console,
     fail,
     out,
@@ -497,14 +498,7 @@ def encode_cmd(
     ] = "auto",
     pooler: Pooler = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
-    normalize: Annotated[
-        bool | None,
-        typer.Option(
-            "--normalize/--no-normalize",
-            help="L2-normalise the vectors (default: as the model's sentence-transformers "
-            "pipeline does; all-MiniLM-L6-v2 and models trained from it end in Normalize).",
-        ),
-    ] = None,
+    normalize: NormalizeOpt = None,
     packing: Annotated[bool, typer.Option(help="Padding-free packed forwards.")] = True,
     skip_blank: Annotated[
         bool,

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
-from dclr.cli.tools import console, fail, out, quiet_hf, settings_signature
+from dclr.cli.tools import NormalizeOpt, console, fail, out, quiet_hf, settings_signature
 from dclr.errors import DclrError
 from dclr.indexing.index import EXACT_MAX_VECTORS
 from dclr.models.precision_names import PRECISION_HELP
@@ -77,14 +77,7 @@ def encode_bulk(
     ] = "npy",
     dtype: Annotated[str, typer.Option(help="float32 | float16 (storage only).")] = "float32",
     shard_size: Annotated[int, typer.Option(help="Input rows per shard.")] = 10_000,
-    normalize: Annotated[
-        bool | None,
-        typer.Option(
-            "--normalize/--no-normalize",
-            help="L2-normalise the vectors (default: as the model's sentence-transformers "
-            "pipeline does; all-MiniLM-L6-v2 and models trained from it end in Normalize).",
-        ),
-    ] = None,
+    normalize: NormalizeOpt = None,
     pooler: Pooler = None,
     batch_size: BatchSize = 128,
     processes: Processes = 1,

@@ -18,6 +18,17 @@ from rich.table import Table
 console = Console(stderr=True)  # progress, messages and errors
 out = Console()  # results (tables, scores)
 
+# `dclr encode` and `dclr encode-bulk`: unit vectors or raw ones, by default as the model's
+# sentence-transformers pipeline gives them (`SentenceEncoder.normalizes`)
+NormalizeOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--normalize/--no-normalize",
+        help="L2-normalise the vectors (default: as the model's sentence-transformers pipeline "
+        "does; all-MiniLM-L6-v2 and models trained from it end in Normalize).",
+    ),
+]
+
 
 def quiet_hf() -> None:
     """Hide per-file Hugging Face progress bars; dclr shows its own."""
