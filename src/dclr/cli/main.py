@@ -265,7 +265,7 @@ RENDER: dict[str, Callable[[dict[str, Any], EvalPlan], None]] = {
 }
 
 
-@app.command("train")
+@app.command("train", epilog="Keys for --set, by section: " + train_keys_help() + ".")
 def train_cmd(
     recipe: Annotated[Path | None, typer.Argument(help="YAML recipe (see recipes/).")] = None,
     set_: Annotated[
@@ -273,7 +273,8 @@ def train_cmd(
         typer.Option(
             "--set",
             help="Override a recipe option, dotted or flat: --set optimisation.learning_rate=1e-5 "
-            "or --set learning_rate=1e-5 (repeatable). Keys by section: " + train_keys_help() + ".",
+            "or --set learning_rate=1e-5 (repeatable). The keys, by section, are listed below the "
+            "options; `dclr config show RECIPE` shows their values.",
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Backbone: " + MODEL_HELP)] = None,
