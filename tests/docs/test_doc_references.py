@@ -12,6 +12,7 @@ only git's history keeps is allowed where its own line says so ("git history").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import pkgutil
 import re
@@ -252,6 +253,7 @@ SCRIPT_LINE = re.compile(
 )
 
 
+@functools.cache  # one read per script, not one per mention
 def script_source(path: str) -> str:
     """The script's text with that of the sibling modules it imports (a shared argument parser)
     or, for a shell script, of the repository's Python scripts it runs (its "$@" goes there)."""
