@@ -81,6 +81,10 @@ class PreparedRun:
     methods: the method of every section the config holds, by name: `method` itself and those
         whose objectives it builds on (NLI's `nli.contrastive`), resolved by the caller
         (`dclr.driver`) as `method` is, so no method looks another up.
+    saved_start: a resumed run's start as its checkpoint saved it, `{"derived": ...,
+        "start_records": ..., "config": ...}` (`TrainResult`'s two fields and the config's
+        `to_dict()`), or empty: a method reuses what it derived before step 1 (DCLR's calibrated
+        phi) instead of measuring it again, when what it was derived from is unchanged.
     """
 
     config: TrainConfig
@@ -96,6 +100,7 @@ class PreparedRun:
     world: int = 1
     data_report: dict[str, Any] | None = None
     methods: Mapping[str, MethodPlugin] = field(default_factory=dict)
+    saved_start: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def steps_per_epoch(self) -> int:

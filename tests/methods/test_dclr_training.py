@@ -17,6 +17,7 @@ from dclr.losses.complementary import (
     TwoViewComplementary,
 )
 from dclr.models.encoder import SentenceEncoder
+from dclr.progress import listening
 from dclr.recipe import load_config
 from dclr.training.tracking import read_metrics
 
@@ -74,6 +75,73 @@ def dclr_config(model_dir, corpus_file, out, **extra):
         for key in ("complementary_pooler", "complementary_cache", "false_negative_threshold"):
             values.pop(key)
     return load_config(None, values)
+
+
+def test_a_resumed_run_reuses_its_calibrated_phi(model_dir, corpus_file, tmp_path, monkeypatch):
+    """--resume takes phi and the calibration record from the checkpoint: no calibration runs
+    again, and the resumed run's losses, phi and records are the uninterrupted run's."""
+    import dclr.methods.dclr as dclr_method
+
+    def config(out):
+        return dclr_config(
+            model_dir, corpus_file, out, complementary_mode="on_the_fly",
+            complementary_model=str(model_dir), phi_calibration="random_pairs",
+            phi_calibration_target=0.25, save_steps=2, max_steps=4,
+        )  # fmt: skip
+
+    whole = trainer_for(config(tmp_path / "a")).train()
+    trainer_for(config(tmp_path / "b")).train(stop_at_step=2)
+
+    def measured_again(*args, **kwargs):
+        raise AssertionError("a resumed run calibrated phi again")
+
+    monkeypatch.setattr(dclr_method, "calibrate", measured_again)
+    said: list[str] = []
+    with listening(said.append):
+        resumed = trainer_for(config(tmp_path / "b")).train(resume=True)
+    assert any("from the run's checkpoint" in line for line in said), said
+    assert whole.derived["false_negative_threshold"] == resumed.derived["false_negative_threshold"]
+    assert whole.start_records == resumed.start_records
+    assert whole.start_records["calibration"]["mode"] == "random_pairs"
+
+    def losses(run):
+        return [(r["step"], r["loss"]) for r in read_metrics(run, "train")]
+
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_saved_calibration_is_reused_only_when_its_inputs_are_unchanged():
+    from dclr.methods.dclr import saved_calibration
+
+    record = {"mode": "random_pairs", "target": 0.001, "phi": 0.75, "sentences": 512}
+    config = {
+        "model": {"name": "m", "max_length": 32},
+        "run": {"seed": 1},
+        "data": {"data_dir": "d", "paraphrase_sources": "sts"},
+        "dclr": {"phi_calibration": "random_pairs", "phi_calibration_target": 0.001},
+    }
+    start = {
+        "derived": {"false_negative_threshold": 0.75},
+        "start_records": {"calibration": record},
+        "config": config,
+    }
+    assert saved_calibration(start, config) == record
+    assert saved_calibration({}, config) is None  # a run started, or an older checkpoint
+    assert saved_calibration({**start, "start_records": {}}, config) is None
+    other_phi = {**start, "derived": {"false_negative_threshold": 0.5}}
+    assert saved_calibration(other_phi, config) is None
+    # resumed with --set changing what phi is derived from: calibrated again
+    for section, key, value in [
+        ("dclr", "phi_calibration_target", 0.01),
+        ("dclr", "complementary_model", "other"),
+        ("model", "max_length", 64),
+        ("run", "seed", 2),
+    ]:
+        changed = {**config, section: {**config[section], key: value}}
+        assert saved_calibration(start, changed) is None, key
+    # the paraphrase pairs count for paraphrase_recall only
+    elsewhere = {**config, "data": {"data_dir": "e", "paraphrase_sources": "sts"}}
+    assert saved_calibration(start, elsewhere) == record
 
 
 def test_cache_is_built_once_and_matches_on_the_fly(model_dir, corpus_file, tmp_path):

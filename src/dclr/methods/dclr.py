@@ -4,7 +4,7 @@ by a frozen complementary model (see `dclr.losses.dclr`, docs/dclr-loss-forms.md
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from dclr.methods.simcse import ContrastiveMethod, build_views
 from dclr.models.attention_mask import step_mask_choice
 from dclr.options.contrastive import ContrastiveSection
 from dclr.options.dclr import DCLRSection
+from dclr.progress import announce, short_number
 from dclr.training.phases import phase
 
 if TYPE_CHECKING:
@@ -88,6 +89,39 @@ def calibrate(
         max_length=config.model.max_length,
         seed=config.run.seed,
     )
+
+
+def calibration_inputs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What `calibrate` derives phi from, read from a config's `to_dict()` form: its rule, the
+    scorer, the sentences' length, the sample's seed and, for paraphrase_recall, the pairs."""
+    section, model, data = config.get("dclr") or {}, config.get("model") or {}, config.get("data")
+    inputs = {
+        "mode": section.get("phi_calibration"),
+        "target": section.get("phi_calibration_target"),
+        "scorer": section.get("complementary_model") or model.get("name"),
+        "pooler": section.get("complementary_pooler"),
+        "max_length": model.get("max_length"),
+        "seed": (config.get("run") or {}).get("seed"),
+    }
+    if inputs["mode"] == "paraphrase_recall":
+        inputs["pairs"] = [(data or {}).get(k) for k in ("data_dir", "paraphrase_sources")]
+    return inputs
+
+
+def saved_calibration(
+    saved_start: Mapping[str, Any], config: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The calibration a resumed run saved (its step-0 record, phi in it), when the config
+    (`to_dict()` form) still calibrates from the same inputs; else None, and phi is calibrated:
+    a run started, one checkpointed before dclr saved it, or one resumed with a new rule, target
+    or scorer. (The corpus is the run's own: a resumed run keeps its data.)"""
+    record = (saved_start.get("start_records") or {}).get("calibration")
+    phi = (saved_start.get("derived") or {}).get("false_negative_threshold")
+    if not isinstance(record, dict) or not isinstance(phi, float) or record.get("phi") != phi:
+        return None
+    if calibration_inputs(saved_start.get("config") or {}) != calibration_inputs(config):
+        return None
+    return dict(record)
 
 
 class DCLR(ContrastiveMethod):
@@ -162,9 +196,19 @@ class DCLR(ContrastiveMethod):
         if section.phi_calibration == "none":
             return self.loss_module(config, model, section, complementary)
         # a calibrated phi is the loss's input, the calibration its step-0 record, and phi the
-        # value the run reports (start, results.json, model card) in place of the config's
-        with phase("phi_calibration"):
-            calibration = calibrate(config, section, run.data, run.device)
+        # value the run reports (start, results.json, model card) in place of the config's; a
+        # resumed run takes both from its checkpoint (`run.saved_start`), not measured again
+        saved = saved_calibration(run.saved_start, config.to_dict())
+        if saved is not None:
+            announce(f"phi_calibration: phi {short_number(saved['phi'])} as calibrated before "
+                     "step 1, from the run's checkpoint")  # fmt: skip
+            calibration = saved
+        else:
+            if (run.saved_start.get("start_records") or {}).get("calibration"):
+                announce("phi_calibration: the checkpoint's phi was calibrated with other "
+                         "settings (rule, target, scorer, length or seed): calibrating again")  # fmt: skip
+            with phase("phi_calibration"):
+                calibration = calibrate(config, section, run.data, run.device)
         phi = calibration["phi"]
         calibrated = dataclasses.replace(section, false_negative_threshold=phi)
         records = {"calibration": calibration}

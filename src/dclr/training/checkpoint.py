@@ -404,6 +404,28 @@ def resume_checkpoint(
     )
 
 
+def saved_start(root: Path, run_id: str | None = None) -> dict[str, Any]:
+    """What the run's checkpoints under `root` saved about its start (`{"derived": ...,
+    "start_records": ..., "config": ...}`, the config as the run started it), read from the
+    newest readable state.json of run `run_id`; empty when none has it (no checkpoint, another
+    run's, or one written before dclr saved them).
+
+    Every checkpoint of a run saves the same start, so the newest readable one answers:
+    `resume_checkpoint`, which may skip a damaged one, resumes the same run.
+    """
+    for path in sorted(checkpoint_dirs(root), key=_step_of, reverse=True):
+        try:
+            state = json.loads((path / STATE_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(state, dict) or "derived" not in state:
+            continue
+        if run_id is not None and state.get("run_id") not in (None, run_id):
+            return {}
+        return {key: state.get(key) or {} for key in ("derived", "start_records", "config")}
+    return {}
+
+
 def load_checkpoint(
     path: Path,
     model: torch.nn.Module,

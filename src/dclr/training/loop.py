@@ -52,6 +52,7 @@ from dclr.training.checkpoint import (
     checkpoint_path,
     host_copy,
     resume_checkpoint,
+    saved_start,
     write_checkpoint,
 )
 from dclr.training.finite import FiniteGuard
@@ -239,6 +240,9 @@ class Trainer:
         resume, then step / log / evaluate / checkpoint until the end, then export."""
         main = self.rank == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:  # what the run derived before step 1 (DCLR's phi), from its checkpoint
+            start = saved_start(self.run_dir / "checkpoints", run_id(self.run_dir))
+            self.run = dataclasses.replace(self.run, saved_start=start)
         state = self._setup()
         self._resume(state, resume)
         if main:
@@ -516,6 +520,8 @@ class Trainer:
                     "best_step": state.best_step,
                     "train_seconds": state.train_seconds,
                     "cpu_seconds": state.cpu_seconds,
+                    "derived": state.derived,  # what the run measured before step 1 (DCLR's
+                    "start_records": state.start_records,  # phi): a resume reuses it
                     "config": self.config.to_dict(),
                     "run_id": run_id(self.run_dir),
                 }
