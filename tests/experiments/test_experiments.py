@@ -273,6 +273,10 @@ def test_issue16_experiments_resolve_to_valid_configs() -> None:
     few = [load_config(RECIPES / s.recipe, s.overrides) for s in experiment_specs("consert-few-shot", "cpu", 1)]  # fmt: skip
     assert [c.data.few_shot_sentences for c in few] == [1, 10, 100, 1000]
     assert {c.data.corpus for c in few} == {"sts_all"} and {c.data.small_data for c in few} == {"shrink_batch"}  # fmt: skip
+    # at paper scale also 10,000 texts and all 89,192 (the recipe's corpus, no subset drawn)
+    paper = [load_config(RECIPES / s.recipe, s.overrides) for s in experiment_specs("consert-few-shot", "paper", 1)]  # fmt: skip
+    assert [c.data.few_shot_sentences for c in paper] == [1, 10, 100, 1000, 10_000, None]
+    assert {c.data.corpus for c in paper} == {"sts_all"}
     inli = [load_config(RECIPES / s.recipe, s.overrides) for s in experiment_specs("dualcse-inli", "cpu", 1)]  # fmt: skip
     assert [(c.method, c.optimisation.epochs, c.optimisation.max_steps) for c in inli] == [
         ("dualcse", 1.0, None), ("simcse_sup", 1.0, None)]  # fmt: skip

@@ -376,3 +376,18 @@ def test_dualcse_report_pairs_by_seed_next_to_the_paper(tmp_path: Path) -> None:
         "Types where our interval excludes 0 with the paper's sign: explicit, implied, avg." in md
     )
     assert (tmp_path / "d" / "dualcse_rte_delta.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_uniformity_report_prefers_the_released_estimator_when_logged(tmp_path: Path) -> None:
+    """Runs trained with run.released_geometry log `uniformity_released`: the curve is drawn
+    from it (the estimator of the paper's figure), and the heading says which one it is."""
+    root = tmp_path / "exp"
+    for method in ("simcse", "dclr"):
+        run = write_run(root, method, method=method, seed=42, uniformity=[(10, -1.0)],
+                        labels={"uniformity": [_cells(method=method)]})  # fmt: skip
+        with (run / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps({"step": 10, "kind": "eval", "uniformity_released": -0.5}) + "\n")
+    with _index(root) as registry:
+        md = build_report("uniformity", registry, tmp_path / "r").read_text()
+    assert "released estimator" in md
+    assert _table(md, "method") == [["DCLR", "10", "-0.500"], ["SimCSE", "10", "-0.500"]]

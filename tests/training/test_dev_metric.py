@@ -60,3 +60,26 @@ def test_best_is_chosen_by_the_dev_queries(tmp_path):
     best = max(evals, key=lambda r: r["metric"])  # the first of equal ones, as the loop keeps
     assert summary["best_step"] == best["step"]
     assert (out / "best" / "model.safetensors").is_file()
+
+
+def test_dev_evaluation_takes_the_run_s_sts_text_and_released_geometry(tmp_path, data_dir):
+    """run.sts_text and run.released_geometry reach the dev evaluator: the *_released keys are
+    logged beside the whole-set ones; a text form that does not exist is refused."""
+    pytest.importorskip("sacremoses")
+    from dclr.methods.base import sts_dev_evaluator
+    from dclr.models.encoder import SentenceEncoder
+
+    model = make_tiny_model_dir(tmp_path / "model")
+    options = {"model": str(model), "data_dir": str(data_dir)}
+    encoder = SentenceEncoder.from_pretrained(model, pooler="mean")
+    plain = sts_dev_evaluator(load_config(None, options))(encoder)
+    config = load_config(
+        None, {**options, "run.sts_text": "senteval", "run.released_geometry": True}
+    )
+    both = sts_dev_evaluator(config)(encoder)
+    assert "uniformity_released" not in plain
+    assert {"alignment_released", "uniformity_released"} <= set(both)
+    assert both["uniformity"] != both["uniformity_released"]  # two estimators, named apart
+    assert both["STSBenchmark"] != plain["STSBenchmark"]  # another text, another score
+    with pytest.raises(ConfigError, match="senteval"):
+        load_config(None, {**options, "run.sts_text": "lower"})

@@ -15,6 +15,7 @@ from helpers import interrupt_on_call, tiny_run_overrides
 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
+from dclr.errors import ConfigError
 from dclr.recipe import load_config
 from dclr.training.checkpoint import (
     CorruptCheckpoint,
@@ -204,3 +205,22 @@ def test_the_phase_table_after_resume_counts_this_process_only(
     assert table["train_steps"] < 4.0  # steps 9-12, run by this process
     parts = sum(seconds for name, seconds in table.items() if name != "total")
     assert parts <= table["total"] + 0.05
+
+
+def test_a_changed_model_is_refused_and_the_intact_checkpoint_kept(
+    model_dir, corpus_file, tmp_path
+):
+    """Resuming with overrides that change the model's shape (its MLP head dropped) is a config
+    error naming the change: the checkpoint, verified against its manifest, is not renamed
+    `.corrupt`, and the run resumes once the overrides are dropped."""
+    run = tmp_path / "run"
+    trainer_for(make_config(model_dir, corpus_file, run)).train(stop_at_step=SAVE)
+    changed = make_config(model_dir, corpus_file, run, mlp_head=False)
+    with pytest.raises(ConfigError, match="intact") as err:
+        trainer_for(changed).train(resume=True)
+    said = " ".join(str(err.value).split())
+    assert "model.mlp_head True -> False" in said and "config.yaml" in said
+    assert not isinstance(err.value, CorruptCheckpoint)
+    assert [p.name for p in (run / "checkpoints").iterdir() if p.name.endswith(".corrupt")] == []
+    trainer_for(make_config(model_dir, corpus_file, run)).train(resume=True)
+    assert max(losses(run)) == STEPS

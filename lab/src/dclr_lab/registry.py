@@ -37,6 +37,8 @@ LATER_DEFAULTS = {
     "low_memory": False,
     "noise_gradient": "auto",  # DCLR's ascent: autograd on a CPU, as before the option existed
     "noise_objective": "auto",  # what DCLR's noise ascends: the loss form's own objective
+    "sts_text": "raw",  # the dev STS text: the files as they are, as before the option
+    "released_geometry": False,  # an extra dev measurement; what is trained is unchanged
 }
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 

@@ -187,6 +187,23 @@ def eval_cmd(
             help=PRECISION_HELP + " Default: fp32, or the precision --index was built with."
         ),
     ] = None,
+    sts_text: Annotated[
+        str,
+        typer.Option(
+            help="raw: the STS files' sentences as they are. senteval: STS12-16 and STS-B "
+            "Moses-tokenised and lower-cased, as SentEval's download script leaves them (the "
+            "text published numbers were computed on; matters for cased models such as "
+            "RoBERTa). Use it on raw files only."
+        ),
+    ] = "raw",
+    released_geometry: Annotated[
+        bool,
+        typer.Option(
+            help="Also DCLR's released alignment/uniformity estimator (per batch of 128 STS-B "
+            "train then dev pairs, positives at gold >= 4): alignment_released, "
+            "uniformity_released."
+        ),
+    ] = False,
     device: Device = "auto",
 ) -> None:
     """STS (Spearman x100 of cosine similarity) and SentEval transfer tasks (accuracy), computed
@@ -197,7 +214,16 @@ def eval_cmd(
 
     try:
         plan = EvalPlan.from_options(
-            mode, tasks, task_set, retrieval, split, index, transfer_mode, precision
+            mode,
+            tasks,
+            task_set,
+            retrieval,
+            split,
+            index,
+            transfer_mode,
+            precision,
+            sts_text,
+            released_geometry,
         )
         results = run_plan(
             plan,
@@ -220,11 +246,19 @@ def eval_cmd(
 def render_sts(results: dict[str, Any], plan: EvalPlan) -> None:
     """The STS table (Spearman x100) and its count of sentences."""
     model, pooler, precision = results["model"], results["pooler"], plan.precision
-    title = f"STS ({plan.mode}) — {model} [{pooler}, {precision}]"
+    text = "" if plan.sts_text == "raw" else f", {plan.sts_text} text"
+    title = f"STS ({plan.mode}) — {model} [{pooler}, {precision}{text}]"
     out.print(scores_table(title, {"Spearman x100": results}, list(plan.sts_tasks)))
     console.print(
         f"STS: {int(results['n_sentences'])} distinct sentences in {results['seconds']:.1f} s"
     )
+    if "uniformity_released" in results:
+        console.print(
+            f"geometry: alignment {results['alignment']:.4f}, uniformity "
+            f"{results['uniformity']:.4f} (STS-B dev, whole set); released estimator: alignment "
+            f"{results['alignment_released']:.4f}, uniformity "
+            f"{results['uniformity_released']:.4f} (per batch of 128, STS-B train + dev)"
+        )
 
 
 def render_transfer(results: dict[str, Any], plan: EvalPlan) -> None:

@@ -2,10 +2,12 @@
 
 The canonical source is SimCSE's SentEval tarball, the one its `download_dataset.sh` fetches. Its
 STS12-16 and STS-B inputs are the files SentEval's own download script produces, i.e.
-**Moses-tokenized** (e.g. `It 's` rather than `It's`). The raw, untokenized originals used for
-development (see `shared/data/README.md`) differ only in that tokenisation; for uncased BERT the
-difference in scores is negligible, but numbers computed on the two are not byte-for-byte
-comparable. Users who want the raw files lay them out by hand and pass `--data-dir`.
+**Moses-tokenized and lower-cased** (e.g. `it 's` rather than `It's`). The raw originals used for
+development (see `shared/data/README.md`) differ in that tokenisation and case; for uncased BERT
+the difference in scores is small, for a cased model (RoBERTa) it is not, and numbers computed on
+the two are not byte-for-byte comparable. `dclr eval --sts-text senteval`
+(`dclr.data.senteval_text`) gives raw files SentEval's form; users who want the raw files lay them
+out by hand and pass `--data-dir`.
 
 The result is laid out as `resolve_data_dir` and the readers in `dclr.data.sts` expect:
 `<data_dir>/senteval/STS/STS12-en-test/STS.input.MSRpar.txt`, ...,

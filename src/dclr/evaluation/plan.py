@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dclr.data.retrieval_tasks import BUILTIN
+from dclr.data.senteval_text import StsText, check_sts_text
 from dclr.data.sts import STS_TASKS
 from dclr.data.transfer import TRANSFER_TASKS
 from dclr.errors import ConfigError
@@ -80,7 +81,8 @@ class EvalPlan:
     `sts_tasks` on their `mode` split (test | dev); `transfer_tasks` with SimCSE's
     `transfer_mode` classifier settings (fasttest | test); the `retrieval` targets, searched in
     `index` (a `dclr index build` of the one target folder's corpus.jsonl) or exactly; the model
-    loaded at `precision` (fp32 | int8). An empty part is skipped.
+    loaded at `precision` (fp32 | int8). An empty part is skipped. `sts_text` and
+    `released_geometry`: `StsEvaluator`'s `text` and `released_geometry`.
     """
 
     mode: Mode = "test"
@@ -90,9 +92,12 @@ class EvalPlan:
     retrieval: tuple[RetrievalTarget, ...] = ()
     index: Path | None = None
     precision: str = "fp32"
+    sts_text: StsText = "raw"
+    released_geometry: bool = False
 
     def __post_init__(self) -> None:
         check_modes(self.mode, self.transfer_mode)
+        check_sts_text(self.sts_text)
         if self.index is not None and not (
             self.retrieval and all(t.folder is not None for t in self.retrieval)
         ):
@@ -109,12 +114,15 @@ class EvalPlan:
         index: str | Path | None = None,
         transfer_mode: str = "fasttest",
         precision: str | None = None,
+        sts_text: str = "raw",
+        released_geometry: bool = False,
     ) -> EvalPlan:
         """The plan of `dclr eval`'s options (see `dclr eval --help`): STS by default (the 7
         test tasks, or STS-B and SICK-R dev with `mode="dev"`); `tasks` (comma-separated or a
         list, aliases such as STS-B and SST-2 accepted) or `task_set` (sts | transfer | full |
         retrieval; wins over `tasks`) choose others; `retrieval` alone evaluates only that BEIR
-        folder. `precision` defaults to the one `index` was built with, else fp32."""
+        folder. `precision` defaults to the one `index` was built with, else fp32. `sts_text`
+        (raw | senteval) and `released_geometry`: `StsEvaluator`'s."""
         check_modes(mode, transfer_mode)
         if index is not None and retrieval is None:
             raise ConfigError(INDEX_NEEDS_RETRIEVAL)
@@ -141,6 +149,8 @@ class EvalPlan:
             retrieval=tuple(targets),
             index=None if index is None else Path(index),
             precision=precision,
+            sts_text=sts_text,  # type: ignore[arg-type]  # checked in __post_init__
+            released_geometry=released_geometry,
         )
 
 
@@ -176,9 +186,15 @@ def run_plan(
     `show_progress` draws a bar per encoding; `on_part(part, results)` is called as each of
     "sts", "transfer" and "retrieval" finishes, with the results so far (the CLI renders them).
     `device`: auto (a GPU when one is visible) | cpu | cuda."""
-    sts_eval = (
-        StsEvaluator(data_dir, mode=plan.mode, tasks=plan.sts_tasks) if plan.sts_tasks else None
-    )
+    sts_eval = None
+    if plan.sts_tasks:
+        sts_eval = StsEvaluator(
+            data_dir,
+            mode=plan.mode,
+            tasks=plan.sts_tasks,
+            released_geometry=plan.released_geometry,
+            text=plan.sts_text,
+        )
     transfer_eval = (
         TransferEvaluator(data_dir, mode=plan.transfer_mode, tasks=plan.transfer_tasks)
         if plan.transfer_tasks
@@ -189,6 +205,8 @@ def run_plan(
     results: dict[str, Any] = {"model": str(model), "mode": plan.mode, "pooler": encoder.pooler}
     if plan.precision != "fp32":
         results["precision"] = plan.precision
+    if plan.sts_text != "raw":
+        results["sts_text"] = plan.sts_text
 
     def encoding(label: str) -> EncodeFn:
         return lambda s: encoder.encode(  # raw vectors, as SentEval scores them

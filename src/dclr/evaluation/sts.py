@@ -4,7 +4,9 @@ Numbers are Spearman x 100 of cosine similarity against gold scores:
 - STS12..STS16: SentEval's "all" setting, one Spearman over the concatenation of every subset's
   scored pairs (SimCSE's `results[task]["all"]["spearman"]["all"]`);
 - STSBenchmark, SICKRelatedness: the test split (`--mode test`) or dev split (`--mode dev`).
-Also reported: alignment (STS-B dev pairs with gold > 4) and uniformity (all STS-B dev sentences).
+Also reported: alignment (STS-B dev pairs with gold > 4) and uniformity (all STS-B dev sentences);
+with `released_geometry`, also DCLR's released estimator of both (`alignment_released`,
+`uniformity_released`: per batch of 128 STS-B train then dev pairs, `geometry.released_geometry`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import torch
 from scipy.stats import spearmanr
 
 from dclr.data.paths import resolve_data_dir
+from dclr.data.senteval_text import StsText, as_text, check_sts_text, moses_lower
 from dclr.data.sts import STS_SUBSETS, STS_TASKS, StsPairs, load_task, read_stsb
 from dclr.errors import ConfigError
-from dclr.evaluation.geometry import alignment, uniformity
+from dclr.evaluation.geometry import alignment, released_geometry, uniformity
 
 Mode = Literal["test", "dev"]
 EncodeFn = Callable[[list[str]], np.ndarray]
@@ -47,13 +50,19 @@ class StsEvaluator:
     """Evaluate an encoder on the STS tasks; `encode` maps sentences to an (n, d) array.
 
     `tasks` defaults to the 7 tasks in test mode and to STS-B + SICK dev in dev mode.
-    The primary metric is `avg` (mean of the task scores).
+    The primary metric is `avg` (mean of the task scores). `released_geometry` adds DCLR's
+    released alignment / uniformity estimator (it encodes STS-B train too: ~10k more sentences).
+    `text`: the sentences as the files hold them (raw), or as SentEval's download script
+    leaves STS12-16 and STS-B, Moses-tokenised and lower-cased (senteval;
+    `dclr.data.senteval_text`).
     """
 
     data_dir: str | Path | None = None
     mode: Mode = "test"
     tasks: Sequence[str] | None = None
     geometry: bool = True
+    released_geometry: bool = False
+    text: StsText = "raw"
     pairs: dict[str, list[StsPairs]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -69,8 +78,19 @@ class StsEvaluator:
                 f"{', '.join(no_dev)} have no dev split (SemEval released test sets only); "
                 f"use --mode test, or --tasks {','.join(DEV_TASKS)} for the dev splits"
             )
-        self.pairs = {t: load_task(root, t, self.mode) for t in self.tasks}
-        self._stsb_dev = read_stsb(root, "dev") if self.geometry else None
+        check_sts_text(self.text)
+        transform = moses_lower() if self.text == "senteval" else str
+
+        def read(groups: list[StsPairs]) -> list[StsPairs]:
+            return as_text(groups, self.text, transform)
+
+        self.pairs = {t: read(load_task(root, t, self.mode)) for t in self.tasks}
+        self._stsb_dev = read([read_stsb(root, "dev")])[0] if self.geometry else None
+        self._released = (
+            read([read_stsb(root, "train"), read_stsb(root, "dev")])
+            if self.released_geometry
+            else []
+        )
 
     def sentences(self) -> list[str]:
         """Every distinct sentence needed, in first-seen order."""
@@ -78,6 +98,7 @@ class StsEvaluator:
         groups = [p for ps in self.pairs.values() for p in ps]
         if self._stsb_dev is not None:
             groups.append(self._stsb_dev)
+        groups += self._released
         for p in groups:
             for s in (*p.sentences1, *p.sentences2):
                 seen.setdefault(s, None)
@@ -109,6 +130,17 @@ class StsEvaluator:
         results["avg"] = float(np.mean([results[t] for t in tasks]))
         if self._stsb_dev is not None:
             results.update(self._geometry(vectors, index))
+        if self._released:
+            splits = [
+                (
+                    torch.from_numpy(vectors[[index[s] for s in p.sentences1]]),
+                    torch.from_numpy(vectors[[index[s] for s in p.sentences2]]),
+                    p.scores,
+                )
+                for p in self._released
+            ]
+            released = released_geometry(splits)
+            results.update({f"{name}_released": value for name, value in released.items()})
         results["n_sentences"] = float(len(sentences))
         results["seconds"] = time.perf_counter() - start
         return results

@@ -82,7 +82,13 @@ def sts_dev_evaluator(config: TrainConfig) -> Evaluator:
     run = config.run
     sts = None
     if run.eval_metric != "retrieval":
-        sts = StsEvaluator(config.data.data_dir, mode="dev", geometry=True)
+        sts = StsEvaluator(
+            config.data.data_dir,
+            mode="dev",
+            geometry=True,
+            released_geometry=run.released_geometry,
+            text=run.sts_text,
+        )
     search = None
     if run.eval_retrieval:
         search = RetrievalEvaluator(run.eval_retrieval, split=run.eval_retrieval_split)

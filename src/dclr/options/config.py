@@ -35,6 +35,7 @@ import yaml
 
 from dclr.configfile import check_choices, check_known, field_types, from_dict
 from dclr.data.sampling import FewShotSampling
+from dclr.data.senteval_text import StsText
 from dclr.errors import ConfigError
 from dclr.models.pooler_names import PoolerName, check_pooler
 
@@ -218,6 +219,12 @@ class RunSection:
     eval_metric: EvalMetric = "stsb"
     eval_retrieval: str | None = None  # a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)
     eval_retrieval_split: str = "dev"  # its qrels/<split>.tsv judges the dev queries
+    # the dev STS text: raw (the files as they are) or senteval (STS-B Moses-tokenised and
+    # lower-cased, as SentEval's download script leaves it: the released code's dev text)
+    sts_text: StsText = "raw"
+    # also log DCLR's released alignment / uniformity estimator at each dev evaluation (per
+    # batch of 128 STS-B train then dev pairs; encodes STS-B train too): *_released keys
+    released_geometry: bool = False
     # checkpoint every N steps (default: eval_steps, else 100); 0: none, not even after the
     # last step (final/ is still exported; a stop signal still writes one): timing runs
     save_steps: int | None = None

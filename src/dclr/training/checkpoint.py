@@ -341,6 +341,39 @@ def check_identity(path: Path, saved: dict[str, Any], current: dict[str, Any]) -
     )
 
 
+def changed_values(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`section.option old -> new` for every option whose value differs between two configs in
+    `TrainConfig.to_dict()` form (sections present in both; `run.extra` left out)."""
+    changes = []
+    for name, section in current.items():
+        before = saved.get(name)
+        if not isinstance(section, dict) or not isinstance(before, dict):
+            continue
+        for key, value in section.items():
+            if key in before and before[key] != value and (name, key) != ("run", "extra"):
+                changes.append(f"{name}.{key} {before[key]!r} -> {value!r}")
+    return changes
+
+
+def mismatch_error(
+    path: Path, saved: dict[str, Any], current: dict[str, Any] | None, err: BaseException
+) -> ConfigError:
+    """The error for a checkpoint whose files verify against its manifest but do not load into
+    the model or optimizer being resumed: the config changed its shape, not the disk its bytes.
+    The checkpoint is left where it is (it resumes under the config it was written with)."""
+    config = saved.get("config")
+    changes = changed_values(config, current) if isinstance(config, dict) and current else []
+    why = f"; the config changed since it was written: {', '.join(changes)}" if changes else ""
+    run_dir = path.parent.parent
+    return ConfigError(
+        f"{path} is intact (every file matches its manifest) but does not fit the model being "
+        f"resumed ({err}){why}\n"
+        f"  fix: resume without the overrides that change the model ({run_dir / 'config.yaml'} "
+        "is the config the run was trained with), or train the changed model in another folder "
+        "(-o ANOTHER_FOLDER)"
+    )
+
+
 def resume_checkpoint(
     root: Path,
     model: torch.nn.Module,
@@ -385,7 +418,11 @@ def resume_checkpoint(
                 check_identity(path, state, config)
             try:
                 return path, load_checkpoint(path, model, optimizer, scheduler, extra, scaler)
-            except CorruptCheckpoint as err:
+            except (CorruptCheckpoint, ValueError, KeyError) as err:
+                if (path / MANIFEST).is_file():  # verified byte for byte: not damaged
+                    raise mismatch_error(path, state, config, err.__cause__ or err) from err
+                if not isinstance(err, CorruptCheckpoint):
+                    raise
                 problem = str(err)
         bad.append(problem)
         aside = path.with_name(path.name + CORRUPT_SUFFIX)
