@@ -128,6 +128,37 @@ def test_encode_writes_npy(model_dir, tmp_path):
     assert "1 blank line(s) encoded as '' (line 2)" in result.output
 
 
+def test_encode_keeps_the_previous_file_when_its_write_fails(model_dir, tmp_path, monkeypatch):
+    """The vectors go to a temp name renamed when complete: a full disk mid-write leaves the
+    previous .npy as it was and names the problem; an output under a file is named before the
+    model loads; a name without .npy is written (and reported) as np.save names it."""
+    import errno
+
+    src = tmp_path / "s.txt"
+    src.write_text("a man plays guitar\nthe cat sleeps\n")
+    out = tmp_path / "v.npy"
+    args = ["--pooler", "mean"]
+    assert runner.invoke(app, ["encode", str(model_dir), str(src), str(out), *args]).exit_code == 0
+    before = out.read_bytes()
+    real_save = np.save
+
+    def full_disk(file, array, *a, **k):
+        real_save(file, array[:1], *a, **k)  # part of it written, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "save", full_disk)
+    failed = runner.invoke(app, ["encode", str(model_dir), str(src), str(out), *args])
+    monkeypatch.setattr(np, "save", real_save)
+    assert failed.exit_code == 2 and "disk is full" in failed.output, failed.output
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.txt", "v.npy"]  # no temp left
+    under = runner.invoke(app, ["encode", str(model_dir), str(src), str(src / "v.npy"), *args])
+    assert under.exit_code == 2 and "is a file, not a folder" in under.output
+    bare = runner.invoke(app, ["encode", str(model_dir), str(src), str(tmp_path / "w"), *args])
+    assert bare.exit_code == 0 and np.load(tmp_path / "w.npy").shape == (2, 32)
+    assert str(tmp_path / "w.npy") in " ".join(bare.output.split())
+
+
 def test_encode_reads_a_table_column_as_encode_bulk_does(model_dir, tmp_path):
     """Issue 38 item 1: `dclr encode` read text files only; it now shares the readers of
     `encode-bulk`, `index build` and training corpora (--column), row i = record i."""

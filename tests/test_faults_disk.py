@@ -173,3 +173,31 @@ def test_a_real_full_disk(encoder, tiny_tmpfs):
         save_step(encoder, root)
     assert "step-00000003.tmp" in str(err.value)
     assert list(root.iterdir()) == []
+
+
+def test_a_config_cut_short_by_a_file_size_limit_leaves_the_old_one(tmp_path):
+    """config.yaml (as results.json and metrics.jsonl) goes to a temp name and is renamed: a
+    write stopped by `ulimit -f` (EFBIG) leaves the file that was there, and the error is named."""
+    code = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "from dclr.atomic import named_os_error\n"
+        "from dclr.recipe import load_config\n"
+        "config = load_config(None, {'model': 'm'})\n"
+        "target = Path(sys.argv[1])\n"
+        "target.write_text('kept: true\\n')\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
+        "try:\n"
+        "    config.save(target)\n"
+        "except OSError as err:\n"
+        "    print(named_os_error(err, target))\n"
+        "print(target.read_text(), end='')\n"
+    )
+    target = tmp_path / "config.yaml"
+    done = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    said = done.stdout
+    assert "larger than this process may write" in said and "ulimit -f" in said, said
+    assert said.endswith("kept: true\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temp file left

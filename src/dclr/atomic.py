@@ -140,6 +140,10 @@ _STORAGE_FIXES = {
     ),
     errno.EACCES: ("permission denied", "choose a folder you can write to, or fix its permissions"),
     errno.EPERM: ("operation not permitted", "choose a folder you can write to"),
+    errno.EFBIG: (
+        "the file is larger than this process may write (ulimit -f, or the filesystem's limit)",
+        "raise the limit (ulimit -f unlimited), or write to another filesystem",
+    ),
 }
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from dclr import atomic
 from dclr import distributed as dist
 from dclr._meta import __version__
 from dclr.contract import Evaluator, MethodPlugin, PreparedRun, TrainResult
@@ -124,7 +125,8 @@ def environment() -> dict[str, Any]:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    """Written to a temp name and renamed: a cut-off results.json never marks a run finished."""
+    atomic.write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def starting_scores(

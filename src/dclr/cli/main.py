@@ -21,6 +21,7 @@ from dclr.cli.tools import (
     console,
     fail,
     out,
+    parent_folder,
     quiet_hf,
     reflow_help,
     rte_table,
@@ -553,11 +554,14 @@ def encode_cmd(
     quiet_hf()
     import numpy as np
 
-    from dclr.atomic import write_text
+    from dclr.atomic import storage_guard, write_text, write_with
     from dclr.data.readers import open_source
     from dclr.models.precision import load_inference_encoder
 
+    if output.suffix != ".npy":  # what np.save would name it
+        output = output.with_name(output.name + ".npy")
     try:
+        parent_folder(output)  # before the model loads: a bad path fails fast
         source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
         lines = list(source.rows())
         blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
@@ -570,10 +574,15 @@ def encode_cmd(
             normalize=normalize,
             show_progress=True,
         )
+        with storage_guard(output, vectors.nbytes):  # a temp name, renamed when complete:
+
+            def save(tmp: Path) -> None:  # a failed write leaves the previous file as it was
+                with tmp.open("wb") as fh:
+                    np.save(fh, vectors)
+
+            write_with(output, save)
     except DclrError as err:
         fail(err)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    np.save(output, vectors)
     shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
     if skip_blank:
         rows = output.with_name(output.name + ".lines.txt")

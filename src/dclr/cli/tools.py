@@ -8,12 +8,15 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from dclr.errors import InputError
 
 console = Console(stderr=True)  # progress, messages and errors
 out = Console()  # results (tables, scores)
@@ -36,6 +39,19 @@ def quiet_hf() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def parent_folder(output: Path) -> Path:
+    """Create `output`'s folder; an InputError naming the part of the path that is a file."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in output.parents if p.is_file()), output.parent)
+        raise InputError(
+            f"cannot write {output}: {blocking} is a file, not a folder",
+            fix="choose an output path whose folders are folders",
+        ) from None
+    return output.parent
 
 
 def fail(err: Exception) -> NoReturn:

@@ -327,7 +327,10 @@ class TrainConfig:
         return out
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        """Written to a temp name and renamed: a failed write never leaves a cut-off config."""
+        from dclr import atomic
+
+        atomic.write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     def updated(self, values: dict[str, Any]) -> TrainConfig:
         """A validated copy with `values` (dotted `section.field` names) applied; the copy keeps

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
+
+from dclr import atomic
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -16,14 +19,10 @@ class MetricsLog:
     def __init__(self, run_dir: Path, resume_step: int = 0, tensorboard: bool = True) -> None:
         self.path = run_dir / METRICS_FILE
         if resume_step and self.path.exists():  # drop records the resumed run will redo
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line and json.loads(line).get("step", 0) <= resume_step
-            ]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            kept = [r for r in _records(self.path) if r.get("step", 0) <= resume_step]
+            atomic.write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         elif not resume_step:
-            self.path.write_text("")
+            atomic.write_text(self.path, "")
         self._writer = None
         if tensorboard:
             try:
@@ -51,6 +50,26 @@ class MetricsLog:
 
 
 def read_metrics(run_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
-    path = Path(run_dir) / METRICS_FILE
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
-    return [r for r in rows if kind is None or r["kind"] == kind]
+    rows = _records(Path(run_dir) / METRICS_FILE)
+    return [r for r in rows if kind is None or r.get("kind") == kind]
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics file; a line that is not a JSON object (a write cut off by a
+    full disk or a power loss) is skipped with a warning naming the file and line."""
+    rows = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            warnings.warn(
+                f"{path}:{number}: not a metrics record (a write cut off?); skipped",
+                stacklevel=3,
+            )
+            continue
+        rows.append(record)
+    return rows
