@@ -1,6 +1,7 @@
 """DCLR in the trainer: complementary cache, frozen scorer, export without it, DDP equivalence."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -294,3 +295,37 @@ def test_dense_batches_and_calibrated_phi_in_the_trainer(
     assert row["mode"] == "random_pairs" and -1 <= row["phi"] <= 1 and row["sentences"] > 1
     drops = [r["dropped_fraction"] for r in read_metrics(tmp_path / "run", "train")]
     assert max(drops) > 0  # a q = 0.25 quantile threshold drops in-batch negatives
+
+
+def test_the_cache_knows_a_model_retrained_in_place(model_dir, corpus_file, tmp_path):
+    """The complementary cache records the model's weights (`model_identity`), not only its
+    path: a folder whose weights change is another model, so its default cache is another file
+    and a named cache built from the old weights is refused, never reused silently."""
+    import shutil
+
+    from dclr.losses.complementary import model_identity
+
+    folder = tmp_path / "guide"
+    shutil.copytree(model_dir, folder)
+    corpus = TextFileCorpus(corpus_file)
+    before = model_identity(str(folder))
+    assert str(folder) in before and "weights sha256" in before
+    old_path, _ = CachedComplementary.locate(None, "mean", corpus, str(folder), 32)
+    named = tmp_path / "c.npy"
+    encoder = SentenceEncoder.from_pretrained(folder, pooler="mean")
+    CachedComplementary.build_or_load(named, encoder, corpus, str(folder), 32, show_progress=False)
+    weights = folder / "model.safetensors"
+    os.utime(weights)  # touched, same bytes: the same model
+    assert model_identity(str(folder)) == before
+    retrained = SentenceEncoder.from_pretrained(folder, pooler="mean")
+    with torch.no_grad():
+        for p in retrained.backbone.parameters():
+            p.add_(0.01)
+    retrained.backbone.save_pretrained(folder)  # the folder now holds other weights
+    assert model_identity(str(folder)) != before
+    new_path, _ = CachedComplementary.locate(None, "mean", corpus, str(folder), 32)
+    assert new_path != old_path
+    with pytest.raises(InputError, match="does not match this run"):
+        CachedComplementary.build_or_load(
+            named, retrained, corpus, str(folder), 32, show_progress=False
+        )

@@ -19,6 +19,7 @@ run under `no_grad`) and passed to the loss. Three ways to get its cosine simila
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -118,6 +119,32 @@ def encode_rows(
     return vectors.astype(np.float16)
 
 
+def model_identity(spec: str) -> str:
+    """The complementary model as its cache records it: `spec`, and for a model on disk (a
+    folder, `python-package:NAME`) the digest of its .safetensors files, so a folder retrained
+    in place or a package upgraded is another model and never reuses the old vectors. A hub id
+    is recorded as named (its files are not read here)."""
+    from dclr.models.resolve import resolve_model
+
+    folder = Path(resolve_model(spec)).expanduser()
+    files = sorted(folder.rglob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return spec
+    stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return f"{spec} (weights sha256 {_weights_digest(folder, stats)[:16]})"
+
+
+@functools.lru_cache(maxsize=16)
+def _weights_digest(folder: Path, stats: tuple[tuple[str, int, int], ...]) -> str:
+    """sha256 over the weight files' names and contents; `stats` (path, size, mtime) keys the
+    memo, so a file rewritten in the same process is read again."""
+    digest = hashlib.sha256()
+    for name, _, _ in stats:
+        digest.update(Path(name).relative_to(folder).as_posix().encode())
+        digest.update(atomic.sha256_file(name).encode())
+    return digest.hexdigest()
+
+
 class CachedComplementary:
     """Cosines from precomputed, memory-mapped fp16 embeddings of the training corpus."""
 
@@ -158,10 +185,11 @@ class CachedComplementary:
         model_id: str,
         max_length: int,
     ) -> tuple[Path, dict[str, object]]:
-        """(the cache file, the metadata it must hold) for this corpus and model."""
+        """(the cache file, the metadata it must hold) for this corpus and model (`model_id`
+        with its weights' digest when on disk: `model_identity`)."""
         expected = {
             "corpus": corpus_fingerprint(corpus),
-            "model": model_id,
+            "model": model_identity(model_id),
             "pooler": pooler,
             "max_length": max_length,
             "batching": CACHE_BATCHING,
