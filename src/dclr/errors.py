@@ -52,3 +52,7 @@ class TrainingDiverged(DclrError, RuntimeError):
             f"non-finite loss at step {step}; training stopped, {kept}. "
             "Lower the learning rate, use fp32, or check the data near this step."
         )
+
+
+class NonFiniteVectors(DclrError, ValueError):
+    """An encoder produced NaN or inf: never written, indexed or served as numbers."""

@@ -20,7 +20,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from dclr.data.text import clip_all
-from dclr.errors import ConfigError
+from dclr.errors import ConfigError, NonFiniteVectors
 from dclr.estimate import estimate, linear_weights, record, work_flops
 from dclr.models.attention_mask import prepared_mask, use_prepared_mask
 from dclr.models.packing import (
@@ -495,7 +495,27 @@ class SentenceEncoder(nn.Module):
             record("encode", flops, time.perf_counter() - tic, self.device)
         if switched:
             self.train(was_training)
+        for host in out.values():
+            check_finite_rows(host, self.precision)
         return out
+
+
+def check_finite_rows(vectors: np.ndarray, precision: str = "fp32") -> None:
+    """NonFiniteVectors when a row of `vectors` (n, d) holds NaN or inf: a model whose weights
+    diverged, or a half-precision overflow, is named, not passed on as numbers."""
+    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if bad.size == 0:
+        return
+    hint = (
+        "fp16 overflowed: encode in bf16 or fp32"
+        if precision == "fp16"
+        else "the model's weights or inputs give NaN/inf (a training run that diverged?): "
+        "use a checkpoint from before it"
+    )
+    raise NonFiniteVectors(
+        f"the encoder returned non-finite vectors (NaN/inf) for {bad.size} of {len(vectors)} "
+        f"texts (first: row {int(bad[0])}); {hint}"
+    )
 
 
 class _Outputs:

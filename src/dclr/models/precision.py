@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from dclr.errors import ConfigError
+from dclr.errors import ConfigError, InputError
 from dclr.models import static_int8
 from dclr.models.cpu_kind import cpu_policy
 from dclr.models.encoder import SentenceEncoder
@@ -158,6 +158,7 @@ def load_inference_encoder(
     check_device_precision(precision, _requested(device))  # the conflict first, by name
     device = inference_device(device)
     encoder = SentenceEncoder.from_pretrained(model, pooler=pooler, max_length=max_length)
+    check_finite_weights(encoder, model)
     encoder = encoder.to(device)
     if packing and device.type == "cpu":  # checked in fp32: the probe tests the layout
         encoder.enable_packing()
@@ -168,6 +169,20 @@ def load_inference_encoder(
     elif device.type == "cpu" and choose_kernel(linear_kernel) == "onednn":
         use_onednn(encoder.eval())
     return encoder
+
+
+def check_finite_weights(encoder: SentenceEncoder, model: str | Path) -> None:
+    """InputError naming the first parameter that holds NaN/inf: such a model encodes every
+    text to NaN, so it is refused at load, before anything is encoded, indexed or served."""
+    for name, tensor in encoder.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            count = int((~torch.isfinite(tensor)).sum())
+            raise InputError(
+                f"model {model}: {count} non-finite weight(s) (NaN/inf) in {name}; it would "
+                "encode every text to NaN",
+                fix="use a checkpoint or export from before the training run diverged (dclr "
+                "stops a run at its first non-finite loss and keeps the last good checkpoint)",
+            )
 
 
 def cast_half(encoder: SentenceEncoder, precision: str) -> SentenceEncoder:
