@@ -72,6 +72,20 @@ def test_invalid_utf8_is_still_named_by_line(tmp_path):
     assert err.value.line == 3
 
 
+@pytest.mark.parametrize("name", ["bad.csv", "bad.tsv"])
+def test_invalid_utf8_in_a_table_is_named_by_its_own_line(tmp_path, name):
+    """The decoder reads ahead in chunks: the line is counted as records are read, not taken
+    from the reader's position when the decoder failed."""
+    sep = "," if name.endswith(".csv") else "\t"
+    rows = [f"row {i}{sep}{i}".encode() for i in range(2, 300)]
+    rows[297] = b"caf\xe9" + sep.encode() + b"1"  # line 299 (the header is line 1)
+    path = tmp_path / name
+    path.write_bytes(b"text" + sep.encode() + b"n\n" + b"\n".join(rows) + b"\n")
+    with pytest.raises(InputError, match="not valid UTF-8") as err:
+        list(open_source(path, column="text").rows())
+    assert err.value.line == 299
+
+
 @pytest.mark.parametrize(
     ("name", "text", "line"),
     [

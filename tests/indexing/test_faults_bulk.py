@@ -68,6 +68,27 @@ def test_damaged_shard_is_named_and_encoded_again(model_dir, text_file, fresh, t
         assert all(len(f["sha256"]) == 64 and f["bytes"] > 0 for f in record["files"].values())
 
 
+def test_read_bulk_checks_each_shard_against_its_checksum(model_dir, text_file, tmp_path):
+    """Bytes changed on disk at the same size (a bit flip, a stray write) are named by
+    `read_bulk`, never returned as vectors; rerunning the job encodes the shard again."""
+    from dclr.indexing.bulk import read_bulk
+
+    out, source = tmp_path / "out", open_source(text_file)
+    bulk_encode(str(model_dir), source, out, BulkSettings(SHARD), pooler="mean")
+    rows, vectors = read_bulk(out)
+    shard = out / "shard-00001.npy"
+    data = bytearray(shard.read_bytes())
+    data[-4:] = np.float32(np.nan).tobytes()  # the last component of the last vector
+    shard.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"shard 1 fails its check: .*shard-00001\.npy"):
+        read_bulk(out)
+    with pytest.warns(DamagedShardWarning, match="shard-00001.npy"):
+        bulk_encode(str(model_dir), source, out, BulkSettings(SHARD), pooler="mean")
+    again = read_bulk(out)
+    np.testing.assert_array_equal(again[0], rows)
+    np.testing.assert_array_equal(again[1], vectors)
+
+
 def test_shard_without_its_record_is_not_done(model_dir, text_file, tmp_path):
     """A crash between the shard's rename and its record: the file exists, but is redone."""
     out, source = tmp_path / "out", open_source(text_file)

@@ -296,12 +296,13 @@ def _bounded_records(fh: io.TextIOBase, path: Path) -> Iterator[str]:
         number += 1
         if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
             raise _record_too_long(path, number)
+        _check_utf8(line, path, number)  # by physical line: the decoder reads ahead in chunks
         yield line
 
 
 def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
     csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
-    with path.open(newline="", encoding="utf-8") as fh:
+    with path.open(newline="", encoding="utf-8", errors="surrogateescape") as fh:
         # strict: a quote opened and never closed is an error, not a field that swallows every
         # following line to the end of the file
         reader = csv.reader(_bounded_records(fh, path), delimiter=delimiter, strict=True)

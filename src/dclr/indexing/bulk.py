@@ -299,7 +299,8 @@ def read_bulk(out_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
             path=out_dir,
             fix="run `dclr encode-bulk MODEL INPUT DIR` (or dclr.encode_bulk) to finish it",
         )
-    parts = list(iter_shards(out_dir, manifest["n_shards"], manifest["shard_format"]))
+    n_shards, fmt = manifest["n_shards"], manifest["shard_format"]
+    parts = list(iter_shards(out_dir, n_shards, fmt, verify=True))
     if not parts:
         return np.empty(0, dtype=np.int64), np.empty((0, manifest.get("dim") or 0))
     rows = np.concatenate([np.asarray(r, dtype=np.int64) for r, _ in parts])

@@ -168,8 +168,18 @@ def read_shard(folder: Path, index: int, fmt: ShardFormat) -> tuple[np.ndarray, 
 
 
 def iter_shards(
-    folder: Path, n_shards: int, fmt: ShardFormat
+    folder: Path, n_shards: int, fmt: ShardFormat, verify: bool = False
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Every shard in order: (rows, vectors)."""
+    """Every shard in order: (rows, vectors). `verify`: each shard's files are first checked
+    against its done-record (size and sha256), so bytes changed on disk are named, not read."""
     for index in range(n_shards):
+        if verify:
+            problem = shard_problem(folder, index, fmt, hash_=True)
+            if problem is not None:
+                raise InputError(
+                    f"shard {index} fails its check: {problem}",
+                    path=folder,
+                    fix="run the same `dclr encode-bulk` again on this folder: a damaged shard "
+                    "is encoded again",
+                )
         yield read_shard(folder, index, fmt)
