@@ -21,7 +21,7 @@ import os
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from dclr.indexing.shards import (
     shard_problem,
     write_shard,
 )
+from dclr.jsonfile import read_json
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.precision import load_inference_encoder
 from dclr.progress import progress_bar
@@ -85,8 +86,18 @@ class BulkSettings:
 
 
 def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    """The job's manifest.json, None before the job writes one; a damaged one is named."""
     path = Path(out_dir) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    fix = (
+        "delete manifest.json and run the same `dclr encode-bulk` again: finished shards are "
+        "checked and kept"
+    )
+    manifest = read_json(path, fix)
+    if not isinstance(manifest.get("n_shards"), int) or "shard_format" not in manifest:
+        raise InputError("manifest.json lacks n_shards / shard_format", path=path, fix=fix)
+    return cast(dict[str, Any], manifest)
 
 
 class DamagedShardWarning(UserWarning):

@@ -50,6 +50,7 @@ import numpy as np
 from dclr import atomic
 from dclr.data.readers import TextSource, is_blank
 from dclr.errors import InputError
+from dclr.jsonfile import read_json
 from dclr.runlock import FolderLock
 
 IndexKind = Literal["auto", "flat", "hnsw", "ivf"]
@@ -408,12 +409,21 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
             path=folder,
             fix="build it (again) with `dclr index build MODEL INPUT --out DIR`",
         )
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"index.json is not valid JSON ({err})", path=path) from None
+    rebuild = "build it again with `dclr index build MODEL INPUT --out DIR` (shards are reused)"
+    meta = read_json(path, rebuild)
     if meta.get("format") != FORMAT_VERSION:
-        raise InputError(f"unknown index format {meta.get('format')!r}", path=path)
+        raise InputError(f"unknown index format {meta.get('format')!r}", path=path, fix=rebuild)
+    params, files = meta.get("params"), meta.get("files", {})
+    if not isinstance(params, dict) or not isinstance(files, dict):
+        raise InputError(
+            "index.json needs a `params` object (and `files`, when present, an object)",
+            path=path,
+            fix=rebuild,
+        )
+    try:
+        IndexParams(**params)
+    except TypeError as err:  # a key IndexParams does not have
+        raise InputError(f"index.json params: {err}", path=path, fix=rebuild) from None
     return meta
 
 

@@ -7,12 +7,11 @@ for inference. Weights load from safetensors only and remote code is never trust
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -20,8 +19,9 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from dclr.data.text import clip_all
-from dclr.errors import ConfigError, NonFiniteVectors
+from dclr.errors import ConfigError, InputError, NonFiniteVectors
 from dclr.estimate import estimate, linear_weights, record, work_flops
+from dclr.jsonfile import inside, read_json
 from dclr.models.attention_mask import prepared_mask, use_prepared_mask
 from dclr.models.packing import (
     ROW_TOKENS,
@@ -617,7 +617,7 @@ def folder_limit(source: str | Path, tokenizer: object) -> int:
     for name, key in FOLDER_LIMITS:
         file = _folder_file(str(source), name)
         if file is not None:
-            value = json.loads(file.read_text()).get(key)
+            value = read_json(file, MODEL_FILE_FIX).get(key)
             if value:
                 return min(int(value), cap)
     return cap
@@ -642,22 +642,41 @@ def saved_normalize(path: Path) -> bool:
     """Whether a folder's vectors are unit length as sentence-transformers gives them: dclr.json's
     `normalize`, else a `Normalize` module in modules.json (all-MiniLM-L6-v2 has one)."""
     if (path / DCLR_CONFIG).is_file():
-        return bool(json.loads((path / DCLR_CONFIG).read_text()).get("normalize", False))
+        return bool(read_json(path / DCLR_CONFIG, MODEL_FILE_FIX).get("normalize", False))
     modules = path / "modules.json"
     if modules.is_file():
-        return any(m.get("type", "").endswith("Normalize") for m in json.loads(modules.read_text()))
+        return any(_module_type(m).endswith("Normalize") for m in _modules(modules))
     return False
+
+
+MODEL_FILE_FIX = (
+    "restore the file from the model's source, or export the model again (`dclr export`, or "
+    "SentenceTransformer.save)"
+)
+
+
+def _modules(path: Path) -> list[Any]:
+    """sentence-transformers' modules.json: a list of module records."""
+    return cast(list[Any], read_json(path, MODEL_FILE_FIX, list))
+
+
+def _module_type(module: Any) -> str:
+    return str(module.get("type", "")) if isinstance(module, dict) else ""
 
 
 def saved_pooler(path: Path) -> str | None:
     """The pooler a folder records: dclr.json, else sentence-transformers' 1_Pooling config."""
     if (path / DCLR_CONFIG).is_file():
-        return json.loads((path / DCLR_CONFIG).read_text())["pooler"]
+        pooler = read_json(path / DCLR_CONFIG, MODEL_FILE_FIX).get("pooler")
+        if not isinstance(pooler, str):
+            raise InputError("has no pooler name", path=path / DCLR_CONFIG, fix=MODEL_FILE_FIX)
+        return pooler
     modules = path / "modules.json"
     if modules.is_file():
-        for module in json.loads(modules.read_text()):
-            if module.get("type", "").endswith("Pooling"):
-                cfg = json.loads((path / module["path"] / "config.json").read_text())
+        for module in _modules(modules):
+            if _module_type(module).endswith("Pooling"):
+                folder = inside(path, str(module.get("path", "")), modules)
+                cfg = read_json(folder / "config.json", MODEL_FILE_FIX)
                 mode = cfg.get("pooling_mode")
                 if mode is None:  # older sentence-transformers: one boolean flag per mode
                     mode = next(

@@ -230,6 +230,23 @@ def load_backbone(
             name_or_path, config=config, trust_remote_code=False, use_safetensors=True
         )
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):  # e.g. a model type transformers does not know
+            first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+            raise InputError(
+                f"could not load {name_or_path}: {first}",
+                path=path if _is_local(name_or_path) else None,
+                fix="check config.json's model_type; dclr loads the architectures transformers "
+                "ships (BERT, RoBERTa, MPNet, ...), never a model's own code",
+            ) from None
+        raise InputError(
+            f"{name_or_path} needs its own Python code to load (config.json's auto_map, or an "
+            "architecture transformers does not ship); dclr never runs a model's code "
+            "(trust_remote_code is off by design)",
+            path=path if _is_local(name_or_path) else None,
+            fix="use a model of an architecture transformers ships (BERT, RoBERTa, MPNet, ...), "
+            "or one converted to it",
+        ) from None
     except OSError as err:
         if _is_local(name_or_path):
             raise InputError(
