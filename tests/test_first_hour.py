@@ -44,6 +44,27 @@ def test_set_typo_blames_the_option_and_suggests_the_key(tmp_path):
         load_config(recipe, {"dlcr.noise_ratio": 1})
 
 
+def test_a_bad_value_or_key_in_a_recipe_names_its_line(tmp_path):
+    """Value errors name the recipe's line (unless an override set the value); a typo of
+    `method` at the top level is suggested, not read as an old flat recipe."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "method: simcse\nmodel:\n  name: m\n  pooler: meen\noptimisation:\n  max_steps: six\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(recipe, {"optimisation.max_steps": 5})
+    assert str(err.value).startswith(f"{recipe}:4: unknown pooler 'meen'")
+    with pytest.raises(ConfigError) as err:
+        load_config(recipe, {"model.pooler": "mean"})
+    assert str(err.value).startswith(f"{recipe}:6: max_steps must be a number")
+    typo = tmp_path / "t.yaml"
+    typo.write_text("model:\n  name: m\nmethd: simcse\n")
+    with pytest.raises(
+        ConfigError, match=r"t\.yaml:3: unknown option 'methd' \(did you mean 'method'\?\)"
+    ):
+        load_config(typo, {})
+
+
 def test_recipe_typo_blames_the_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("method: simcse\nmodel:\n  name: m\noptimisation:\n  learning_rte: 1e-5\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import re
 import types
 import typing
 from pathlib import Path
@@ -197,6 +198,54 @@ def read_recipe(recipe: str | Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: a recipe is a mapping of option: value")
     return loaded
+
+
+def key_lines(path: str | Path) -> dict[str, int]:
+    """`section.option` (and top-level `option`) -> the 1-based line it is written on in the
+    recipe at `path` (one `read_recipe` accepted); {} when it cannot be composed."""
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    lines: dict[str, int] = {}
+    if not isinstance(root, yaml.MappingNode):
+        return lines
+    for key, value in root.value:
+        lines[str(key.value)] = key.start_mark.line + 1
+        if isinstance(value, yaml.MappingNode):
+            for inner, _ in value.value:
+                lines[f"{key.value}.{inner.value}"] = inner.start_mark.line + 1
+    return lines
+
+
+def located(err: ConfigError, path: str | Path, overrides: dict[str, Any]) -> ConfigError:
+    """`err` with `path:LINE` of the recipe option it is about, when its message names one the
+    recipe sets and no override replaced: a quoted name first (`unknown option 'poolr'`), else
+    an option named as a word (`max_steps must be a number`), the earliest in the message;
+    `err` itself when it has a line already or names no option of the recipe."""
+    text, prefix = str(err), str(path)
+    if text.startswith(prefix):  # "recipe.yaml: model: unknown option 'poolr'": add the line
+        if re.match(r":\d", text[len(prefix) :]):
+            return err
+        text = text[len(prefix) :].lstrip(":, ")
+    elif prefix in text or text.startswith("--set"):  # located already, or an override's
+        return err
+    named = text.split("; known:")[0]  # not the list of every option it could have been
+    found: list[tuple[int, int, int]] = []  # (quoted first, position, line)
+    for name, line in key_lines(path).items():
+        leaf = name.rsplit(".", 1)[-1]
+        if name in overrides or leaf in overrides:
+            continue
+        quoted = named.find(f"'{leaf}'")
+        if quoted >= 0:
+            found.append((0, quoted, line))
+            continue
+        word = re.search(rf"(?<![\w.]){re.escape(leaf)}(?!\w)", named)
+        if word is not None and "." in name:  # a section's name alone says too little
+            found.append((1, word.start(), line))
+    if not found:
+        return err
+    return ConfigError(f"{path}:{min(found)[2]}: {text}")
 
 
 def _too_deep(path: Path, line: int) -> ConfigError:

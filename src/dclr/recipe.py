@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from dclr.configfile import field_types, read_recipe
+from dclr.configfile import field_types, located, read_recipe
 from dclr.configfile import parse_overrides as parse_overrides  # re-exported for callers
 from dclr.errors import ConfigError
 from dclr.flat_recipe import convert_flat
@@ -62,10 +62,15 @@ def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = No
         flat = {k: v for k, v in overrides.items() if "." not in k}
         values = flat if flat else {"method": overrides.get("method", "simcse")}
         overrides = {k: v for k, v in overrides.items() if "." in k}
-    # the flat format's own defaults apply to a recipe written in it, not to flat overrides
-    nested = convert_flat(values, source, from_file) if is_flat(values) else values
-    config = config_from_dict(apply_overrides(nested, overrides, method_sections), source)
-    return checked(check_written_phi(config, overrides))
+    try:
+        # the flat format's own defaults apply to a recipe written in it, not to flat overrides
+        nested = convert_flat(values, source, from_file) if is_flat(values) else values
+        config = config_from_dict(apply_overrides(nested, overrides, method_sections), source)
+        return checked(check_written_phi(config, overrides))
+    except ConfigError as err:
+        if recipe is None:
+            raise
+        raise located(err, source, overrides) from None
 
 
 def updated(config: TrainConfig, values: dict[str, Any]) -> TrainConfig:

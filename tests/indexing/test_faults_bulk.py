@@ -125,6 +125,25 @@ def test_jsonl_field_with_a_lone_surrogate_names_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"txt": "typo"}', r"t.jsonl:2: this object has no field 'text' \(it has \['txt'\]\)"),
+        ('{"text": 3}', r"t.jsonl:2: field 'text' is a int, not a string"),
+        ('["text"]', r"t.jsonl:2: each line must be a JSON object, not a list"),
+        ('{"text": "cut', r"t.jsonl:2: invalid JSON"),
+    ],
+)
+def test_a_jsonl_line_without_its_text_names_line_and_fix(tmp_path, line, message):
+    """A record missing the text field is an error (as a CSV row missing the column is), not a
+    silent blank; every JSONL error names the line and says how to fix it."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "fine"}\n' + line + "\n")
+    with pytest.raises(InputError, match=message) as err:
+        list(open_source(path, "text").rows())
+    assert "fix:" in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("code", "words"),
     [(errno.ENOSPC, "the disk is full"), (errno.EROFS, "read-only filesystem")],
 )

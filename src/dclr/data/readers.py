@@ -345,7 +345,13 @@ def _csv_rows(path: Path, column: str | None, delimiter: str) -> Iterator[str]:
                     fix="close the quote on that line (a literal quote inside a quoted field is "
                     'written twice: "a ""b"" c") or remove it',
                 ) from None
-            raise InputError(f"malformed CSV: {err}", path=path, line=reader.line_num) from None
+            raise InputError(
+                f"malformed CSV: {err}",
+                path=path,
+                line=reader.line_num,
+                fix="a field that holds the separator, a quote or a line break is quoted, and a "
+                'quote inside it written twice ("a ""b"" c"); TSV files follow the same rule',
+            ) from None
 
 
 def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[Any, Any] | None]]:
@@ -359,9 +365,19 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[Any, Any] | None]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise InputError(f"invalid JSON: {err.msg}", path=path, line=number) from None
+            raise InputError(
+                f"invalid JSON: {err.msg}",
+                path=path,
+                line=number,
+                fix='each line is one JSON object, e.g. {"text": "a sentence"}: fix or drop it',
+            ) from None
         if not isinstance(record, dict):
-            raise InputError("each line must be a JSON object", path=path, line=number)
+            raise InputError(
+                f"each line must be a JSON object, not a {type(record).__name__}",
+                path=path,
+                line=number,
+                fix='write it as an object with the text field, e.g. {"text": "a sentence"}',
+            )
         yield number, record
 
 
@@ -370,12 +386,21 @@ def _jsonl_rows(path: Path, column: str | None) -> Iterator[str]:
         if record is None:
             yield ""
             continue
+        if column not in record:
+            raise InputError(
+                f"this object has no field {column!r} (it has {sorted(map(str, record))[:5]})",
+                path=path,
+                line=number,
+                fix=f'add "{column}" to that line (an empty text is "{column}": ""), choose the '
+                "field with --column, or remove the line",
+            )
         value = record.get(column)
         if value is not None and not isinstance(value, str):
             raise InputError(
                 f"field {column!r} is a {type(value).__name__}, not a string",
                 path=path,
                 line=number,
+                fix=f'write the text as a JSON string ("{column}": "...") or drop that line',
             )
         if value and (bad := unencodable(value)) is not None:
             raise InputError(

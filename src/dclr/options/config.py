@@ -33,7 +33,13 @@ from typing import Any, Literal, cast, get_args, get_origin
 
 import yaml
 
-from dclr.configfile import check_choices, check_known, field_types, from_dict
+from dclr.configfile import (
+    check_choices,
+    check_known,
+    field_types,
+    from_dict,
+    unknown_option_error,
+)
 from dclr.data.sampling import FewShotSampling
 from dclr.data.senteval_text import StsText
 from dclr.errors import ConfigError
@@ -425,6 +431,13 @@ def build_config(
         if key == "method":
             continue
         if not isinstance(value, dict):
+            if key not in CORE_SECTIONS and key not in known:  # a typo of `method`, likely
+                raise unknown_option_error(
+                    [key],
+                    ["method", *CORE_SECTIONS, *known],
+                    source,
+                    "a recipe's top level holds `method:` and its sections",
+                )
             raise ConfigError(f"{source}: `{key}` must be a section (a mapping of option: value)")
         if key in CORE_SECTIONS:
             setattr(config, key, from_dict(CORE_SECTIONS[key], value, f"{source}: {key}"))

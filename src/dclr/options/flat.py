@@ -55,9 +55,13 @@ def core_field(key: str) -> tuple[str, str] | None:
 
 
 def is_flat(values: dict[str, Any]) -> bool:
-    """A pre-sections recipe: `model` is a string, or any key is neither a section nor `method`."""
+    """A pre-sections recipe: `model` is a string, or any key is neither a section nor `method`
+    (and no core section is written as one: there a stray key is a typo, `methd: simcse`, which
+    the sectioned reader names)."""
     if isinstance(values.get("model"), str):
         return True
+    if any(isinstance(values.get(name), dict) for name in CORE_SECTIONS):
+        return False
     return any(not isinstance(value, dict) and key != "method" for key, value in values.items())
 
 
