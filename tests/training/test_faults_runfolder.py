@@ -219,3 +219,24 @@ def test_resume_with_the_same_method_and_new_values_continues(model_dir, corpus_
     same = load_config(run / "config.yaml", {"optimisation.max_steps": 5})
     run_training(same, resume=True)
     assert [step for step, _ in _train_records(run)] == [1, 2, 3, 4, 5]
+
+
+def test_what_a_killed_export_left_is_removed_when_the_folder_is_claimed(
+    model_dir, corpus_file, tmp_path
+):
+    """A process killed mid-export leaves `.final.PID.tmp/` (a whole model) and maybe
+    `.best.PID.old/`; the next run of the folder (resume, overwrite or new) removes them under
+    its lock, and leaves everything else."""
+    from dclr.training.runfolder import claim
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".final.4242.tmp").mkdir()
+    (run / ".final.4242.tmp" / "model.safetensors").write_bytes(b"\0" * 1024)
+    (run / ".best.4242.old").mkdir()
+    (run / ".metrics.jsonl.4242.tmp").write_text("{")
+    (run / "notes.tmp").write_text("mine")  # not an atomic write's name: kept
+    with claim(run, resume=False, overwrite=False):
+        names = sorted(p.name for p in run.iterdir())
+    assert ".final.4242.tmp" not in names and ".best.4242.old" not in names
+    assert ".metrics.jsonl.4242.tmp" not in names and "notes.tmp" in names

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -135,6 +136,7 @@ def claim(run_dir: str | Path, resume: bool, overwrite: bool, main: bool = True)
     except OSError as err:
         raise atomic.named_os_error(err, run_dir) from err
     try:
+        remove_leftovers(run_dir)  # under the lock: no other writer can own them
         if overwrite:
             clear(run_dir)
         elif not resume:
@@ -162,6 +164,28 @@ def claim(run_dir: str | Path, resume: bool, overwrite: bool, main: bool = True)
         raise
     else:
         lock.release()
+
+
+# What `dclr.atomic` leaves when a process dies mid-write: `.NAME.PID.tmp` (a staged export or
+# file) and `.NAME.PID.old` (the folder it was replacing, moved aside).
+_LEFTOVER = re.compile(r"\.[^/]+\.\d+\.(tmp|old)")
+
+
+def remove_leftovers(run_dir: Path) -> list[str]:
+    """Delete what a killed process's atomic writes left in `run_dir` (a half-written `final/`
+    of a 1 GB model is 1 GB): called by the lock's holder, so none is a live write. Returns the
+    names removed."""
+    removed: list[str] = []
+    if not run_dir.is_dir():
+        return removed
+    for path in run_dir.iterdir():
+        if _LEFTOVER.fullmatch(path.name):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
 
 
 def remove_if_only_claimed(run_dir: Path) -> None:
