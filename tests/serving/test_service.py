@@ -256,6 +256,19 @@ def test_malformed_json_and_unknown_route(client):
     assert client.get("/v1/embeddings").status_code == 405
 
 
+@pytest.mark.parametrize(
+    "body", [b'{"input": "caf\xe9"}', b"[" * 5_000 + b"]" * 5_000], ids=["latin-1", "deep"]
+)
+def test_a_body_that_cannot_be_parsed_is_a_422_with_a_code(client, body):
+    """Bytes that are not UTF-8, or JSON nested deeper than the parser goes, are malformed
+    JSON: 422 `json_invalid`, as the docs promise (FastAPI alone answers 400 with no code)."""
+    error = _error(
+        client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"}),
+        422,
+    )
+    assert error["code"] == "json_invalid" and "not valid JSON" in error["message"]
+
+
 def test_body_limit_with_and_without_content_length(client, server):
     # 16 texts of 480 characters are within the text limits, but each "é" is 6 bytes of JSON
     # ("\u00e9"): 46 kB of body, over the 32 kB limit.

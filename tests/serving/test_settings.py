@@ -93,3 +93,22 @@ def test_only_an_open_bind_without_a_key_is_warned_of():
     keyed = for_bind(ServeSettings.from_options({"host": "0.0.0.0", "api_key": "k" * 32}))
     assert exposure_warning(keyed) is None
     assert exposure_warning(for_bind(ServeSettings.from_options({}))) is None
+
+
+def test_connection_settings_that_would_refuse_every_request_are_refused():
+    """--header-timeout 0 answered every request 408; the connection bounds are checked as the
+    per-request limits are."""
+    import pytest
+
+    from dclr.serving.settings import Connections
+
+    for bad, words in [
+        ({"header_timeout": 0}, "header_timeout must be > 0"),
+        ({"drain_timeout": -1}, "drain_timeout must be >= 0"),
+        ({"max_connections": 0}, "max_connections"),
+        ({"max_connections_per_client": 0}, "max_connections"),
+        ({"port": 70000}, "port must be 0-65535"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            Connections(**bad)
+    Connections(header_timeout=0.5, drain_timeout=0, port=0)  # the edges that are fine

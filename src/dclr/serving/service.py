@@ -163,6 +163,9 @@ def create_app(
     return app
 
 
+BODY_PARSE_FAILED = "There was an error parsing the body"  # fastapi.routing's 400 detail
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     """Every error as OpenAI-style JSON (never plain text), each with its status."""
 
@@ -189,6 +192,11 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, err: StarletteHTTPException) -> Response:
+        if err.status_code == 400 and err.detail == BODY_PARSE_FAILED:  # FastAPI's own words
+            # bytes that are not UTF-8, or JSON nested too deep to parse: malformed JSON, 422
+            # as the docs promise (not a bare 400 without a code)
+            message = "the body is not valid JSON (UTF-8 text, one JSON object)"
+            return validation_response(message, None, "json_invalid")
         return http_error_response(err.status_code, str(err.detail))
 
 

@@ -141,6 +141,16 @@ class Connections:
         "as uvicorn does.",
     )
 
+    def __post_init__(self) -> None:
+        if min(self.max_connections, self.max_connections_per_client) < 1:
+            raise ValueError("max_connections and max_connections_per_client must be >= 1")
+        if not self.header_timeout > 0:  # 0 would answer every request 408
+            raise ValueError(f"header_timeout must be > 0 seconds, got {self.header_timeout}")
+        if not self.drain_timeout >= 0:
+            raise ValueError(f"drain_timeout must be >= 0 seconds, got {self.drain_timeout}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0-65535, got {self.port}")
+
 
 @dataclass(frozen=True)
 class Limits:
