@@ -154,9 +154,12 @@ def test_encode_keeps_the_previous_file_when_its_write_fails(model_dir, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.txt", "v.npy"]  # no temp left
     under = runner.invoke(app, ["encode", str(model_dir), str(src), str(src / "v.npy"), *args])
     assert under.exit_code == 2 and "is a file, not a folder" in under.output
-    bare = runner.invoke(app, ["encode", str(model_dir), str(src), str(tmp_path / "w"), *args])
+    bare = runner.invoke(
+        app, ["encode", str(model_dir), str(src), str(tmp_path / "w"), *args, "--skip-blank"]
+    )
     assert bare.exit_code == 0 and np.load(tmp_path / "w.npy").shape == (2, 32)
     assert str(tmp_path / "w.npy") in " ".join(bare.output.split())
+    assert (tmp_path / "w.lines.txt").read_text() == "1\n2\n"  # named as before
 
 
 def test_encode_reads_a_table_column_as_encode_bulk_does(model_dir, tmp_path):

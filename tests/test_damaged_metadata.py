@@ -76,3 +76,8 @@ def test_a_cut_off_bulk_manifest_and_a_bare_index_json_are_named(model_dir, tmp_
     (index / "index.json").write_text(json.dumps({"format": "dclr-index-1", "files": []}))
     with pytest.raises(InputError, match="params"):
         read_meta(index)
+    bare = {"format": "dclr-index-1", "params": {}, "files": {}, "count": 3, "pooler": "mean",
+            "model_fingerprint": "x"}  # fmt: skip
+    (index / "index.json").write_text(json.dumps(bare))
+    with pytest.raises(InputError, match="needs `dim`"):
+        read_meta(index)

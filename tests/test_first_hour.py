@@ -57,6 +57,15 @@ def test_a_bad_value_or_key_in_a_recipe_names_its_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(recipe, {"model.pooler": "mean"})
     assert str(err.value).startswith(f"{recipe}:6: max_steps must be a number")
+    twice = tmp_path / "twice.yaml"  # batch_size is an optimisation option, misplaced in run
+    twice.write_text("model:\n  name: m\noptimisation:\n  batch_size: 8\nrun:\n  batch_size: 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(twice, {})
+    assert str(err.value).startswith(f"{twice}:6: run: unknown option 'batch_size'")
+    only = tmp_path / "only.yaml"  # a method section alone: still not a flat recipe
+    only.write_text("methd: dclr\ndclr:\n  noise_ratio: 1.0\n")
+    with pytest.raises(ConfigError, match=r"only\.yaml:1: unknown option 'methd' \(did you"):
+        load_config(only, {})
     typo = tmp_path / "t.yaml"
     typo.write_text("model:\n  name: m\nmethd: simcse\n")
     with pytest.raises(

@@ -140,6 +140,8 @@ def evaluate(
     packing: bool = True,
     batch_size: int | None = None,
     device: str = "auto",
+    sts_text: str = "raw",
+    released_geometry: bool = False,
 ) -> dict[str, Any]:
     """`dclr eval` from Python: the same options, the same checks, and the results `dclr eval
     --json` writes (one flat dict: model, mode, pooler, the STS scores, `transfer/<task>`,
@@ -151,7 +153,16 @@ def evaluate(
     given. `model` is a folder, hub id or `python-package:NAME`, loaded at `precision` (default
     fp32, or the precision `index` was built with). See `dclr.evaluation.plan` for the plan."""
     plan = EvalPlan.from_options(
-        mode, tasks, task_set, retrieval, split, index, transfer_mode, precision
+        mode,
+        tasks,
+        task_set,
+        retrieval,
+        split,
+        index,
+        transfer_mode,
+        precision,
+        sts_text,
+        released_geometry,
     )
     return run_plan(
         plan, model, data_dir, pooler, packing=packing, batch_size=batch_size, device=device

@@ -231,8 +231,12 @@ def located(err: ConfigError, path: str | Path, overrides: dict[str, Any]) -> Co
     elif prefix in text or text.startswith("--set"):  # located already, or an override's
         return err
     named = text.split("; known:")[0]  # not the list of every option it could have been
+    lines = key_lines(path)
+    section = re.match(r"(\w+): ", text)  # "run: unknown option 'batch_size'": that section's
+    if section is not None and section.group(1) in lines:
+        lines = {k: v for k, v in lines.items() if k.startswith(f"{section.group(1)}.")}
     found: list[tuple[int, int, int]] = []  # (quoted first, position, line)
-    for name, line in key_lines(path).items():
+    for name, line in lines.items():
         leaf = name.rsplit(".", 1)[-1]
         if name in overrides or leaf in overrides:
             continue

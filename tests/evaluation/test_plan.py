@@ -90,11 +90,13 @@ def test_split_tasks_keeps_simcses_selection():
 def test_the_precision_defaults_to_the_indexs(tmp_path):
     index = tmp_path / "index"
     index.mkdir()
-    (index / INDEX_META).write_text(json.dumps({"format": FORMAT_VERSION, "precision": "int8"}))
+    meta = {"format": FORMAT_VERSION, "params": {}, "dim": 32, "count": 1, "pooler": "mean",
+            "model_fingerprint": "x"}  # fmt: skip  # what read_meta requires of any index.json
+    (index / INDEX_META).write_text(json.dumps({**meta, "precision": "int8"}))
     plan = EvalPlan.from_options(retrieval=BEIR, index=index)
     assert plan.precision == "int8" and plan.index == index
     assert EvalPlan.from_options(retrieval=BEIR, index=index, precision="fp32").precision == "fp32"
-    (index / INDEX_META).write_text(json.dumps({"format": FORMAT_VERSION}))
+    (index / INDEX_META).write_text(json.dumps(meta))
     assert EvalPlan.from_options(retrieval=BEIR, index=index).precision == "fp32"
     with pytest.raises(InputError, match="not an index folder"):
         EvalPlan.from_options(retrieval=BEIR, index=tmp_path)
@@ -122,6 +124,20 @@ def test_evaluate_returns_what_dclr_eval_json_writes(tiny_model_dir, data_dir, t
     assert _without_times(results) == _without_times(written)
     assert {"model", "mode", "pooler", *DEV, "avg", "alignment", "uniformity"} <= set(results)
     assert results["model"] == model and results["pooler"] == "mean" and "precision" not in results
+
+
+def test_evaluate_takes_every_option_of_dclr_eval():
+    """`dclr.evaluate` names every option `dclr eval` has (the model and --json aside), so a
+    new command-line option cannot be missing from Python."""
+    import inspect
+
+    import typer.main
+
+    from dclr.cli.main import app as cli
+
+    command = next(c for c in typer.main.get_command(cli).commands.values() if c.name == "eval")
+    options = {p.name for p in command.params} - {"model", "json_out"}
+    assert options <= set(inspect.signature(dclr.evaluate).parameters)
 
 
 def test_evaluate_on_a_beir_folder_is_dclr_evals_retrieval(tiny_model_dir, tmp_path):

@@ -391,3 +391,15 @@ def test_uniformity_report_prefers_the_released_estimator_when_logged(tmp_path: 
         md = build_report("uniformity", registry, tmp_path / "r").read_text()
     assert "released estimator" in md
     assert _table(md, "method") == [["DCLR", "10", "-0.500"], ["SimCSE", "10", "-0.500"]]
+    # one method without it: both are drawn from the whole-set values, never a mix
+    other = tmp_path / "exp2"
+    write_run(other, "simcse", method="simcse", seed=42, uniformity=[(10, -1.0)],
+              labels={"uniformity": [_cells(method="simcse")]})  # fmt: skip
+    run = write_run(other, "dclr", method="dclr", seed=42, uniformity=[(10, -1.0)],
+                    labels={"uniformity": [_cells(method="dclr")]})  # fmt: skip
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 10, "kind": "eval", "uniformity_released": -0.5}) + "\n")
+    with _index(other) as registry:
+        mixed = build_report("uniformity", registry, tmp_path / "r2").read_text()
+    assert "released estimator" not in mixed
+    assert _table(mixed, "method") == [["DCLR", "10", "-1.000"], ["SimCSE", "10", "-1.000"]]

@@ -147,7 +147,7 @@ def test_an_index_folder_never_chooses_code_to_import(tmp_path):
     marker = tmp_path / "ran"
     (folder / "dclr_model.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
     meta = {"format": FORMAT_VERSION, "model": "python-package:dclr_model", "pooler": "mean",
-            "count": 1, "params": {"kind": "flat"}}  # fmt: skip
+            "count": 1, "dim": 32, "model_fingerprint": "x", "params": {"kind": "flat"}}  # fmt: skip
     (folder / "index.json").write_text(json.dumps(meta))
     env = {**os.environ, "TQDM_DISABLE": "1"}
     done = subprocess.run([sys.executable, "-m", "dclr", "search", "a query", "--index", "."],

@@ -137,12 +137,14 @@ def test_saved_calibration_is_reused_only_when_its_inputs_are_unchanged():
         ("dclr", "complementary_model", "other"),
         ("model", "max_length", 64),
         ("run", "seed", 2),
+        ("data", "paraphrase_sources", "sick"),  # any data option: the corpus sampled
     ]:
         changed = {**config, section: {**config[section], key: value}}
         assert saved_calibration(start, changed) is None, key
-    # the paraphrase pairs count for paraphrase_recall only
-    elsewhere = {**config, "data": {"data_dir": "e", "paraphrase_sources": "sts"}}
-    assert saved_calibration(start, elsewhere) == record
+    # a scorer folder retrained in place: its recorded weights differ from the folder's now
+    weighed = {**start, "start_records": {"calibration": {**record, "scorer_weights": "ab12"}}}
+    assert saved_calibration(weighed, config, "ab12") == {**record, "scorer_weights": "ab12"}
+    assert saved_calibration(weighed, config, "cd34") is None
 
 
 def test_cache_is_built_once_and_matches_on_the_fly(model_dir, corpus_file, tmp_path):
@@ -329,3 +331,34 @@ def test_the_cache_knows_a_model_retrained_in_place(model_dir, corpus_file, tmp_
         CachedComplementary.build_or_load(
             named, retrained, corpus, str(folder), 32, show_progress=False
         )
+
+
+def test_a_cache_from_before_the_weights_were_recorded_is_upgraded_not_rebuilt(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """A named cache whose record holds the bare model spec (written by an older dclr), and a
+    default cache under the old key, are taken (with a warning) and their record upgraded."""
+    import dclr.losses.complementary as complementary
+
+    monkeypatch.setattr(complementary, "default_cache_root", lambda: tmp_path / "shared")
+    corpus = TextFileCorpus(corpus_file)
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooler="mean")
+    spec = str(model_dir)
+    named = tmp_path / "c.npy"
+    CachedComplementary.build_or_load(named, encoder, corpus, spec, 32, show_progress=False)
+    record = json.loads(named.with_suffix(".json").read_text())
+    old = {**record, "model": spec}  # what the record held before
+    named.with_suffix(".json").write_text(json.dumps(old))
+    with pytest.warns(UserWarning, match="before dclr recorded the model's weights"):
+        CachedComplementary.build_or_load(named, encoder, corpus, spec, 32, show_progress=False)
+    assert json.loads(named.with_suffix(".json").read_text()) == record  # upgraded
+    # a default cache under the key of the old record: found, not encoded again
+    legacy = complementary._default_path(old)
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(named.read_bytes())
+    legacy.with_suffix(".json").write_text(json.dumps(old))
+    path, _ = CachedComplementary.locate(None, "mean", corpus, spec, 32)
+    assert path == legacy
+    monkeypatch.setattr(complementary, "encode_rows", lambda *a, **k: 1 / 0)  # never called
+    with pytest.warns(UserWarning, match="upgraded"):
+        CachedComplementary.build_or_load(None, encoder, corpus, spec, 32, show_progress=False)

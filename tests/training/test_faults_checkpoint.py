@@ -224,3 +224,14 @@ def test_a_changed_model_is_refused_and_the_intact_checkpoint_kept(
     assert [p.name for p in (run / "checkpoints").iterdir() if p.name.endswith(".corrupt")] == []
     trainer_for(make_config(model_dir, corpus_file, run)).train(resume=True)
     assert max(losses(run)) == STEPS
+
+
+def test_only_a_shape_mismatch_is_blamed_on_the_config():
+    """A verified checkpoint that fails to load for memory, disk or library reasons is not
+    reported as "the config changed" (it is kept either way)."""
+    from dclr.training.checkpoint import _shape_mismatch
+
+    assert _shape_mismatch(RuntimeError("Error(s) in loading state_dict for M: Missing key(s)"))
+    assert _shape_mismatch(ValueError("loaded state dict has a different number of groups"))
+    assert not _shape_mismatch(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    assert not _shape_mismatch(OSError(5, "Input/output error"))

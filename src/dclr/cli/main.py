@@ -558,6 +558,7 @@ def encode_cmd(
     from dclr.data.readers import open_source
     from dclr.models.precision import load_inference_encoder
 
+    given = output  # the rows file of --skip-blank is named after it, as it always was
     if output.suffix != ".npy":  # what np.save would name it
         output = output.with_name(output.name + ".npy")
     try:
@@ -585,7 +586,7 @@ def encode_cmd(
         fail(err)
     shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
     if skip_blank:
-        rows = output.with_name(output.name + ".lines.txt")
+        rows = given.with_name(given.name + ".lines.txt")
         write_text(rows, "".join(f"{i}\n" for i in kept))
         note = f"{len(blank)} blank line(s) left out ({shown}); row -> line numbers in {rows}"
     elif blank:

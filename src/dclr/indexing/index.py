@@ -420,6 +420,13 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
             path=path,
             fix=rebuild,
         )
+    for key, kind in (("dim", int), ("count", int), ("model_fingerprint", str), ("pooler", str)):
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise InputError(
+                f"index.json needs `{key}` ({kind.__name__}), found {meta.get(key)!r}",
+                path=path,
+                fix=rebuild,
+            )
     try:
         IndexParams(**params)
     except TypeError as err:  # a key IndexParams does not have

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -119,19 +120,42 @@ def encode_rows(
     return vectors.astype(np.float16)
 
 
+def _default_path(expected: dict[str, object]) -> Path:
+    """The shared cache file of a metadata record (`~/.cache/dclr/complementary/<key>.npy`)."""
+    key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:20]
+    return default_cache_root() / f"{key}.npy"
+
+
+def _legacy_of(found: dict[str, object], expected: dict[str, object]) -> bool:
+    """`found` is `expected` as written before the record held the weights' digest: the same
+    in every field but `model`, which is the bare spec the identity starts with."""
+    model = str(expected["model"])
+    if found.get("model") == model or " (weights sha256 " not in model:
+        return False
+    bare = model.split(" (weights sha256 ")[0]
+    return found.get("model") == bare and {**found, "model": model} == expected
+
+
 def model_identity(spec: str) -> str:
     """The complementary model as its cache records it: `spec`, and for a model on disk (a
     folder, `python-package:NAME`) the digest of its .safetensors files, so a folder retrained
     in place or a package upgraded is another model and never reuses the old vectors. A hub id
     is recorded as named (its files are not read here)."""
+    digest = weights_digest(spec)
+    return spec if digest is None else f"{spec} (weights sha256 {digest})"
+
+
+def weights_digest(spec: str) -> str | None:
+    """16 hex digits of sha256 over the .safetensors files of the model `spec` names when it is
+    on disk (a folder, `python-package:NAME`); None for a hub id or a folder without them."""
     from dclr.models.resolve import resolve_model
 
     folder = Path(resolve_model(spec)).expanduser()
     files = sorted(folder.rglob("*.safetensors")) if folder.is_dir() else []
     if not files:
-        return spec
+        return None
     stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    return f"{spec} (weights sha256 {_weights_digest(folder, stats)[:16]})"
+    return _weights_digest(folder, stats)[:16]
 
 
 @functools.lru_cache(maxsize=16)
@@ -195,8 +219,10 @@ class CachedComplementary:
             "batching": CACHE_BATCHING,
         }
         if cache is None:
-            key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:20]
-            cache = default_cache_root() / f"{key}.npy"
+            cache = _default_path(expected)
+            legacy = _default_path({**expected, "model": model_id})
+            if not CachedComplementary.exists(cache) and CachedComplementary.exists(legacy):
+                cache = legacy  # built before the key held the weights: `load` upgrades it
         return cache, expected
 
     @staticmethod
@@ -222,6 +248,16 @@ class CachedComplementary:
     ) -> CachedComplementary:
         meta_path = cache.with_suffix(".json")
         found = json.loads(meta_path.read_text())
+        if _legacy_of(found, expected):
+            warnings.warn(
+                f"{cache}: a complementary cache written before dclr recorded the model's "
+                "weights; it is taken as this model's and its record upgraded (delete it to "
+                "rebuild if the model folder was retrained since)",
+                UserWarning,
+                stacklevel=2,
+            )
+            atomic.write_text(meta_path, json.dumps(expected, indent=2) + "\n")
+            found = expected
         if found != expected:
             diff = [k for k in expected if found.get(k) != expected[k]]
             detail = "; ".join(

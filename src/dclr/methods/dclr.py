@@ -68,6 +68,7 @@ def calibrate(
     """phi from the complementary model's own similarities (`dclr.losses.calibration`)."""
     from dclr.data.paraphrases import gold_paraphrase_pairs, parse_sources
     from dclr.data.paths import resolve_data_dir
+    from dclr.losses.complementary import weights_digest
     from dclr.methods.dclr_calibrate import calibrate_phi
     from dclr.models.encoder import SentenceEncoder
 
@@ -80,7 +81,7 @@ def calibrate(
             resolve_data_dir(config.data.data_dir), parse_sources(config.data.paraphrase_sources)
         )
         pairs = [(p.first, p.second) for p in gold]
-    return calibrate_phi(
+    record = calibrate_phi(
         section.phi_calibration,
         section.phi_calibration_target,
         scorer,
@@ -89,37 +90,43 @@ def calibrate(
         max_length=config.model.max_length,
         seed=config.run.seed,
     )
+    digest = weights_digest(spec)
+    if digest is not None:  # which weights scored: a resume compares them (`saved_calibration`)
+        record["scorer_weights"] = digest
+    return record
 
 
 def calibration_inputs(config: Mapping[str, Any]) -> dict[str, Any]:
     """What `calibrate` derives phi from, read from a config's `to_dict()` form: its rule, the
-    scorer, the sentences' length, the sample's seed and, for paraphrase_recall, the pairs."""
+    scorer, the sentences' length, the sample's seed and the data section (the corpus it
+    samples, the paraphrase pairs of paraphrase_recall)."""
     section, model, data = config.get("dclr") or {}, config.get("model") or {}, config.get("data")
-    inputs = {
+    return {
         "mode": section.get("phi_calibration"),
         "target": section.get("phi_calibration_target"),
         "scorer": section.get("complementary_model") or model.get("name"),
         "pooler": section.get("complementary_pooler"),
         "max_length": model.get("max_length"),
         "seed": (config.get("run") or {}).get("seed"),
+        "data": data,  # the corpus sampled (few-shot, dedup, ...) and the paraphrase pairs
     }
-    if inputs["mode"] == "paraphrase_recall":
-        inputs["pairs"] = [(data or {}).get(k) for k in ("data_dir", "paraphrase_sources")]
-    return inputs
 
 
 def saved_calibration(
-    saved_start: Mapping[str, Any], config: Mapping[str, Any]
+    saved_start: Mapping[str, Any], config: Mapping[str, Any], scorer_weights: str | None = None
 ) -> dict[str, Any] | None:
     """The calibration a resumed run saved (its step-0 record, phi in it), when the config
-    (`to_dict()` form) still calibrates from the same inputs; else None, and phi is calibrated:
-    a run started, one checkpointed before dclr saved it, or one resumed with a new rule, target
-    or scorer. (The corpus is the run's own: a resumed run keeps its data.)"""
+    (`to_dict()` form) still calibrates from the same inputs and the scorer's weights are those
+    it recorded (`scorer_weights`: `weights_digest` of the scorer now, None for a hub id); else
+    None, and phi is calibrated: a run started, one checkpointed before dclr saved it, or one
+    resumed with a new rule, target, scorer, data section or a scorer retrained in place."""
     record = (saved_start.get("start_records") or {}).get("calibration")
     phi = (saved_start.get("derived") or {}).get("false_negative_threshold")
     if not isinstance(record, dict) or not isinstance(phi, float) or record.get("phi") != phi:
         return None
     if calibration_inputs(saved_start.get("config") or {}) != calibration_inputs(config):
+        return None
+    if record.get("scorer_weights") != scorer_weights:  # the scorer's folder was retrained
         return None
     return dict(record)
 
@@ -198,7 +205,10 @@ class DCLR(ContrastiveMethod):
         # a calibrated phi is the loss's input, the calibration its step-0 record, and phi the
         # value the run reports (start, results.json, model card) in place of the config's; a
         # resumed run takes both from its checkpoint (`run.saved_start`), not measured again
-        saved = saved_calibration(run.saved_start, config.to_dict())
+        from dclr.losses.complementary import weights_digest
+
+        spec = section.complementary_model or config.model.name
+        saved = saved_calibration(run.saved_start, config.to_dict(), weights_digest(spec))
         if saved is not None:
             announce(f"phi_calibration: phi {short_number(saved['phi'])} as calibrated before "
                      "step 1, from the run's checkpoint")  # fmt: skip

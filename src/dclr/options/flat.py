@@ -60,8 +60,8 @@ def is_flat(values: dict[str, Any]) -> bool:
     the sectioned reader names)."""
     if isinstance(values.get("model"), str):
         return True
-    if any(isinstance(values.get(name), dict) for name in CORE_SECTIONS):
-        return False
+    if any(isinstance(value, dict) and key != "extra" for key, value in values.items()):
+        return False  # a section (core or a method's): a flat recipe has none (`extra` aside)
     return any(not isinstance(value, dict) and key != "method" for key, value in values.items())
 
 

@@ -355,6 +355,24 @@ def changed_values(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return changes
 
 
+def _shape_mismatch(err: BaseException) -> bool:
+    """A checkpoint that does not fit the model or optimizer being resumed (torch's strict
+    state-dict load, the optimizer's parameter groups), as opposed to a failure of memory, disk
+    or library."""
+    if isinstance(err, ValueError | KeyError):  # Optimizer / scheduler load_state_dict
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(
+        words in text
+        for words in (
+            "Error(s) in loading state_dict",
+            "size mismatch",
+            "Missing key",
+            "Unexpected key",
+        )
+    )
+
+
 def mismatch_error(
     path: Path, saved: dict[str, Any], current: dict[str, Any] | None, err: BaseException
 ) -> ConfigError:
@@ -419,8 +437,15 @@ def resume_checkpoint(
             try:
                 return path, load_checkpoint(path, model, optimizer, scheduler, extra, scaler)
             except (CorruptCheckpoint, ValueError, KeyError) as err:
-                if (path / MANIFEST).is_file():  # verified byte for byte: not damaged
-                    raise mismatch_error(path, state, config, err.__cause__ or err) from err
+                if (path / MANIFEST).is_file():  # verified byte for byte: never renamed
+                    cause = err.__cause__ or err
+                    if _shape_mismatch(cause):
+                        raise mismatch_error(path, state, config, cause) from err
+                    raise ConfigError(
+                        f"{path} is intact (every file matches its manifest) but cannot be "
+                        f"loaded here: {type(cause).__name__}: {cause}\n  fix: see the error "
+                        "(memory, disk, library versions); the checkpoint is kept as it is"
+                    ) from err
                 if not isinstance(err, CorruptCheckpoint):
                     raise
                 problem = str(err)

@@ -218,8 +218,9 @@ def section_uniformity(rep: Report, runs: list[RunData], out: Path) -> None:
     # DCLR's released estimator when the runs logged it (run.released_geometry): the one the
     # paper's curve was drawn with; else the whole-set definition over the STS-B dev sentences
     released = _curves(runs, "uniformity_released")
-    if any(steps for steps, _ in released.values()):
-        curves, where = released, "released estimator: batches of 128 STS-B train + dev pairs"
+    if released and all(steps for steps, _ in released.values()):  # every method logged it
+        curves = released  # no step 0: the starting model's before.json is a test-mode eval
+        where = "released estimator: batches of 128 STS-B train + dev pairs; no step 0"
     else:
         curves, where = _curves(runs, "uniformity"), "STS-B dev sentences"
     rep.heading(f"Uniformity loss ℓ_uniform vs training step ({where})")
