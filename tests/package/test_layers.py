@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
                 "shipped_recipes",
                 "distributed",
                 "heap",
+                "jsonfile",  # JSON files read back, damaged ones named (errors only)
             },
         ),
         ("data", {"data"}),  # readers of every file format; no model
