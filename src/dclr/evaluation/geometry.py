@@ -50,12 +50,10 @@ def released_geometry(
     aligns, uniforms = [], []
     for x1, x2, scores in splits:
         for start in range(0, len(scores), batch):
-            a = F.normalize(x1[start : start + batch].double(), dim=-1)
-            b = F.normalize(x2[start : start + batch].double(), dim=-1)
+            a, b = x1[start : start + batch], x2[start : start + batch]
             positive = torch.from_numpy(
                 np.asarray(scores[start : start + batch]) >= RELEASED_ALIGN_MIN
             )
-            aligns.append((a[positive] - b[positive]).norm(dim=1).pow(ALIGN_ALPHA).mean().item())
-            both = torch.cat([a, b])
-            uniforms.append(torch.pdist(both, p=2).pow(2).mul(-UNIFORM_T).exp().mean().log().item())
+            aligns.append(alignment(a[positive], b[positive]))  # NaN when none is positive
+            uniforms.append(uniformity(torch.cat([a, b])))
     return {"alignment": float(np.mean(aligns)), "uniformity": float(np.mean(uniforms))}

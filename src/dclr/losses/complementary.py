@@ -33,6 +33,7 @@ import torch
 from dclr import atomic
 from dclr.data.corpus import TextFileCorpus
 from dclr.errors import InputError
+from dclr.jsonfile import read_json
 from dclr.losses.simcse import cosine_matrix
 from dclr.models.encoder import SentenceEncoder
 
@@ -247,7 +248,7 @@ class CachedComplementary:
         cls, cache: Path, expected: dict[str, object], device: torch.device | str = "cpu"
     ) -> CachedComplementary:
         meta_path = cache.with_suffix(".json")
-        found = json.loads(meta_path.read_text())
+        found = read_json(meta_path, "delete the cache (and its .json) to rebuild it")
         if _legacy_of(found, expected):
             warnings.warn(
                 f"{cache}: a complementary cache written before dclr recorded the model's "

@@ -207,16 +207,18 @@ class DCLR(ContrastiveMethod):
         # resumed run takes both from its checkpoint (`run.saved_start`), not measured again
         from dclr.losses.complementary import weights_digest
 
-        spec = section.complementary_model or config.model.name
-        saved = saved_calibration(run.saved_start, config.to_dict(), weights_digest(spec))
+        saved = None
+        if (run.saved_start.get("start_records") or {}).get("calibration"):  # a resumed run
+            spec = section.complementary_model or config.model.name
+            saved = saved_calibration(run.saved_start, config.to_dict(), weights_digest(spec))
+            if saved is None:
+                announce("phi_calibration: the checkpoint's phi was calibrated from other "
+                         "settings, data or scorer weights: calibrating again")  # fmt: skip
         if saved is not None:
             announce(f"phi_calibration: phi {short_number(saved['phi'])} as calibrated before "
                      "step 1, from the run's checkpoint")  # fmt: skip
             calibration = saved
         else:
-            if (run.saved_start.get("start_records") or {}).get("calibration"):
-                announce("phi_calibration: the checkpoint's phi was calibrated with other "
-                         "settings (rule, target, scorer, length or seed): calibrating again")  # fmt: skip
             with phase("phi_calibration"):
                 calibration = calibrate(config, section, run.data, run.device)
         phi = calibration["phi"]
