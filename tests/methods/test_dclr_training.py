@@ -362,3 +362,33 @@ def test_a_cache_from_before_the_weights_were_recorded_is_upgraded_not_rebuilt(
     monkeypatch.setattr(complementary, "encode_rows", lambda *a, **k: 1 / 0)  # never called
     with pytest.warns(UserWarning, match="upgraded"):
         CachedComplementary.build_or_load(None, encoder, corpus, spec, 32, show_progress=False)
+
+
+def test_a_hub_model_in_the_local_cache_is_recorded_with_its_weights(
+    model_dir, tmp_path, monkeypatch
+):
+    """A hub id's snapshot in the local Hugging Face cache is what loading reads: its weights
+    are digested as a folder's are, so an updated snapshot is another model; a hub id that is
+    not cached (or not a valid id) is recorded by name."""
+    import shutil
+
+    import huggingface_hub.constants
+
+    from dclr.losses.complementary import model_identity
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--someone--guide"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    shutil.copytree(model_dir, snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    same_weights = model_identity(str(model_dir)).split(" (")[1]
+    assert model_identity("someone/guide") == f"someone/guide ({same_weights}"
+    assert model_identity("someone/not-cached") == "someone/not-cached"
+    assert model_identity("not a valid id!") == "not a valid id!"
+    (repo / "refs" / "main").write_text("b" * 40)  # the hub's main moved to other weights
+    other = repo / "snapshots" / ("b" * 40)
+    shutil.copytree(model_dir, other)
+    (other / "model.safetensors").write_bytes(b"other")
+    assert model_identity("someone/guide") != f"someone/guide ({same_weights}"

@@ -138,21 +138,23 @@ def _legacy_of(found: dict[str, object], expected: dict[str, object]) -> bool:
 
 
 def model_identity(spec: str) -> str:
-    """The complementary model as its cache records it: `spec`, and for a model on disk (a
-    folder, `python-package:NAME`) the digest of its .safetensors files, so a folder retrained
-    in place or a package upgraded is another model and never reuses the old vectors. A hub id
-    is recorded as named (its files are not read here)."""
+    """The complementary model as its cache records it: `spec`, and the digest of its
+    .safetensors files (a folder, `python-package:NAME`, or a hub id's snapshot in the local
+    Hugging Face cache), so a folder retrained in place, a package upgraded or a hub model
+    updated is another model and never reuses the old vectors. A hub id not in the local cache
+    is recorded as named."""
     digest = weights_digest(spec)
     return spec if digest is None else f"{spec} (weights sha256 {digest})"
 
 
 def weights_digest(spec: str) -> str | None:
     """16 hex digits of sha256 over the .safetensors files of the model `spec` names when it is
-    on disk (a folder, `python-package:NAME`); None for a hub id or a folder without them."""
-    from dclr.models.resolve import resolve_model
+    on disk (a folder, `python-package:NAME`, a hub id's snapshot in the local Hugging Face
+    cache); None for a hub id not in the cache or a folder without them."""
+    from dclr.models.resolve import local_folder
 
-    folder = Path(resolve_model(spec)).expanduser()
-    files = sorted(folder.rglob("*.safetensors")) if folder.is_dir() else []
+    folder = local_folder(spec)
+    files = sorted(folder.rglob("*.safetensors")) if folder is not None else []
     if not files:
         return None
     stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)

@@ -117,9 +117,10 @@ def saved_calibration(
 ) -> dict[str, Any] | None:
     """The calibration a resumed run saved (its step-0 record, phi in it), when the config
     (`to_dict()` form) still calibrates from the same inputs and the scorer's weights are those
-    it recorded (`scorer_weights`: `weights_digest` of the scorer now, None for a hub id); else
-    None, and phi is calibrated: a run started, one checkpointed before dclr saved it, or one
-    resumed with a new rule, target, scorer, data section or a scorer retrained in place."""
+    it recorded (`scorer_weights`: `weights_digest` of the scorer now, None for a hub id not in
+    the local cache); else None, and phi is calibrated: a run started, one checkpointed before
+    dclr saved it, or one resumed with a new rule, target, scorer, data section or a scorer
+    retrained in place."""
     record = (saved_start.get("start_records") or {}).get("calibration")
     phi = (saved_start.get("derived") or {}).get("false_negative_threshold")
     if not isinstance(record, dict) or not isinstance(phi, float) or record.get("phi") != phi:

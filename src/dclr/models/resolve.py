@@ -130,15 +130,35 @@ def check_model_file_sizes(folder: Path) -> None:
             )
 
 
+def _cached_snapshot(hub_id: str) -> Path | None:
+    """The folder of `hub_id`'s snapshot in the local Hugging Face cache (the one transformers
+    loads), or None when it is not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(hub_id, "config.json")
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def local_folder(spec: str) -> Path | None:
+    """The folder on disk that loading `spec` reads: a folder, `python-package:NAME`'s folder,
+    or a hub id's snapshot in the local cache; None when there is none (a hub id not cached)."""
+    resolved = resolve_model(spec)
+    if not _is_local(resolved):
+        try:
+            return _cached_snapshot(resolved)
+        except ValueError:  # not a valid repo id: nothing is cached under it
+            return None
+    folder = Path(resolved).expanduser()
+    return folder if folder.is_dir() else None
+
+
 def check_model_folder(name_or_path: str) -> None:
     """Raise InputError naming the path if a local path is not a model folder, or if it (or the
     cached snapshot of a hub id) holds a file over the read bound (`check_model_file_sizes`)."""
     if not _is_local(name_or_path):
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name_or_path, "config.json")
-        if isinstance(cached, str):  # what transformers will read from the local cache
-            check_model_file_sizes(Path(cached).parent)
+        snapshot = _cached_snapshot(name_or_path)
+        if snapshot is not None:  # what transformers will read from the local cache
+            check_model_file_sizes(snapshot)
         return
     path = Path(name_or_path)
     if not path.exists():
