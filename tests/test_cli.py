@@ -495,3 +495,33 @@ def test_help_paragraphs_are_not_hard_wrapped():
     assert checked > 20
     result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "80"})
     assert "refused, naming the holder. SIGTERM" in " ".join(result.output.split())
+
+
+def test_output_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Commands' output files (`--json`, `--output`) go through `save_output`: a temp name
+    renamed when complete. A failing write (full disk) keeps the previous file, leaves no temp
+    and exits with the named problem; an output under a file is named."""
+    import errno
+
+    from dclr import atomic
+
+    recipe = tmp_path / "flat.yaml"
+    recipe.write_text("model: m\nmethod: simcse\nbatch_size: 8\n")
+    out = tmp_path / "deep" / "sections.yaml"
+    first = runner.invoke(app, ["config", "convert", str(recipe), "-o", str(out)])
+    assert first.exit_code == 0, first.output
+    before = out.read_bytes()
+    assert b"batch_size: 8" in before
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", full_disk)
+    recipe.write_text("model: m\nmethod: simcse\nbatch_size: 16\n")
+    failed = runner.invoke(app, ["config", "convert", str(recipe), "-o", str(out)])
+    monkeypatch.undo()
+    assert failed.exit_code == 2 and "disk is full" in failed.output, failed.output
+    assert out.read_bytes() == before
+    assert [p.name for p in out.parent.iterdir()] == ["sections.yaml"]  # no temp left
+    under = runner.invoke(app, ["config", "convert", str(recipe), "-o", str(recipe / "x.yaml")])
+    assert under.exit_code == 2 and "is a file, not a folder" in under.output

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dclr.cli.tools import console, fail, out, quiet_hf, rte_table
+from dclr.cli.tools import console, fail, out, quiet_hf, rte_table, save_output
 from dclr.errors import DclrError
 
 app = typer.Typer(
@@ -110,8 +110,7 @@ def implicitness_cmd(
     if output is None:
         out.print(text, end="", highlight=False, markup=False)
     else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text)
+        save_output(output, text)
         console.print(f"wrote {len(sentences)} scores to {output}")
 
 
@@ -145,8 +144,7 @@ def rte_cmd(
         fail(err)
     out.print(rte_table("RTE on INLI test, accuracy x100", results))
     if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(results, indent=2) + "\n")
+        save_output(json_out, json.dumps(results, indent=2) + "\n")
 
 
 @app.command("eis")
@@ -180,5 +178,4 @@ def eis_cmd(
         f"({result['ties']} ties)"
     )
     if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps({"model": model, **result}, indent=2) + "\n")
+        save_output(json_out, json.dumps({"model": model, **result}, indent=2) + "\n")

@@ -25,6 +25,7 @@ from dclr.cli.tools import (
     quiet_hf,
     reflow_help,
     rte_table,
+    save_output,
     scores_table,
     train_keys_help,
 )
@@ -240,8 +241,7 @@ def eval_cmd(
     except DclrError as err:
         fail(err)
     if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(results, indent=2) + "\n")
+        save_output(json_out, json.dumps(results, indent=2) + "\n")
 
 
 def render_sts(results: dict[str, Any], plan: EvalPlan) -> None:
@@ -850,7 +850,7 @@ def config_convert(
     if output is None:
         out.print(text, end="", highlight=False, markup=False)
     else:
-        output.write_text(text)
+        save_output(output, text)
         console.print(f"wrote {output}")
 
 

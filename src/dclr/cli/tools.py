@@ -54,6 +54,21 @@ def parent_folder(output: Path) -> Path:
     return output.parent
 
 
+def save_output(output: Path, text: str) -> None:
+    """Write a command's output file whole or not at all (a temp name renamed when complete),
+    creating its folder; a storage failure or a path through a file exits as a named error."""
+    from dclr.atomic import named_os_error, write_text
+    from dclr.errors import DclrError
+
+    try:
+        parent_folder(output)
+        write_text(output, text)
+    except DclrError as err:
+        fail(err)
+    except OSError as err:
+        fail(named_os_error(err, output))
+
+
 def fail(err: Exception) -> NoReturn:
     """Print `err` as a one-line error and exit with status 2."""
     # escaped: an error's own brackets (`pip install 'dclr[serve]'`) are text, not markup

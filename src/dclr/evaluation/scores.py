@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from dclr import atomic
 from dclr._meta import __version__
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.encoder import SentenceEncoder
@@ -108,6 +109,4 @@ def save_starting_scores(
 ) -> None:
     cache = _scores_file(model, pooler, data_dir, cache_root)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(scores, indent=2) + "\n")
-    tmp.replace(cache)
+    atomic.write_text(cache, json.dumps(scores, indent=2) + "\n")  # two writers never share a temp
