@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the same names as `_SOURCES`, for type checkers (a test kee
     from dclr.api import load_encoder as load_encoder
     from dclr.atomic import staged_folder as staged_folder
     from dclr.atomic import write_text as write_text
+    from dclr.atomic import write_with as write_with
     from dclr.cli.main import app as app
     from dclr.cli.tools import console as console
     from dclr.cli.tools import fail as fail
@@ -96,6 +97,7 @@ _SOURCES: dict[str, str] = {
     "LockHeld": "dclr.runlock",
     "staged_folder": "dclr.atomic",
     "write_text": "dclr.atomic",
+    "write_with": "dclr.atomic",
     # recipes and configs: the runs the lab plans
     "TrainConfig": "dclr.options.config",
     "checked": "dclr.recipe",

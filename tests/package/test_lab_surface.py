@@ -21,7 +21,7 @@ import dclr.lab_api
 LAB_MAY_IMPORT = frozenset({"dclr", "dclr.lab_api"})
 LAB_API = frozenset({
     # errors, files, locks
-    "ConfigError", "DclrError", "InputError", "LockHeld", "staged_folder", "write_text",
+    "ConfigError", "DclrError", "InputError", "LockHeld", "staged_folder", "write_text", "write_with",
     # recipes and configs: the runs the lab plans
     "TrainConfig", "checked", "config_from_dict", "flat_config", "flat_hints", "flat_values",
     "get_method", "load_config", "parse_overrides", "read_recipe", "SHIPPED_RECIPES",

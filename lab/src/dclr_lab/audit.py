@@ -28,6 +28,7 @@ from dclr.lab_api import (
     parse_sources,
     resolve_data_dir,
     training_batches,
+    write_text,
 )
 
 # Calibration rules reported for every scorer: rule label -> (mode, target).
@@ -127,7 +128,7 @@ def _table(rows: list[dict[str, Any]], lead: list[str] | None = None) -> list[st
 def write_report(result: dict[str, Any], out: Path) -> Path:
     """out/audit.json, out/report.md and out/pr_curve.png; returns the Markdown path."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "audit.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_text(out / "audit.json", json.dumps(result, indent=1) + "\n")
     st = result["settings"]
     lines = [
         "# False-negative audit",
@@ -169,7 +170,7 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     path = _plot(result, out / "pr_curve.png")
     lines += [f"![precision-recall of the dropped negatives]({path.name})", ""]
     md = out / "report.md"
-    md.write_text("\n".join(lines))
+    write_text(md, "\n".join(lines))
     return md
 
 

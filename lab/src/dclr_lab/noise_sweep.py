@@ -38,6 +38,7 @@ from dclr.lab_api import (
     load_corpus,
     noise_negatives,
     non_uniformity_loss,
+    write_text,
 )
 
 SIGMAS = (0.1, 1.0, 10.0)
@@ -159,7 +160,7 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     from dclr_lab.plots import _pyplot, _save
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "noise_sweep.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_text(out / "noise_sweep.json", json.dumps(result, indent=1) + "\n")
     st = result["settings"]
     head = ["σ", "β", "angle turned (°)", "cos to anchors: random → optimized", "L_U: random → optimized",
             "noise share of denominator", "ΔL (noise − none)", "grad share", "optimized vs random"]  # fmt: skip
@@ -211,5 +212,5 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     path = _save(fig, out / "noise_sweep.png")
     lines += ["", f"![noise sweep]({path.name})", ""]
     md = out / "report.md"
-    md.write_text("\n".join(lines))
+    write_text(md, "\n".join(lines))
     return md

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dclr.lab_api import write_text
 from dclr_lab.pairs import (
     ABLATIONS,
     GIST_CHOICE_MARGINS,
@@ -649,7 +650,7 @@ def build_report(out: Path) -> Path:
     if png is None:
         lines = [line for line in lines if PLOT not in line]
     md = out / REPORT
-    md.write_text("\n".join(lines))
+    write_text(md, "\n".join(lines))
     return md
 
 

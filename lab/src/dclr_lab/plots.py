@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dclr.lab_api import write_with
 from dclr_lab.stats import Paired, Stat
 
 COLORS = {"simcse": "#1f77b4", "dclr": "#d62728", "paper": "#7f7f7f"}
@@ -25,7 +26,7 @@ def _pyplot() -> Any:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
     _pyplot().close(fig)
     return path
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dclr.lab_api import STS_TASKS, flat_config, read_recipe
+from dclr.lab_api import STS_TASKS, flat_config, read_recipe, write_text
 
 INDEX_FILE = "index.sqlite"
 LABELS_FILE = "labels.json"
@@ -167,9 +167,7 @@ def set_labels(run_dir: Path, experiment: str, labels: list[dict[str, Any]]) -> 
     file = run_dir / LABELS_FILE
     current = json.loads(file.read_text()) if file.is_file() else {}
     current[experiment] = labels
-    tmp = file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-    tmp.replace(file)
+    write_text(file, json.dumps(current, indent=2, sort_keys=True) + "\n")
 
 
 class Registry:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from dclr.lab_api import ConfigError
+from dclr.lab_api import ConfigError, write_text
 from dclr_lab import paper
 from dclr_lab.registry import Registry
 from dclr_lab.render import Report
@@ -122,7 +122,7 @@ def build_report(
     rep.heading("Sources")
     rep.text(_sources(experiment))
     md = out_dir / "report.md"
-    md.write_text(rep.markdown())
+    write_text(md, rep.markdown())
     if html_out:
-        (out_dir / "report.html").write_text(rep.html())
+        write_text(out_dir / "report.html", rep.html())
     return md
