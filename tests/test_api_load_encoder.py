@@ -48,3 +48,41 @@ def test_an_inference_encoder_refuses_training_and_names_the_loader(tiny_model_d
         pytest.skip("this CPU kind's kernel is PyTorch's own: nothing to refuse")
     with pytest.raises(ConfigError, match=r"SentenceEncoder\.from_pretrained\(model\)"):
         encoder.train()
+
+
+def test_encode_takes_the_loading_options_and_one_string(tiny_model_dir):
+    """`dclr.encode` loads as `dclr encode` (pooler, precision, device, packing), and one string
+    gives its vector, as sentence-transformers' `encode` does; a string was encoded character by
+    character (15 rows for "a single string") and a pooler could not be given."""
+    from dclr.errors import InputError
+
+    many = dclr.encode(tiny_model_dir, SENTENCES, pooler="mean")
+    cli = load_inference_encoder(tiny_model_dir, "mean", "fp32", True, "auto")
+    np.testing.assert_array_equal(many, cli.encode(SENTENCES))
+    one = dclr.encode(tiny_model_dir, SENTENCES[0], pooler="mean")
+    assert one.shape == (many.shape[1],)
+    np.testing.assert_allclose(one, many[0], atol=1e-6)
+    assert cli.encode(SENTENCES[1]).shape == (many.shape[1],)
+    with pytest.raises(InputError, match="one string"):
+        cli.encode_poolers(SENTENCES[0], ("mean",))
+    int8 = dclr.encode(tiny_model_dir, SENTENCES, pooler="mean", precision="int8", packing=False)
+    assert int8.shape == many.shape and not np.array_equal(int8, many)
+    np.testing.assert_array_equal(dclr.encode(cli, SENTENCES), many)  # an encoder, as it is
+
+
+def test_an_unknown_device_or_mode_is_a_named_error(tiny_model_dir, tmp_path):
+    """torch's RuntimeError (a traceback under `dclr encode --device tpu`) and a KeyError after
+    the model loaded (`evaluate_sts(mode="x")`) were what these gave."""
+    from typer.testing import CliRunner
+
+    from dclr.cli.main import app
+
+    with pytest.raises(ConfigError, match="unknown device 'tpu'.*auto, cpu, cuda or cuda:N"):
+        dclr.load_encoder(tiny_model_dir, "mean", device="tpu")
+    with pytest.raises(ConfigError, match="mode must be test or dev"):
+        dclr.evaluate_sts(tiny_model_dir, mode="x", pooler="mean")
+    src = tmp_path / "s.txt"
+    src.write_text("a b\n")
+    args = ["encode", str(tiny_model_dir), str(src), str(src.with_suffix(".npy")), "--pooler"]
+    result = CliRunner().invoke(app, [*args, "mean", "--device", "cuda:x"])
+    assert result.exit_code == 2 and "unknown device 'cuda:x'" in result.output, result.output

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dclr._meta import API
 from dclr.contract import Batch as Batch
@@ -42,6 +42,9 @@ from dclr.models.encoder import SentenceEncoder
 from dclr.options.config import TrainConfig
 from dclr.recipe import load_config, updated
 from dclr.training.loop import Trainer as Trainer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = list(API)  # the names `import dclr` exposes (dclr.API)
 
@@ -290,8 +293,9 @@ def open_index(
 ) -> IndexSearcher:
     """An index folder with its query encoder, as `dclr search` opens it: `.search(query, k)`
     gives the top-k `Hit`s (id, row, score, text, doc_id), `.search([q1, q2], k)` a list per
-    query. The query model is the one the index records unless `model` is given, and one whose
-    vectors are not the index's is refused. Needs the `serve` extra (FAISS)."""
+    query. The query model is the one the index records unless `model` is given (an index that
+    records `python-package:NAME` needs `model`: an index folder never chooses code to import),
+    and one whose vectors are not the index's is refused. Needs the `serve` extra (FAISS)."""
     return IndexSearcher(folder, model, pooler, precision, device)
 
 
@@ -303,18 +307,47 @@ def serve(model: str | Path, **options: Any) -> None:
     on the command line; a bind beyond loopback without one is refused."""
     import warnings
 
-    from dclr.serving.server import run
+    from dclr.serving.server import preflight, run
     from dclr.serving.settings import exposure_warning, from_keywords
     from dclr.serving.startup import load_app
 
     settings = from_keywords(options)
+    try:
+        preflight(settings.connections)
+    except ValueError as err:  # a parser or event loop that is not installed
+        raise ConfigError(str(err)) from None
     exposed = exposure_warning(settings)
     if exposed:
         warnings.warn(exposed, stacklevel=2)
     run(load_app(str(model), settings), settings.connections)
 
 
-def encode(model: SentenceEncoder | str | Path, sentences: Sequence[str], **options: Any) -> Any:
-    """(n, d) float32 vectors of `sentences` (see `SentenceEncoder.encode` for the options)."""
-    encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model)
-    return encoder.encode(list(sentences), **options)
+def encode(
+    model: SentenceEncoder | str | Path,
+    sentences: str | Sequence[str],
+    *,
+    pooler: str | None = None,
+    precision: str = "fp32",
+    device: str = "auto",
+    packing: bool = True,
+    max_length: int | None = None,
+    batch_size: int = 128,
+    normalize: bool | None = None,
+    show_progress: bool = False,
+) -> np.ndarray:
+    """(n, d) float32 vectors of `sentences`, as `dclr encode` writes them; one string (not in a
+    list) gives its (d,) vector, as sentence-transformers' `encode` does.
+
+    `model` is an encoder or anything `load_encoder` takes, loaded with `pooler`, `precision`,
+    `device`, `packing` and `max_length` (ignored for an encoder: it is used as it is);
+    `normalize` None: unit vectors when the model's pipeline ends in `Normalize`."""
+    if isinstance(model, SentenceEncoder):
+        encoder = model
+    else:
+        encoder = load_encoder(model, pooler, max_length, precision, device, packing)
+    one = isinstance(sentences, str)
+    texts = [sentences] if isinstance(sentences, str) else list(sentences)
+    vectors = encoder.encode(
+        texts, batch_size, max_length, normalize=normalize, show_progress=show_progress
+    )
+    return vectors[0] if one else vectors

@@ -52,3 +52,24 @@ def test_unknown_options_and_an_open_bind_without_a_key_are_refused_before_loadi
     monkeypatch.setenv("DCLR_API_KEY", "short")  # read from the environment, as the CLI does
     with pytest.raises(ConfigError, match="at least 8 characters"):
         dclr.serve("no/such/model", host="0.0.0.0")
+
+
+def test_a_parser_loop_or_port_that_cannot_work_is_refused_before_loading():
+    """Named ConfigErrors before the model loads (a plain ValueError after loading it, or a
+    TypeError for port="80", before)."""
+    with pytest.raises(ConfigError, match="unknown event loop 'bogus'"):
+        dclr.serve("no/such/model", loop="bogus")
+    with pytest.raises(ConfigError, match="unknown HTTP parser 'bogus'"):
+        dclr.serve("no/such/model", http="bogus")
+    with pytest.raises(ConfigError, match="port must be a whole number 0-65535, got '80'"):
+        dclr.serve("no/such/model", port="80")
+    with pytest.raises(ConfigError, match="max_texts must be >= 1"):
+        dclr.serve("no/such/model", max_texts=0)
+
+
+def test_a_missing_parser_is_named_before_loading(monkeypatch):
+    from dclr.serving import protocols
+
+    monkeypatch.setattr(protocols, "available_parsers", lambda: ("h11",))
+    with pytest.raises(ConfigError, match="needs httptools"):
+        dclr.serve("no/such/model", http="httptools")

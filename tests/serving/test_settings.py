@@ -107,7 +107,7 @@ def test_connection_settings_that_would_refuse_every_request_are_refused():
         ({"drain_timeout": -1}, "drain_timeout must be >= 0"),
         ({"max_connections": 0}, "max_connections"),
         ({"max_connections_per_client": 0}, "max_connections"),
-        ({"port": 70000}, "port must be 0-65535"),
+        ({"port": 70000}, "port must be a whole number 0-65535"),
     ]:
         with pytest.raises(ValueError, match=words):
             Connections(**bad)

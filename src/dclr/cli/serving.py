@@ -312,10 +312,11 @@ def serve(model: Model, **options: Any) -> None:
     """
     quiet_hf()
     try:
-        from dclr.serving.server import run
+        from dclr.serving.server import preflight, run
         from dclr.serving.startup import load_app
 
         settings = for_bind(ServeSettings.from_options(options))
+        preflight(settings.connections)  # a missing parser or event loop, before the model loads
         app = load_app(model, settings)
     except ModuleNotFoundError as err:
         _need_extra(err)

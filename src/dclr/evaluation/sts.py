@@ -66,6 +66,8 @@ class StsEvaluator:
     pairs: dict[str, list[StsPairs]] = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.mode not in ("test", "dev"):
+            raise ConfigError(f"mode must be test or dev (--mode), got {self.mode!r}")
         root = resolve_data_dir(self.data_dir)
         if self.tasks is None:
             self.tasks = STS_TASKS if self.mode == "test" else DEV_TASKS

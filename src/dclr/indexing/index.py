@@ -384,15 +384,16 @@ def query_model(meta: dict[str, Any], given: str | None, folder: str | Path) -> 
             f"the index records its model as {recorded!r}; an index folder never chooses code to "
             "import",
             path=folder,
-            fix=f"pass --model {recorded} yourself if you trust that package",
+            fix=f"pass --model {recorded} (Python: model={recorded!r}) yourself if you trust "
+            "that package",
         )
     if Path(recorded).is_absolute() and not Path(recorded).exists():  # a folder that moved
         raise InputError(
             f"the index records its model as the folder {recorded}, which is not there (moved "
             "or deleted)",
             path=folder,
-            fix="pass --model with the model's folder now (its fingerprint is checked against "
-            "the index's)",
+            fix="pass --model (Python: model=...) with the model's folder now (its fingerprint "
+            "is checked against the index's)",
         )
     return recorded
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dclr.data.paths import user_cache_root
+from dclr.errors import InputError
 
 POLICIES = Path(__file__).with_name("cpu_policies")
 KERNEL_NAMES = ("onednn", "aten")
@@ -183,21 +184,27 @@ def read_policy(
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a readable policy ({err}); {fix}") from err
+        raise InputError(f"not a readable policy ({err})", path=path, fix=fix) from err
     kernel = record.get("linear_kernel") if isinstance(record, dict) else None
     if kernel not in KERNEL_NAMES:
-        raise ValueError(
-            f"{path}: linear_kernel must be one of {', '.join(KERNEL_NAMES)}, got {kernel!r}; {fix}"
+        raise InputError(
+            f"linear_kernel must be one of {', '.join(KERNEL_NAMES)}, got {kernel!r}",
+            path=path,
+            fix=fix,
         )
     below = record.get("one_thread_below_tokens", DEFAULT.one_thread_below_tokens)
     if not isinstance(below, int) or isinstance(below, bool) or below < 0:
-        raise ValueError(
-            f"{path}: one_thread_below_tokens must be a whole number >= 0, got {below!r}; {fix}"
+        raise InputError(
+            f"one_thread_below_tokens must be a whole number >= 0, got {below!r}",
+            path=path,
+            fix=fix,
         )
     engine = record.get("int8_engine", DEFAULT.int8_engine)
     if engine not in INT8_ENGINES:
-        raise ValueError(
-            f"{path}: int8_engine must be one of {', '.join(INT8_ENGINES)}, got {engine!r}; {fix}"
+        raise InputError(
+            f"int8_engine must be one of {', '.join(INT8_ENGINES)}, got {engine!r}",
+            path=path,
+            fix=fix,
         )
     source = f"{origin}: {shown or path.name} ({record.get('measured', 'no date')})"
     return CpuPolicy(kernel, source, below, engine)

@@ -362,7 +362,7 @@ class SentenceEncoder(nn.Module):
 
     def encode(
         self,
-        sentences: Sequence[str],
+        sentences: str | Sequence[str],
         batch_size: int = 128,
         max_length: int | None = None,
         normalize: bool | None = None,
@@ -370,12 +370,23 @@ class SentenceEncoder(nn.Module):
         progress_label: str = "encode",
         by_length: bool = False,
     ) -> np.ndarray:
-        """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length.
+        """(n,) sentences -> (n, d) float32 vectors; batches grouped by token length. One string
+        (not in a list) -> its (d,) vector, as sentence-transformers' `encode` gives it.
 
         Pools with the eval-mode pooler (`eval_pooler` if set); `normalize` None: unit vectors
         when the model's pipeline ends in `Normalize` (`normalizes`), as sentence-transformers
         gives them; `progress_label` names the progress bar (several encodes in one command stay
         apart); `by_length`: see `encode_poolers`."""
+        if isinstance(sentences, str):
+            return self.encode(
+                [sentences],
+                batch_size,
+                max_length,
+                normalize,
+                show_progress,
+                progress_label,
+                by_length,
+            )[0]
         pooler = self.eval_pooler or self.pooler
         vectors = self.encode_poolers(
             sentences,
@@ -428,6 +439,10 @@ class SentenceEncoder(nn.Module):
         """
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
+        if isinstance(sentences, str):  # its characters would be encoded one by one
+            raise InputError(
+                "sentences is one string, not a list of them", fix=f"pass [{sentences[:40]!r}]"
+            )
         distinct = list(dict.fromkeys(sentences))
         ids = self.token_ids(distinct, max_length)
         out = self.encode_ids_poolers(

@@ -119,7 +119,12 @@ def inference_device(device: torch.device | str = "auto") -> torch.device:
 def _requested(device: torch.device | str) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"unknown device {device!r} (--device, device=...): use auto, cpu, cuda or cuda:N"
+        ) from None
 
 
 def check_device_precision(precision: str, device: torch.device) -> None:

@@ -95,6 +95,13 @@ def log_config() -> dict[str, Any]:
     return config
 
 
+def preflight(connections: Connections) -> None:
+    """Raise ValueError now, before a model loads, when the parser or event loop asked for is
+    not installed (what `run` would find only after loading)."""
+    protocol_with(connections)
+    event_loop(connections.loop)
+
+
 def run(app: Any, connections: Connections) -> None:
     """Serve `app` until interrupted on `connections.host`:`port`, with its parser (see
     `protocols.protocol_with`) and event loop ("uvloop", "asyncio" or "auto": uvloop when

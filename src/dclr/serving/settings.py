@@ -107,6 +107,10 @@ class Served:
     )
 
 
+HTTP_PARSERS = ("auto", "httptools", "h11")  # what `protocols.protocol_with` runs
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")  # what `server.event_loop` runs
+
+
 @dataclass(frozen=True)
 class Connections:
     """The listening socket, the HTTP parser and event loop, and the connection guard's bounds."""
@@ -148,8 +152,12 @@ class Connections:
             raise ValueError(f"header_timeout must be > 0 seconds, got {self.header_timeout}")
         if not self.drain_timeout >= 0:
             raise ValueError(f"drain_timeout must be >= 0 seconds, got {self.drain_timeout}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be 0-65535, got {self.port}")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be a whole number 0-65535, got {self.port!r}")
+        if self.http not in HTTP_PARSERS:
+            raise ValueError(f"unknown HTTP parser {self.http!r}: use {', '.join(HTTP_PARSERS)}")
+        if self.loop not in EVENT_LOOPS:
+            raise ValueError(f"unknown event loop {self.loop!r}: use {', '.join(EVENT_LOOPS)}")
 
 
 @dataclass(frozen=True)
@@ -322,5 +330,5 @@ def from_keywords(options: dict[str, Any], source: str = "dclr.serve") -> ServeS
         values["allowed_hosts"] = tuple(values["allowed_hosts"])
     try:
         return for_bind(ServeSettings.from_options(values))
-    except ValueError as err:
+    except (ValueError, TypeError) as err:  # TypeError: a value of the wrong type (port="80")
         raise ConfigError(str(err)) from None
