@@ -525,3 +525,25 @@ def test_output_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert [p.name for p in out.parent.iterdir()] == ["sections.yaml"]  # no temp left
     under = runner.invoke(app, ["config", "convert", str(recipe), "-o", str(recipe / "x.yaml")])
     assert under.exit_code == 2 and "is a file, not a folder" in under.output
+
+
+def test_encode_file_is_dclr_encode_from_python(model_dir, tmp_path):
+    """`dclr.encode_file` returns what `dclr encode` writes (rows, blank rows, --skip-blank's
+    row numbers); the command writes what it returns."""
+    import dclr
+
+    src = tmp_path / "s.txt"
+    src.write_text("a man plays guitar\n\nthe cat sleeps\n  padded  \n")
+    out = tmp_path / "v.npy"
+    args = ["--pooler", "mean"]
+    assert runner.invoke(app, ["encode", str(model_dir), str(src), str(out), *args]).exit_code == 0
+    encoded = dclr.encode_file(model_dir, src, pooler="mean")
+    assert encoded.rows == [1, 2, 3, 4] and encoded.blank == [2]
+    np.testing.assert_array_equal(encoded.vectors, np.load(out))
+    skipped = dclr.encode_file(model_dir, src, pooler="mean", skip_blank=True)
+    assert skipped.rows == [1, 3, 4] and skipped.blank == [2]
+    np.testing.assert_array_equal(skipped.vectors, encoded.vectors[[0, 2, 3]])
+    cli = runner.invoke(app, ["encode", str(model_dir), str(src), str(out), *args, "--skip-blank"])
+    assert cli.exit_code == 0
+    assert (tmp_path / "v.npy.lines.txt").read_text() == "1\n3\n4\n"
+    np.testing.assert_array_equal(np.load(out), skipped.vectors)

@@ -1,20 +1,35 @@
 """dclr: train, evaluate and serve sentence encoders with debiased contrastive learning.
 
 The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
-`load_encoder`, `encode`, `SentenceEncoder`, `evaluate_sts`, `evaluate_retrieval`, `evaluate`
-(what `dclr eval` runs), `TrainConfig`, `load_config`, `train`, `Trainer`, and for new methods
-`Method`, `Batch`, `register`, `get_method`.
+- encode: `load_encoder`, `encode`, `SentenceEncoder`, `encode_bulk` / `read_bulk`
+  (`dclr encode-bulk`);
+- evaluate: `evaluate_sts`, `evaluate_retrieval`, `evaluate` (what `dclr eval` runs),
+  `audit_corpus` (`dclr audit`);
+- train: `TrainConfig`, `load_config`, `train` (returns what results.json holds), `Trainer`,
+  `TrainResult`;
+- search and serve: `build_index`, `open_index` (`dclr index build`, `dclr search`), `serve`;
+- new methods: `Method`, `Batch`, `register`, `get_method`, `available_methods`.
+Errors: `DclrError` and its kinds `InputError` (a file, its line, the fix), `ConfigError` (an
+option that cannot work), `TrainingDiverged`, `NonFiniteVectors`.
 """
 
 from typing import Any
 
 from dclr._meta import API, __version__
-from dclr.errors import DclrError, InputError
+from dclr.errors import ConfigError, DclrError, InputError, NonFiniteVectors, TrainingDiverged
 from dclr.models.onednn_env import bound_onednn_caches
 
 bound_onednn_caches()  # before anything imports torch: libtorch reads them when it loads
 
-__all__ = ["DclrError", "InputError", "__version__", *API]
+__all__ = [
+    "ConfigError",
+    "DclrError",
+    "InputError",
+    "NonFiniteVectors",
+    "TrainingDiverged",
+    "__version__",
+    *API,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -18,6 +18,7 @@ Everything here returns data (dicts, arrays, models); nothing prints tables.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -351,3 +352,55 @@ def encode(
         texts, batch_size, max_length, normalize=normalize, show_progress=show_progress
     )
     return vectors[0] if one else vectors
+
+
+@dataclass(frozen=True)
+class EncodedFile:
+    """What `encode_file` returns: `vectors` (n, d) float32, one per row kept; `rows` the
+    1-based row number of each (a text file's line, a table's record after its header); `blank`
+    the 1-based numbers of the blank rows (encoded as '' unless left out by `skip_blank`)."""
+
+    vectors: np.ndarray
+    rows: list[int]
+    blank: list[int]
+
+
+def encode_file(
+    model: SentenceEncoder | str | Path,
+    input_file: str | Path,
+    *,
+    column: str | None = None,
+    input_format: str = "auto",
+    skip_blank: bool = False,
+    pooler: str | None = None,
+    precision: str = "fp32",
+    device: str = "auto",
+    packing: bool = True,
+    batch_size: int = 128,
+    normalize: bool | None = None,
+    show_progress: bool = False,
+) -> EncodedFile:
+    """`dclr encode` from Python, without writing: a text file (one sentence per line), CSV/TSV,
+    JSONL or Parquet (`column`) read as `encode-bulk`, `index build` and training corpora read it
+    (`dclr.data.readers`), one vector per row as sentence-transformers gives one per input (a
+    blank row is encoded as the empty string, or left out with `skip_blank`). The file is read
+    and checked before the model loads."""
+    from dclr.data.readers import open_source
+
+    source = open_source(Path(input_file), column, input_format)  # type: ignore[arg-type]
+    lines = list(source.rows())
+    blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
+    left_out = set(blank) if skip_blank else set()
+    kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
+    vectors = encode(
+        model,
+        [lines[i - 1].strip() for i in kept],
+        pooler=pooler,
+        precision=precision,
+        device=device,
+        packing=packing,
+        batch_size=batch_size,
+        normalize=normalize,
+        show_progress=show_progress,
+    )
+    return EncodedFile(vectors, kept, blank)

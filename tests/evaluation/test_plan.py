@@ -57,11 +57,17 @@ def test_the_plan_of_each_option_combination(options, sts, transfer, retrieval):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"mode": "train"}, "--mode must be test or dev, got 'train'"),
-        ({"transfer_mode": "slow"}, "--transfer-mode must be fasttest or test, got 'slow'"),
+        ({"mode": "train"}, "--mode (mode=) must be test or dev, got 'train'"),
+        (
+            {"transfer_mode": "slow"},
+            "--transfer-mode (transfer_mode=) must be fasttest or test, got 'slow'",
+        ),
         ({"index": "idx"}, "--index needs --retrieval DIR"),
         ({"index": "idx", "task_set": "retrieval"}, "--index needs --retrieval DIR"),
-        ({"task_set": "most"}, "--task-set must be sts, transfer or full, got 'most'"),
+        (
+            {"task_set": "most"},
+            "--task-set (task_set=) must be sts, transfer, full or retrieval, got 'most'",
+        ),
         ({"tasks": "STS12,SST5"}, "unknown task 'SST5'; choose from STS12, "),
     ],
 )
@@ -72,7 +78,7 @@ def test_a_bad_option_is_the_commands_config_error(options, message):
 
 
 def test_a_plan_built_directly_is_checked_and_frozen():
-    with pytest.raises(ConfigError, match="--mode must be test or dev"):
+    with pytest.raises(ConfigError, match=r"--mode \(mode=\) must be test or dev"):
         EvalPlan(mode="train")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="--index needs --retrieval"):
         EvalPlan(index=Path("idx"), retrieval=(RetrievalTarget("inli", None, "test"),))

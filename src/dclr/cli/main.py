@@ -554,27 +554,29 @@ def encode_cmd(
     quiet_hf()
     import numpy as np
 
+    from dclr.api import encode_file
     from dclr.atomic import storage_guard, write_text, write_with
-    from dclr.data.readers import open_source
-    from dclr.models.precision import load_inference_encoder
 
     given = output  # the rows file of --skip-blank is named after it, as it always was
     if output.suffix != ".npy":  # what np.save would name it
         output = output.with_name(output.name + ".npy")
     try:
         parent_folder(output)  # before the model loads: a bad path fails fast
-        source = open_source(input_file, column, input_format)  # type: ignore[arg-type]
-        lines = list(source.rows())
-        blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
-        left_out = set(blank) if skip_blank else set()
-        kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
-        encoder = load_inference_encoder(model, pooler, precision, packing, device)
-        vectors = encoder.encode(
-            [lines[i - 1].strip() for i in kept],
+        encoded = encode_file(
+            model,
+            input_file,
+            column=column,
+            input_format=input_format,
+            skip_blank=skip_blank,
+            pooler=pooler,
+            precision=precision,
+            device=device,
+            packing=packing,
             batch_size=batch_size,
             normalize=normalize,
             show_progress=True,
         )
+        vectors, kept, blank = encoded.vectors, encoded.rows, encoded.blank
         with storage_guard(output, vectors.nbytes):  # a temp name, renamed when complete:
 
             def save(tmp: Path) -> None:  # a failed write leaves the previous file as it was

@@ -45,7 +45,10 @@ def split_tasks(tasks: str | None, task_set: str | None) -> tuple[list[str], lis
     """(STS tasks, transfer tasks) from SimCSE-style --task-set / --tasks (--task-set wins)."""
     if task_set is not None:
         if task_set not in TASK_SETS:
-            raise ConfigError(f"--task-set must be sts, transfer or full, got {task_set!r}")
+            raise ConfigError(
+                f"--task-set (task_set=) must be sts, transfer, full or {RETRIEVAL_TASK_SET}, "
+                f"got {task_set!r}"
+            )
         sts_tasks, transfer_tasks = TASK_SETS[task_set]
         return list(sts_tasks), list(transfer_tasks)
     if not tasks:
@@ -156,9 +159,11 @@ class EvalPlan:
 
 def check_modes(mode: str, transfer_mode: str) -> None:
     if mode not in ("test", "dev"):
-        raise ConfigError(f"--mode must be test or dev, got {mode!r}")
+        raise ConfigError(f"--mode (mode=) must be test or dev, got {mode!r}")
     if transfer_mode not in SETTINGS:
-        raise ConfigError(f"--transfer-mode must be fasttest or test, got {transfer_mode!r}")
+        raise ConfigError(
+            f"--transfer-mode (transfer_mode=) must be fasttest or test, got {transfer_mode!r}"
+        )
 
 
 def index_precision(index: str | Path) -> str:
