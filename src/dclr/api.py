@@ -41,7 +41,7 @@ from dclr.methods.registry import get_method as get_method
 from dclr.methods.registry import register as register
 from dclr.models.encoder import SentenceEncoder
 from dclr.options.config import TrainConfig
-from dclr.recipe import load_config, updated
+from dclr.recipe import load_config, load_resumed, updated
 from dclr.training.loop import Trainer as Trainer
 
 if TYPE_CHECKING:
@@ -174,15 +174,25 @@ def evaluate(
 
 
 def train(
-    config: TrainConfig | str | Path,
+    config: TrainConfig | str | Path | None = None,
     overrides: dict[str, Any] | None = None,
-    resume: bool = False,
+    resume: bool | str | Path = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train a config (or a recipe file + overrides) end to end, as `dclr train` does; returns
     the summary written to `<output_dir>/results.json`. An output folder that already holds a
     run is refused unless `resume` (continue it) or `overwrite` (delete that run's outputs and
-    start over), as `dclr train --resume` / `--overwrite`."""
+    start over), as `dclr train --resume` / `--overwrite`. `resume` may also be the run folder
+    itself, with no config: `dclr train --resume DIR` (its config.yaml, `overrides` applied)."""
+    if isinstance(resume, str | Path) and not isinstance(resume, bool):
+        if config is not None:
+            raise ConfigError(
+                "resume= names a run folder, whose config.yaml is the config: leave config out "
+                "(or pass resume=True to continue the run folder the config names)"
+            )
+        return run_training(load_resumed(resume, overrides), resume=True, overwrite=overwrite)
+    if config is None:
+        raise ConfigError("nothing to train: give a config or recipe, or resume=RUN_FOLDER")
     if not isinstance(config, TrainConfig):
         config = load_config(config, overrides)
     elif overrides:

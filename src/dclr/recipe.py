@@ -73,6 +73,29 @@ def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = No
         raise located(err, source, overrides) from None
 
 
+def load_resumed(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """The config `dclr train --resume RUN_DIR` continues: RUN_DIR/config.yaml with `overrides`,
+    writing to RUN_DIR unless they name another folder. A method other than the newest
+    checkpoint's is refused naming both, before the sections are checked (they would be refused
+    one by one as unknown)."""
+    from dclr.shipped_recipes import find_recipe
+    from dclr.training.runfolder import check_resume
+
+    run_dir = Path(run_dir)
+    recipe = run_dir / "config.yaml"
+    if not recipe.is_file():
+        raise ConfigError(
+            f"--resume {run_dir} (resume=): no config.yaml there, so it is not a dclr run "
+            "folder; resume the folder a `dclr train` wrote (its run.output_dir)"
+        )
+    overrides = dict(overrides or {})
+    overrides.setdefault("run.output_dir", str(run_dir))
+    if find_recipe(recipe) is not None:
+        method = overrides.get("method", read_recipe(recipe).get("method", "simcse"))
+        check_resume(run_dir, {"method": method}, method_only=True)
+    return load_config(recipe, overrides)
+
+
 def updated(config: TrainConfig, values: dict[str, Any]) -> TrainConfig:
     """A validated copy of `config` with `values` applied; unlike `TrainConfig.updated`, the
     values may change the method (its sections are then looked up)."""

@@ -240,3 +240,24 @@ def test_what_a_killed_export_left_is_removed_when_the_folder_is_claimed(
         names = sorted(p.name for p in run.iterdir())
     assert ".final.4242.tmp" not in names and ".best.4242.old" not in names
     assert ".metrics.jsonl.4242.tmp" not in names and "notes.tmp" in names
+
+
+def test_the_api_resumes_a_run_folder_as_dclr_train_resume_does(model_dir, corpus_file, tmp_path):
+    """`dclr.train(resume=DIR)` is `dclr train --resume DIR`: DIR's config.yaml, writing to DIR
+    even when the folder moved since (the config records the old path), the method checked
+    first. It needed DIR/config.yaml as the config and then wrote where that recorded."""
+    import dclr
+
+    first = tmp_path / "run"
+    _simcse_run_to_edit(model_dir, corpus_file, first)
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    summary = dclr.train(resume=moved, overrides={"optimisation.max_steps": 5})
+    assert [step for step, _ in _train_records(moved)] == [1, 2, 3, 4, 5]
+    assert not first.exists() and summary["steps"] == 5
+    with pytest.raises(ConfigError, match="leave config out"):
+        dclr.train(moved / "config.yaml", resume=moved)
+    with pytest.raises(ConfigError, match="no config.yaml there"):
+        dclr.train(resume=tmp_path / "nothing")
+    with pytest.raises(ConfigError, match="nothing to train"):
+        dclr.train()

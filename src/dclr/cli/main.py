@@ -348,7 +348,7 @@ def train_cmd(
     the steps (caches, calibration, evaluations) either stops at once and says what the run folder
     holds and how to go on (exit 143 or 130).
     """
-    from dclr.recipe import load_config, parse_overrides
+    from dclr.recipe import load_config, load_resumed, parse_overrides
     from dclr.runlock import FolderLock
     from dclr.training.runfolder import (
         Terminated,
@@ -378,10 +378,9 @@ def train_cmd(
         if no_eval:
             overrides.update({"run.eval_steps": 0, "run.test_eval": False})
         if resume is not None:
-            recipe = resume / "config.yaml"
-            overrides.setdefault("run.output_dir", str(resume))
-            check_resume_method(resume, recipe, overrides)  # before "unknown section" errors
-        config = load_config(recipe, overrides)
+            config = load_resumed(resume, overrides)
+        else:
+            config = load_config(recipe, overrides)
         run_dir = Path(config.run.output_dir)
         if rank_from_env() == 0:  # under torchrun rank 0 holds the lock for every rank
             FolderLock(config.run.output_dir, "dclr train").check()  # refuse before loading
@@ -403,20 +402,6 @@ def train_cmd(
         # 128 + the signal, as a shell reports it: SIGTERM (Terminated) or SIGINT
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
     render_summary(summary)
-
-
-def check_resume_method(run_dir: Path, recipe: Path, overrides: dict) -> None:
-    """Refuse `--resume` when the run's config.yaml (or `--set method=`) names another method
-    than its checkpoint, naming both, before building the config (whose sections would then be
-    refused one by one as unknown)."""
-    from dclr.configfile import read_recipe
-    from dclr.shipped_recipes import find_recipe
-    from dclr.training.runfolder import check_resume
-
-    if find_recipe(recipe) is None:
-        return  # load_config names the missing file
-    method = overrides.get("method", read_recipe(recipe).get("method", "simcse"))
-    check_resume(run_dir, {"method": method}, method_only=True)
 
 
 def say(text: str) -> None:
