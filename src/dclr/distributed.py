@@ -33,12 +33,43 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+# How long a rank waits in a collective for the others: rank 0 alone builds the complementary
+# cache (a whole corpus through the complementary model), scores the starting model and runs the
+# dev evaluations while the other ranks wait at a barrier; torch's defaults (NCCL 10 min, gloo
+# 30 min) can end a paper-scale run there. DCLR_DIST_TIMEOUT_MIN sets it.
+TIMEOUT_ENV = "DCLR_DIST_TIMEOUT_MIN"
+DEFAULT_TIMEOUT_MIN = 120.0
+
+
+def timeout_minutes() -> float:
+    """The collectives' timeout in minutes: $DCLR_DIST_TIMEOUT_MIN, else DEFAULT_TIMEOUT_MIN."""
+    from dclr.errors import ConfigError
+
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_MIN
+    try:
+        minutes = float(raw)
+    except ValueError:
+        minutes = -1.0
+    if not minutes > 0:
+        raise ConfigError(
+            f"{TIMEOUT_ENV}={raw!r} is not a positive number of minutes: set it to e.g. 180 "
+            f"(or unset it: {DEFAULT_TIMEOUT_MIN:g})"
+        )
+    return minutes
+
+
 def init_from_env() -> bool:
-    """Join the process group that `torchrun` describes in the environment; False when alone."""
+    """Join the process group that `torchrun` describes in the environment, its collectives
+    waiting `timeout_minutes()`; False when alone."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return is_distributed()
+    import datetime
+
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend=backend)
+    timeout = datetime.timedelta(minutes=timeout_minutes())
+    dist.init_process_group(backend=backend, timeout=timeout)
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return True

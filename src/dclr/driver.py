@@ -13,6 +13,7 @@ folder under the output folder.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from dclr import atomic
 from dclr import distributed as dist
 from dclr._meta import __version__
 from dclr.contract import Evaluator, MethodPlugin, PreparedRun, TrainResult
+from dclr.errors import ConfigError
 from dclr.evaluation.retrieval_runs import retrieval_test_scores, starting_retrieval
 from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
@@ -156,7 +158,14 @@ def run_stages(
     before/after scores compare the starting model with the best model of the last stage. The
     root folder is locked for the schedule (`dclr.training.runfolder`)."""
     root = Path(config.run.output_dir)
-    with runfolder.claim(root, resume, overwrite):
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's, before any process group
+    single = [m.name for _, m in stages if not m.distributed]
+    if world > 1 and single:  # said first: each rank would otherwise claim the root folder
+        raise ConfigError(
+            f"method {config.method!r} runs stages that run in one process ({', '.join(single)}; "
+            f"no DDP support yet): run it without torchrun"
+        )
+    with runfolder.claim(root, resume, overwrite, main=runfolder.rank_from_env() == 0):
         config.save(root / "config.yaml")
         # scored once for the schedule and kept across its reruns, as its finished stages are
         before = starting_scores(root, True, lambda: method.evaluate_start(config))

@@ -261,3 +261,30 @@ def test_the_api_resumes_a_run_folder_as_dclr_train_resume_does(model_dir, corpu
         dclr.train(resume=tmp_path / "nothing")
     with pytest.raises(ConfigError, match="nothing to train"):
         dclr.train()
+
+
+def test_a_resume_with_another_number_of_ranks_says_dropout_is_drawn_anew(
+    model_dir, corpus_file, tmp_path, monkeypatch
+):
+    """A checkpoint holds each rank's random stream; resumed by another number of processes
+    there is none for this layout, so the streams are drawn anew and the run says so (it
+    resumed silently). Checkpoints record the world size they were written by."""
+    from dclr.progress import listening
+    from dclr.training import loop
+
+    run = tmp_path / "run"
+    _simcse_run_to_edit(model_dir, corpus_file, run)
+    state = json.loads((latest_checkpoint(run / "checkpoints") / "state.json").read_text())
+    assert state["world_size"] == 1
+    real = loop.resume_checkpoint
+
+    def written_by_two(*args, **kwargs):
+        path, saved = real(*args, **kwargs)
+        return path, {**saved, "world_size": 2}
+
+    monkeypatch.setattr(loop, "resume_checkpoint", written_by_two)
+    heard: list[str] = []
+    with listening(heard.append):
+        run_training(load_config(run / "config.yaml", {"optimisation.max_steps": 5}), resume=True)
+    assert any("written by 2 process(es), this run has 1: dropout is drawn anew" in h
+               for h in heard), heard  # fmt: skip

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from dclr import atomic
+from dclr import distributed as dist
 from dclr.data.corpus import TextFileCorpus
 from dclr.errors import InputError
 from dclr.jsonfile import read_json
@@ -386,13 +387,23 @@ class TwoViewComplementary:
 
     @torch.no_grad()
     def _two_views(self, sentences: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The two views of the batch (a fresh dropout draw), kept for `anchor_vectors`."""
-        features = self.encoder.tokenize(sentences, max_length=self.max_length)
+        """The two views of the batch (a fresh dropout draw), kept for `anchor_vectors`.
+
+        Under torchrun (`sentences` the global batch, in rank order) each rank encodes its own
+        rows and the views are gathered, as the released code gathers its teacher's views
+        (RUCAIBox/DCLR simcse/models.py l.617, l.662-672): every rank then scores with the same
+        matrix. Each rank encoding the whole batch drew other dropout masks on each rank, so
+        each computed another "global" loss."""
+        world, rank = dist.world_size() if dist.gathers() else 1, dist.rank()
+        local = len(sentences) // world
+        mine = list(sentences[rank * local : (rank + 1) * local]) if world > 1 else sentences
+        features = self.encoder.tokenize(mine, max_length=self.max_length)
         features = {k: torch.cat([v, v]).to(self.encoder.device) for k, v in features.items()}
-        z = self.encoder(**features)  # (2n, d)
-        n = len(sentences)
-        self._last = (list(sentences), z[:n], z[n:])
-        return z[:n], z[n:]
+        z = self.encoder(**features)  # (2n_local, d)
+        n = len(mine)
+        first, second = dist.gather_with_grad(z[:n]), dist.gather_with_grad(z[n:])
+        self._last = (list(sentences), first, second)
+        return first, second
 
     def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
         first, second = self._two_views(sentences)

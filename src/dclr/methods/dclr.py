@@ -4,7 +4,7 @@ by a frozen complementary model (see `dclr.losses.dclr`, docs/dclr-loss-forms.md
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,12 +221,24 @@ class DCLR(ContrastiveMethod):
             calibration = saved
         else:
             with phase("phi_calibration"):
-                calibration = calibrate(config, section, run.data, run.device)
+                calibration = calibrate_once(run, lambda: calibrate(config, section, run.data,
+                                                                    run.device))  # fmt: skip
         phi = calibration["phi"]
         calibrated = dataclasses.replace(section, false_negative_threshold=phi)
         records = {"calibration": calibration}
         derived = {"false_negative_threshold": phi}
         return self.loss_module(config, model, calibrated, complementary, records, derived)
+
+
+def calibrate_once(run: PreparedRun, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`measure()` on rank 0, its record sent to every rank (torchrun): one phi for the whole
+    run, whatever each device's rounding would give. In one process, `measure()`."""
+    if run.world == 1:
+        return measure()
+    record = [measure() if run.rank == 0 else None]
+    torch.distributed.broadcast_object_list(record, src=0)
+    assert record[0] is not None
+    return record[0]
 
 
 DCLR_METHOD = DCLR()

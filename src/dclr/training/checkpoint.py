@@ -36,6 +36,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from dclr import atomic
+from dclr import distributed as dist
 from dclr.errors import ConfigError
 
 MODEL_FILE = "model.safetensors"
@@ -79,6 +80,18 @@ def rng_state() -> dict[str, Any]:
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def rank_rng_states() -> list[dict[str, Any]] | None:
+    """Every rank's `rng_state()` in rank order, gathered (a collective: every rank calls it);
+    None in one process."""
+    if dist.world_size() == 1:
+        return None
+    import torch.distributed as torch_dist
+
+    states: list[Any] = [None] * dist.world_size()
+    torch_dist.all_gather_object(states, rng_state())
+    return states
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -158,9 +171,11 @@ def capture(
     scheduler: Any,
     extra: dict[str, torch.nn.Module] | None = None,
     scaler: torch.amp.GradScaler | None = None,
+    rng_ranks: list[dict[str, Any]] | None = None,
 ) -> CheckpointContent:
     """What a checkpoint of this moment holds. It refers to the live tensors: write it before
-    the next step, or write its `host_copy`."""
+    the next step, or write its `host_copy`. `rng_ranks`: every rank's random-number state, in
+    rank order, under torchrun (`rank_rng_states`; each rank resumes its own dropout stream)."""
     state = optimizer.state_dict()
     model_state = model.state_dict()
     extra_states = {name: module.state_dict() for name, module in (extra or {}).items()}
@@ -169,6 +184,7 @@ def capture(
         "scheduler": scheduler.state_dict(),
         "rng": rng_state(),
         **({"scaler": scaler.state_dict()} if scaler is not None else {}),
+        **({"rng_ranks": rng_ranks} if rng_ranks is not None else {}),
     }
     return CheckpointContent(
         model=model_state,
@@ -515,7 +531,11 @@ def load_checkpoint(
     )
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
-    set_rng_state(trainer["rng"])
+    ranks = trainer.get("rng_ranks")
+    if isinstance(ranks, list) and len(ranks) == dist.world_size():  # this rank's own stream
+        set_rng_state(ranks[dist.rank()])
+    else:  # one process; or another world size, which the trainer reseeds (`Trainer._resume`)
+        set_rng_state(trainer["rng"])
     if scaler is not None and "scaler" in trainer:
         scaler.load_state_dict(trainer["scaler"])
     return _load_file(path / STATE_FILE, lambda f: json.loads(f.read_text()))

@@ -51,6 +51,7 @@ from dclr.training.checkpoint import (
     capture,
     checkpoint_path,
     host_copy,
+    rank_rng_states,
     resume_checkpoint,
     saved_start,
     write_checkpoint,
@@ -63,6 +64,11 @@ from dclr.training.phases import record as record_phase
 from dclr.training.prefetch import Prefetcher
 from dclr.training.runfolder import GracefulStop, TrainingStopped, run_id
 from dclr.training.tracking import MetricsLog
+
+# Seeds of the ranks' dropout streams (`Trainer._dropout_seed`) and of a stream drawn anew on a
+# resume with another number of ranks, kept apart from run.seed's neighbours.
+RANK_SEED_STRIDE = 1 << 20
+RESEED_STRIDE = 1 << 40
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -371,7 +377,7 @@ class Trainer:
         """From the newest intact checkpoint of this run (damaged ones are named, skipped), or
         a fresh dropout stream, distinct from the head's initialisation."""
         if not resume:
-            torch.manual_seed(self.config.run.seed + 1)
+            torch.manual_seed(self._dropout_seed())
             return
         last, saved = resume_checkpoint(
             self.run_dir / "checkpoints",
@@ -390,6 +396,20 @@ class Trainer:
         state.last_ckpt = str(last)
         announce(f"resume: from checkpoint {last.name} (step {state.start}), continuing at "
                  f"step {state.start + 1} of {self.run.total_steps}")  # fmt: skip
+        written_by = saved.get("world_size", 1)
+        if written_by != self.world:  # no saved stream for this layout of ranks: draw anew
+            torch.manual_seed(self._dropout_seed() + RESEED_STRIDE * state.start)
+            announce(
+                f"resume: the checkpoint was written by {written_by} process(es), this run has "
+                f"{self.world}: dropout is drawn anew from step {state.start + 1}, so the steps "
+                "after it differ from an uninterrupted run's"
+            )
+
+    def _dropout_seed(self) -> int:
+        """The seed of this rank's dropout stream: run.seed + 1 (distinct from the head's
+        initialisation), and under torchrun one stream per rank (rank 0's as in one process),
+        so equal-shaped local batches do not share their dropout masks across ranks."""
+        return self.config.run.seed + 1 + RANK_SEED_STRIDE * self.rank
 
     def _step(
         self, state: _RunState, step: int, prepared: tuple[Batch, int] | None = None
@@ -504,12 +524,13 @@ class Trainer:
         the loop, or in the background from a host copy (`wait`: on disk before returning). The
         loop's time, the copy and any wait for the write before, is the run's "checkpoints"
         phase. Without the host memory for the copy, the checkpoint is written in the loop."""
+        rng_ranks = rank_rng_states()  # every rank's dropout stream (torchrun; a collective)
         if self.rank == 0:
             with phase("checkpoints"):
                 writer.wait()  # the write before: one in flight, one copy of the state in memory
                 tic = time.perf_counter()
                 content = capture(self.model, state.optimizer, state.scheduler, state.extra,
-                                  state.scaler)  # fmt: skip
+                                  state.scaler, rng_ranks)  # fmt: skip
                 copy = writer.background and self._room_for_copy(content.bytes)
                 if copy:
                     content = host_copy(content)
@@ -524,13 +545,15 @@ class Trainer:
                     "start_records": state.start_records,  # phi): a resume reuses it
                     "config": self.config.to_dict(),
                     "run_id": run_id(self.run_dir),
+                    "world_size": self.world,  # a resume with another number of ranks says so
                 }
                 root, keep = self.run_dir / "checkpoints", self.config.run.keep_checkpoints
                 writer.submit(lambda: write_checkpoint(root, done, content, saved, keep))
                 if wait:
                     writer.wait()
-                state.last_ckpt = str(checkpoint_path(root, done))
         self._barrier()
+        # every rank names it (a NaN on rank 1 said "no checkpoint had been written yet")
+        state.last_ckpt = str(checkpoint_path(self.run_dir / "checkpoints", done))
 
     def _room_for_copy(self, needed: int) -> bool:
         """Whether the host has the memory for a checkpoint's copy of `needed` bytes; warned
