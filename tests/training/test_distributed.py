@@ -179,3 +179,43 @@ def test_the_collectives_timeout_is_generous_and_settable(monkeypatch):
         monkeypatch.setenv(distributed.TIMEOUT_ENV, bad)
         with pytest.raises(ConfigError, match="DCLR_DIST_TIMEOUT_MIN"):
             distributed.timeout_minutes()
+
+
+@pytest.mark.slow
+def test_sigterm_under_torchrun_stops_every_rank_with_one_checkpoint(model_dir, tmp_path):
+    """torchrun's SIGTERM (Slurm, `docker stop`, Ctrl-C) reaches every rank: they agree to stop
+    after the same step and save one checkpoint to resume from. The handler was off under
+    torchrun: the run died with no checkpoint and no word, losing every step since the last
+    periodic save."""
+    import os
+    import signal
+    import time
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"{s} {i}" for i in range(8) for s in SENTENCES) + "\n")
+    run = tmp_path / "run"
+    sets = {"model": model_dir, "corpus": corpus, "batch_size": 8, "max_steps": 100000,
+            "save_steps": 100000, "eval_steps": 0, "log_steps": 1, "test_eval": False}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0", "-m", "dclr", "train",
+           *(f"--set={k}={v}" for k, v in sets.items()), "-o", str(run)]  # fmt: skip
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+
+        def steps_done() -> int:
+            return len(read_metrics(run, "train")) if (run / "metrics.jsonl").is_file() else 0
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and steps_done() < 5 and proc.poll() is None:
+            time.sleep(0.5)
+        assert steps_done() >= 5, "the run did not start"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step-"))
+    assert len(steps) == 1, (steps, err[-3000:])
+    last = read_metrics(run, "train")[-1]["step"]
+    assert steps[0] == f"step-{last:08d}", (steps, last)
+    assert "stopped by a signal" in err and "--resume" in err, err[-3000:]

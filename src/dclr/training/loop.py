@@ -69,6 +69,9 @@ from dclr.training.tracking import MetricsLog
 # resume with another number of ranks, kept apart from run.seed's neighbours.
 RANK_SEED_STRIDE = 1 << 20
 RESEED_STRIDE = 1 << 40
+# Under torchrun on a GPU, how often (in steps) the ranks agree on a stop signal between the steps
+# that wait on the device anyway: torchrun gives its workers 30 s after its SIGTERM.
+STOP_POLL_STEPS = 10
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -269,7 +272,7 @@ class Trainer:
         self.model.train()
         meter = _Meter(time.perf_counter())
         batches = Prefetcher(self.host_batch, enabled=self._prefetch_on)
-        stop = GracefulStop(enabled=self.world == 1).install()  # SIGTERM: checkpoint, then stop
+        stop = GracefulStop(speak=main).install()  # SIGTERM: checkpoint, then stop
         writer = CheckpointWriter(background=self._background_checkpoints)
         try:
             for step in range(state.start, end):
@@ -284,10 +287,11 @@ class Trainer:
                     bar.set_postfix(loss=short_number(parts["loss"].item()))
                 is_last = done == self.run.total_steps
                 every = self.config.run.checkpoint_every
-                checkpoint = (
-                    checkpoint_due(done, end, self.run.total_steps, every) or stop.requested
-                )
-                if checkpoint or self._log_due(done, is_last) or self._eval_due(done, is_last):
+                due = checkpoint_due(done, end, self.run.total_steps, every)
+                waits = due or self._log_due(done, is_last) or self._eval_due(done, is_last)
+                stopping = self._stop_agreed(stop, done, waits)  # every rank the same answer
+                checkpoint = due or stopping
+                if checkpoint or waits:
                     self._settle(state)  # the one wait on the device, and the NaN stop
                 logged = self._maybe_log(state, log, meter, parts, done, is_last)
                 if logged is not None and state.finite.lazy:
@@ -296,8 +300,8 @@ class Trainer:
                     batches.settle()  # the tokenizer is not safe in two threads at once
                 self._maybe_evaluate(state, log, done, is_last)
                 if checkpoint:  # on disk before the loop stops (the end, a pause, a signal)
-                    self._checkpoint(state, done, writer, wait=stop.requested or done == end)
-                    if stop.requested and not is_last:
+                    self._checkpoint(state, done, writer, wait=stopping or done == end)
+                    if stopping and not is_last:
                         raise TrainingStopped(done, str(state.last_ckpt), str(self.run_dir))
         finally:
             writer.close()  # a write in flight when an error stopped the loop completes
@@ -314,6 +318,20 @@ class Trainer:
         result.checkpoint_times = writer.times.summary()
         stop.pass_on()  # a signal of the last step, the run now complete, to the caller's handler
         return result
+
+    def _stop_agreed(self, stop: GracefulStop, done: int, waits: bool) -> bool:
+        """Whether the run stops after step `done` for a signal. In one process, as soon as one
+        came. Under torchrun the ranks agree (any rank's signal stops all, after the same step,
+        with one checkpoint): an all-reduce at every step on a CPU, and on a GPU at the steps
+        that wait on the device anyway (`waits`: logs, evaluations, checkpoints) and every
+        STOP_POLL_STEPS steps, so an ordinary step never reads the device for it."""
+        if self.world == 1:
+            return stop.requested
+        if not (waits or self.device.type == "cpu" or done % STOP_POLL_STEPS == 0):
+            return False
+        flag = torch.tensor([float(stop.requested)], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
 
     # ---- the named steps of `train` ---------------------------------------------------------
     def _setup(self) -> _RunState:

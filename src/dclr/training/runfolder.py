@@ -226,14 +226,16 @@ def sigterm_as_interrupt() -> Iterator[None]:
 class GracefulStop:
     """`with GracefulStop() as stop:` - `stop.requested` turns True on the first SIGTERM/SIGINT.
 
-    Only the main thread can install signal handlers; elsewhere (and under torchrun, where each
-    rank would decide alone) this does nothing and signals keep their usual effect.
+    Only the main thread can install signal handlers; elsewhere this does nothing and signals
+    keep their usual effect. Under torchrun every rank takes the signal and the ranks agree on
+    stopping (`Trainer._stop_agreed`); `speak` False keeps the other ranks' notice quiet.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, speak: bool = True) -> None:
         self.enabled = enabled
+        self.speak = speak
         self.requested = False
         self.signum: int | None = None  # the first signal taken
         self._previous: dict[int, Any] = {}
@@ -245,6 +247,8 @@ class GracefulStop:
         if not self.requested:
             self.signum = signum
         self.requested = True
+        if not self.speak:
+            return
         print(
             f"\n{signal.Signals(signum).name}: stopping after this step (a checkpoint is saved); "
             "press Ctrl-C again to stop at once",
