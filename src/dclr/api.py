@@ -28,7 +28,7 @@ from dclr.contract import TrainResult as TrainResult
 from dclr.driver import run_training
 from dclr.errors import ConfigError
 from dclr.evaluation.plan import EvalPlan, run_plan
-from dclr.evaluation.scores import evaluation_batch_size
+from dclr.evaluation.scores import checked_batch_size, evaluation_batch_size
 from dclr.evaluation.sts import StsEvaluator
 from dclr.indexing.bulk import read_bulk as read_bulk
 from dclr.indexing.searcher import IndexSearcher
@@ -88,6 +88,7 @@ def evaluate_sts(
     `model` is an encoder or anything `load_encoder` takes. Returns one score per task, "avg",
     alignment and uniformity, and bookkeeping ("n_sentences", "seconds"). `sts_text` (raw |
     senteval) and `released_geometry`: as `dclr eval --sts-text/--released-geometry`."""
+    checked_batch_size(batch_size)  # before anything loads
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
     evaluator = StsEvaluator(
         data_dir,
@@ -95,7 +96,7 @@ def evaluate_sts(
         released_geometry=released_geometry,
         text=sts_text,  # type: ignore[arg-type]  # checked by the evaluator
     )
-    size = batch_size or evaluation_batch_size(encoder)
+    size = checked_batch_size(batch_size) or evaluation_batch_size(encoder)
     return evaluator(lambda s: encoder.encode(s, batch_size=size, normalize=False))
 
 
@@ -120,7 +121,7 @@ def evaluate_retrieval(
     if (folder is None) == (task is None):
         raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
-    size = batch_size or evaluation_batch_size(encoder)
+    size = checked_batch_size(batch_size) or evaluation_batch_size(encoder)
 
     def encode(texts: list[str]) -> Any:
         return encoder.encode(texts, batch_size=size, normalize=False)

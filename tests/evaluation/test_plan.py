@@ -214,3 +214,23 @@ def test_evaluation_batches_follow_the_device_unless_given(tiny_model_dir, data_
     dclr.evaluate(tiny_model_dir, mode="dev", tasks="STSBenchmark", data_dir=data_dir,
                   pooler="mean", batch_size=32)  # fmt: skip
     assert seen == [128, 512, 512, 32]
+
+
+def test_a_batch_size_below_one_is_refused_before_the_model_loads():
+    """batch_size=0 silently meant the default (`--batch-size 0` too); -1 was refused only
+    after loading."""
+    import dclr
+    from dclr.evaluation.plan import run_plan
+
+    for size in (0, -1):
+        with pytest.raises(ConfigError, match="batch_size .* must be >= 1"):
+            run_plan(EvalPlan(), "no/such/model", batch_size=size)
+        with pytest.raises(ConfigError, match="batch_size .* must be >= 1"):
+            dclr.evaluate_sts("no/such/model", batch_size=size)
+
+
+def test_an_unknown_realistic_corpus_is_refused(tmp_path):
+    from dclr.data.realistic import build_realistic
+
+    with pytest.raises(ConfigError, match="unknown corpus 'foo'; choose from scraped, clusters"):
+        build_realistic("foo", tmp_path)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from dclr.errors import ConfigError
+
 SCRAPED = "scraped"
 CLUSTERS = "clusters"
 REALISTIC = (SCRAPED, CLUSTERS)
@@ -75,6 +77,9 @@ def cluster_corpus(root: Path, seed: int = SEED) -> list[str]:
 
 
 def build_realistic(name: str, root: Path) -> list[str]:
+    """The corpus `name` (scraped | clusters) built from the data folder `root`."""
+    if name not in REALISTIC:  # it gave the clusters corpus for any other name
+        raise ConfigError(f"unknown corpus {name!r}; choose from {', '.join(REALISTIC)}")
     return scraped_corpus(root) if name == SCRAPED else cluster_corpus(root)
 
 

@@ -21,7 +21,7 @@ from dclr.data.sts import STS_TASKS
 from dclr.data.transfer import TRANSFER_TASKS
 from dclr.errors import ConfigError
 from dclr.evaluation.retrieval_eval import evaluate_target
-from dclr.evaluation.scores import evaluation_batch_size
+from dclr.evaluation.scores import checked_batch_size, evaluation_batch_size
 from dclr.evaluation.sts import DEV_TASKS, EncodeFn, Mode, StsEvaluator
 from dclr.evaluation.transfer import SETTINGS, TransferEvaluator, TransferMode
 from dclr.indexing.fingerprint import model_fingerprint
@@ -191,6 +191,7 @@ def run_plan(
     `show_progress` draws a bar per encoding; `on_part(part, results)` is called as each of
     "sts", "transfer" and "retrieval" finishes, with the results so far (the CLI renders them).
     `device`: auto (a GPU when one is visible) | cpu | cuda."""
+    checked_batch_size(batch_size)  # before anything loads
     sts_eval = None
     if plan.sts_tasks:
         sts_eval = StsEvaluator(

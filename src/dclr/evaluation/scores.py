@@ -110,3 +110,13 @@ def save_starting_scores(
     cache = _scores_file(model, pooler, data_dir, cache_root)
     cache.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(cache, json.dumps(scores, indent=2) + "\n")  # two writers never share a temp
+
+
+def checked_batch_size(batch_size: int | None) -> int | None:
+    """`batch_size` when it is None (the default: `evaluation_batch_size`) or >= 1; else a
+    ConfigError (0 silently meant the default)."""
+    if batch_size is not None and batch_size < 1:
+        from dclr.errors import ConfigError
+
+        raise ConfigError(f"batch_size (--batch-size) must be >= 1, got {batch_size}")
+    return batch_size

@@ -192,9 +192,11 @@ class Method:
 
     # ---- builders -----------------------------------------------------------------------------
     def build_model(self, config: TrainConfig) -> nn.Module:
+        """The model to train (default: the sentence encoder `config.model` describes)."""
         return build_encoder(config)
 
     def load_data(self, config: TrainConfig) -> Sequence[Any]:
+        """The training examples (default: the corpus's sentences, `dclr.data.corpus`)."""
         from dclr.data.corpus import load_corpus
 
         return load_corpus(config.data.corpus, config.data.data_dir, config.data.column)
@@ -222,6 +224,8 @@ class Method:
         return save_encoder(model, path, extra=extra)  # type: ignore[arg-type]
 
     def inference_pooler(self, config: TrainConfig) -> str:
+        """The pooler the exported model encodes with (with an MLP head, [CLS] before it, as
+        SimCSE evaluates)."""
         if config.model.mlp_head:
             return "cls_before_pooler"
         return config.model.eval_pooler or config.model.pooler

@@ -123,5 +123,7 @@ def section_classes() -> dict[str, type]:
 
 
 def available_methods() -> list[str]:
+    """The names of every registered method (built in, `register`ed, or from an installed
+    package's `dclr.methods` entry point), sorted: what a recipe's `method:` may say."""
     _load_all()
     return sorted(_METHODS)
