@@ -156,7 +156,8 @@ def open_source(
         raise InputError(
             f"a {fmt} file needs --column to say which field holds the text",
             path=path,
-            fix=f"pass --column NAME (dclr train: --set data.column=NAME, or data.column: NAME "
+            fix=f"pass --column NAME (Python: column=NAME; dclr train: --set data.column=NAME, "
+            f"or data.column: NAME "
             f"in the recipe); its columns: "
             f"{', '.join(_columns(path, fmt)) or 'none found'}",
         )

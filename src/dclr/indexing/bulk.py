@@ -81,8 +81,8 @@ class BulkSettings:
     def __post_init__(self) -> None:
         if self.shard_size < 1 or self.batch_size < 1:
             raise ConfigError("shard_size and batch_size must be >= 1")
-        check_choice(self.shard_format, ShardFormat, "--format")
-        check_choice(self.dtype, StorageDtype, "--dtype")
+        check_choice(self.shard_format, ShardFormat, "--format (shard_format=)")
+        check_choice(self.dtype, StorageDtype, "--dtype (dtype=)")
 
 
 def read_manifest(out_dir: Path) -> dict[str, Any] | None:

@@ -26,11 +26,15 @@ StorageDtype = Literal["float32", "float16"]
 
 
 def check_choice(value: str, allowed: object, option: str) -> str:  # allowed: a Literal[...]
-    """Raise InputError unless `value` is one of the Literal `allowed`."""
+    """Raise InputError unless `value` is one of the Literal `allowed`; `option` names it as the
+    command line does, with its Python keyword in brackets ("--format (shard_format=)")."""
     if value not in get_args(allowed):
+        first = get_args(allowed)[0]
+        flag, _, keyword = option.partition(" (")
+        python = f" ({keyword.rstrip(')')}{first!r})" if keyword else ""
         raise InputError(
             f"{option} must be one of {', '.join(get_args(allowed))}, got {value!r}",
-            fix=f"pass {option} {get_args(allowed)[0]}",
+            fix=f"pass {flag} {first}{python}",
         )
     return value
 

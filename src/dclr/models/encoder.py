@@ -209,7 +209,8 @@ class SentenceEncoder(nn.Module):
             pooler = saved_pooler(Path(path))
         if pooler is None:
             raise ConfigError(
-                f"{path} does not record a pooler; pass one of {', '.join(POOLERS)} (--pooler)"
+                f"{path} does not record a pooler; pass one of {', '.join(POOLERS)} (--pooler, "
+                "pooler=)"
             )
         check_pooler(pooler)
         backbone, tokenizer = load_backbone(str(path))
