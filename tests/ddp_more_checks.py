@@ -22,7 +22,7 @@ from dclr import distributed as dist
 
 
 def teacher(model_dir: str, out: str) -> None:
-    from dclr.losses.complementary import TwoViewComplementary
+    from dclr.losses.complementary import OnTheFlyComplementary, TwoViewComplementary
     from dclr.models.encoder import SentenceEncoder
 
     assert dist.init_from_env()
@@ -31,7 +31,12 @@ def teacher(model_dir: str, out: str) -> None:
     scorer = TwoViewComplementary(encoder, max_length=32)
     torch.manual_seed(1000 + rank)  # the ranks' streams differ
     cosines = scorer.similarities(torch.arange(len(SENTENCES)), SENTENCES)
-    save_file({"cosines": cosines.contiguous()}, f"{out}.{rank}.safetensors")
+    plain = SentenceEncoder.build(model_dir, pooler="cls")
+    anchors = OnTheFlyComplementary(plain, max_length=32).anchor_vectors(None, SENTENCES)
+    save_file(
+        {"cosines": cosines.contiguous(), "anchors": anchors.contiguous()},
+        f"{out}.{rank}.safetensors",
+    )
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

@@ -116,11 +116,20 @@ def test_the_two_view_teacher_scores_the_same_matrix_on_every_rank(model_dir, tm
     out = tmp_path / "teacher"
     proc = _run_twice_on_a_hang(_torchrun("teacher", str(model_dir), str(out)))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    first = load_file(f"{out}.0.safetensors")["cosines"]
-    second = load_file(f"{out}.1.safetensors")["cosines"]
+    zero, one = load_file(f"{out}.0.safetensors"), load_file(f"{out}.1.safetensors")
+    first, second = zero["cosines"], one["cosines"]
     assert first.shape == (len(SENTENCES), len(SENTENCES))
     torch.testing.assert_close(first, second, rtol=0, atol=0)
     assert not torch.allclose(first.diagonal(), torch.ones(len(SENTENCES)))  # dropout was on
+    # the eval-mode teacher (on_the_fly): each rank encodes its rows, the gathered batch is the
+    # one-process encoding of the whole batch (up to padding to a shorter length)
+    from dclr.losses.complementary import OnTheFlyComplementary
+    from dclr.models.encoder import SentenceEncoder
+
+    plain = SentenceEncoder.build(str(model_dir), pooler="cls")
+    alone = OnTheFlyComplementary(plain, max_length=32).anchor_vectors(None, SENTENCES)
+    torch.testing.assert_close(zero["anchors"], one["anchors"], rtol=0, atol=0)
+    torch.testing.assert_close(zero["anchors"], alone, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -358,6 +358,15 @@ class PlannedComplementary:
         return cosine_matrix(rows, rows)
 
 
+def local_rows(sentences: Sequence[str]) -> Sequence[str]:
+    """This rank's rows of the global batch `sentences` (rank order, equal shares) when the
+    ranks gather (`dist.gathers`); else `sentences` as they are."""
+    if not dist.gathers():
+        return sentences
+    local = len(sentences) // dist.world_size()
+    return list(sentences[dist.rank() * local : (dist.rank() + 1) * local])
+
+
 class OnTheFlyComplementary:
     """Encode each batch with the frozen complementary model (eval mode: no dropout)."""
 
@@ -367,9 +376,11 @@ class OnTheFlyComplementary:
 
     @torch.no_grad()
     def anchor_vectors(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
-        """(n, d) the batch sentences encoded (eval mode)."""
-        features = self.encoder.tokenize(sentences, max_length=self.max_length)
-        return self.encoder(**{k: v.to(self.encoder.device) for k, v in features.items()})
+        """(n, d) the batch sentences encoded (eval mode); under torchrun each rank encodes its
+        own rows and they are gathered (`local_rows`), not the whole batch on every rank."""
+        features = self.encoder.tokenize(local_rows(sentences), max_length=self.max_length)
+        z = self.encoder(**{k: v.to(self.encoder.device) for k, v in features.items()})
+        return dist.gather_with_grad(z)
 
     def similarities(self, indices: torch.Tensor, sentences: Sequence[str]) -> torch.Tensor:
         z = self.anchor_vectors(indices, sentences)
@@ -394,9 +405,7 @@ class TwoViewComplementary:
         (RUCAIBox/DCLR simcse/models.py l.617, l.662-672): every rank then scores with the same
         matrix. Each rank encoding the whole batch drew other dropout masks on each rank, so
         each computed another "global" loss."""
-        world, rank = dist.world_size() if dist.gathers() else 1, dist.rank()
-        local = len(sentences) // world
-        mine = list(sentences[rank * local : (rank + 1) * local]) if world > 1 else sentences
+        mine = local_rows(sentences)
         features = self.encoder.tokenize(mine, max_length=self.max_length)
         features = {k: torch.cat([v, v]).to(self.encoder.device) for k, v in features.items()}
         z = self.encoder(**features)  # (2n_local, d)
