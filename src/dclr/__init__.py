@@ -1,8 +1,8 @@
 """dclr: train, evaluate and serve sentence encoders with debiased contrastive learning.
 
 The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
-- encode: `load_encoder`, `encode`, `SentenceEncoder`, `encode_bulk` / `read_bulk`
-  (`dclr encode-bulk`);
+- encode: `load_encoder`, `encode`, `encode_file` (`dclr encode`; an `EncodedFile`),
+  `SentenceEncoder`, `encode_bulk` / `read_bulk` (`dclr encode-bulk`);
 - evaluate: `evaluate_sts`, `evaluate_retrieval`, `evaluate` (what `dclr eval` runs),
   `audit_corpus` (`dclr audit`);
 - train: `TrainConfig`, `load_config`, `train` (returns what results.json holds), `Trainer`,

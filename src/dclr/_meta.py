@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 # The names `import dclr` exposes, loaded from `dclr.api` on first use.
 API = (
     "Batch",
+    "EncodedFile",
     "Method",
     "SentenceEncoder",
     "TrainConfig",
@@ -13,7 +14,6 @@ API = (
     "audit_corpus",
     "available_methods",
     "build_index",
-    "EncodedFile",
     "encode",
     "encode_bulk",
     "encode_file",

@@ -120,6 +120,7 @@ def evaluate_retrieval(
 
     if (folder is None) == (task is None):
         raise ConfigError("give exactly one of folder (a BEIR folder) and task (a built-in task)")
+    checked_batch_size(batch_size)  # before anything loads
     encoder = model if isinstance(model, SentenceEncoder) else load_encoder(model, pooler)
     size = checked_batch_size(batch_size) or evaluation_batch_size(encoder)
 
@@ -353,6 +354,7 @@ def encode(
     `model` is an encoder or anything `load_encoder` takes, loaded with `pooler`, `precision`,
     `device`, `packing` and `max_length` (ignored for an encoder: it is used as it is);
     `normalize` None: unit vectors when the model's pipeline ends in `Normalize`."""
+    checked_batch_size(batch_size)  # before anything loads
     if isinstance(model, SentenceEncoder):
         encoder = model
     else:
@@ -398,6 +400,7 @@ def encode_file(
     and checked before the model loads."""
     from dclr.data.readers import open_source
 
+    checked_batch_size(batch_size)  # before anything is read or loaded
     source = open_source(Path(input_file), column, input_format)  # type: ignore[arg-type]
     lines = list(source.rows())
     blank = [i for i, line in enumerate(lines, 1) if not line.strip()]

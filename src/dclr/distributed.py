@@ -16,6 +16,8 @@ from contextvars import ContextVar
 import torch
 import torch.distributed as dist
 
+from dclr.errors import ConfigError
+
 # False inside `gathering(False)`: a loss that asks for per-rank negatives (sentence-transformers'
 # gather_across_devices=False) sees only its own rows, whatever the world size.
 _GATHER: ContextVar[bool] = ContextVar("dclr_gather", default=True)
@@ -39,12 +41,11 @@ def world_size() -> int:
 # 30 min) can end a paper-scale run there. DCLR_DIST_TIMEOUT_MIN sets it.
 TIMEOUT_ENV = "DCLR_DIST_TIMEOUT_MIN"
 DEFAULT_TIMEOUT_MIN = 120.0
+MAX_TIMEOUT_MIN = 7 * 24 * 60.0  # a week
 
 
 def timeout_minutes() -> float:
     """The collectives' timeout in minutes: $DCLR_DIST_TIMEOUT_MIN, else DEFAULT_TIMEOUT_MIN."""
-    from dclr.errors import ConfigError
-
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
         return DEFAULT_TIMEOUT_MIN
@@ -52,10 +53,10 @@ def timeout_minutes() -> float:
         minutes = float(raw)
     except ValueError:
         minutes = -1.0
-    if not minutes > 0:
+    if not 0 < minutes <= MAX_TIMEOUT_MIN:  # inf or 1e30 would overflow a timedelta
         raise ConfigError(
-            f"{TIMEOUT_ENV}={raw!r} is not a positive number of minutes: set it to e.g. 180 "
-            f"(or unset it: {DEFAULT_TIMEOUT_MIN:g})"
+            f"{TIMEOUT_ENV}={raw!r} is not a number of minutes above 0 and at most "
+            f"{MAX_TIMEOUT_MIN:g}: set it to e.g. 180 (or unset it: {DEFAULT_TIMEOUT_MIN:g})"
         )
     return minutes
 

@@ -158,14 +158,14 @@ def run_stages(
     before/after scores compare the starting model with the best model of the last stage. The
     root folder is locked for the schedule (`dclr.training.runfolder`)."""
     root = Path(config.run.output_dir)
-    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's, before any process group
-    single = [m.name for _, m in stages if not m.distributed]
-    if world > 1 and single:  # said first: each rank would otherwise claim the root folder
-        raise ConfigError(
-            f"method {config.method!r} runs stages that run in one process ({', '.join(single)}; "
-            f"no DDP support yet): run it without torchrun"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's, before any process group
+        single = [m.name for _, m in stages if not m.distributed]
+        why = f" ({', '.join(single)} run in one process)" if single else ""
+        raise ConfigError(  # said first: each rank would claim the schedule's folder
+            f"method {config.method!r} runs a schedule of stages, which runs in one process"
+            f"{why}: run it without torchrun"
         )
-    with runfolder.claim(root, resume, overwrite, main=runfolder.rank_from_env() == 0):
+    with runfolder.claim(root, resume, overwrite):
         config.save(root / "config.yaml")
         # scored once for the schedule and kept across its reruns, as its finished stages are
         before = starting_scores(root, True, lambda: method.evaluate_start(config))

@@ -89,7 +89,8 @@ def load_resumed(run_dir: str | Path, overrides: dict[str, Any] | None = None) -
             "folder; resume the folder a `dclr train` wrote (its run.output_dir)"
         )
     overrides = dict(overrides or {})
-    overrides.setdefault("run.output_dir", str(run_dir))
+    if "output_dir" not in overrides:  # the flat spelling names another folder too
+        overrides.setdefault("run.output_dir", str(run_dir))
     if find_recipe(recipe) is not None:
         method = overrides.get("method", read_recipe(recipe).get("method", "simcse"))
         check_resume(run_dir, {"method": method}, method_only=True)

@@ -227,6 +227,12 @@ def test_a_batch_size_below_one_is_refused_before_the_model_loads():
             run_plan(EvalPlan(), "no/such/model", batch_size=size)
         with pytest.raises(ConfigError, match="batch_size .* must be >= 1"):
             dclr.evaluate_sts("no/such/model", batch_size=size)
+        with pytest.raises(ConfigError, match="batch_size .* must be >= 1"):
+            dclr.evaluate_retrieval("no/such/model", task="inli", batch_size=size)
+        with pytest.raises(ConfigError, match="batch_size .* must be >= 1"):
+            dclr.encode("no/such/model", ["a"], batch_size=size)
+        with pytest.raises(ConfigError, match="batch_size .* must be >= 1"):
+            dclr.encode_file("no/such/model", "no/such/file.txt", batch_size=size)
 
 
 def test_an_unknown_realistic_corpus_is_refused(tmp_path):

@@ -63,6 +63,8 @@ def test_a_parser_loop_or_port_that_cannot_work_is_refused_before_loading():
         dclr.serve("no/such/model", http="bogus")
     with pytest.raises(ConfigError, match="port must be a whole number 0-65535, got '80'"):
         dclr.serve("no/such/model", port="80")
+    with pytest.raises(ConfigError, match="port must be a whole number 0-65535, got True"):
+        dclr.serve("no/such/model", port=True)
     with pytest.raises(ConfigError, match="max_texts must be >= 1"):
         dclr.serve("no/such/model", max_texts=0)
 

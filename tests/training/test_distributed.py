@@ -169,7 +169,7 @@ def test_a_schedule_of_one_process_stages_is_refused_under_torchrun(
     recipe = find_recipe("recipes/consert_sup_then_unsup_snli_minilm_cpu.yaml")
     config = load_config(recipe, {"model": str(model_dir), "output_dir": str(tmp_path / "run")})
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match="runs stages that run in one process.*nli"):
+    with pytest.raises(ConfigError, match=r"runs a schedule of stages.*\(nli run in one process\)"):
         run_training(config)
     assert not (tmp_path / "run").exists()
 
@@ -184,7 +184,7 @@ def test_the_collectives_timeout_is_generous_and_settable(monkeypatch):
     assert distributed.timeout_minutes() == distributed.DEFAULT_TIMEOUT_MIN >= 60
     monkeypatch.setenv(distributed.TIMEOUT_ENV, "240")
     assert distributed.timeout_minutes() == 240
-    for bad in ("0", "-3", "ten"):
+    for bad in ("0", "-3", "ten", "inf", "1e30"):
         monkeypatch.setenv(distributed.TIMEOUT_ENV, bad)
         with pytest.raises(ConfigError, match="DCLR_DIST_TIMEOUT_MIN"):
             distributed.timeout_minutes()
@@ -227,4 +227,4 @@ def test_sigterm_under_torchrun_stops_every_rank_with_one_checkpoint(model_dir, 
     assert len(steps) == 1, (steps, err[-3000:])
     last = read_metrics(run, "train")[-1]["step"]
     assert steps[0] == f"step-{last:08d}", (steps, last)
-    assert "stopped by a signal" in err and "--resume" in err, err[-3000:]
+    assert err.count("stopped by a signal") == 1 and "--resume" in err, err[-3000:]  # rank 0

@@ -261,6 +261,12 @@ def test_the_api_resumes_a_run_folder_as_dclr_train_resume_does(model_dir, corpu
         dclr.train(resume=tmp_path / "nothing")
     with pytest.raises(ConfigError, match="nothing to train"):
         dclr.train()
+    from dclr.recipe import load_resumed
+
+    elsewhere = str(tmp_path / "elsewhere")  # the flat spelling names another folder too
+    assert load_resumed(moved, {"output_dir": elsewhere}).run.output_dir == elsewhere
+    assert load_resumed(moved, {"run.output_dir": elsewhere}).run.output_dir == elsewhere
+    assert load_resumed(moved).run.output_dir == str(moved)
 
 
 def test_a_resume_with_another_number_of_ranks_says_dropout_is_drawn_anew(

@@ -352,6 +352,7 @@ def train_cmd(
     from dclr.runlock import FolderLock
     from dclr.training.runfolder import (
         Terminated,
+        TrainingStopped,
         interrupted_state,
         rank_from_env,
         sigterm_as_interrupt,
@@ -392,6 +393,10 @@ def train_cmd(
             summary = run_training(
                 config, resume=resume is not None, overwrite=overwrite, notify=print_event
             )
+    except TrainingStopped as err:  # every rank stopped; rank 0 says so for all of them
+        if rank_from_env() != 0:
+            raise typer.Exit(2) from None
+        fail(err)
     except DclrError as err:
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dclr import atomic
 from dclr._meta import __version__
+from dclr.errors import ConfigError
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.encoder import SentenceEncoder
 
@@ -116,7 +117,5 @@ def checked_batch_size(batch_size: int | None) -> int | None:
     """`batch_size` when it is None (the default: `evaluation_batch_size`) or >= 1; else a
     ConfigError (0 silently meant the default)."""
     if batch_size is not None and batch_size < 1:
-        from dclr.errors import ConfigError
-
         raise ConfigError(f"batch_size (--batch-size) must be >= 1, got {batch_size}")
     return batch_size

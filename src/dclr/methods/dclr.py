@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from dclr import distributed as dist
+from dclr.errors import ConfigError
 from dclr.methods.dclr_rows import sample_rows_only
 from dclr.methods.simcse import ContrastiveMethod, build_views
 from dclr.models.attention_mask import step_mask_choice
@@ -205,40 +206,59 @@ class DCLR(ContrastiveMethod):
             return self.loss_module(config, model, section, complementary)
         # a calibrated phi is the loss's input, the calibration its step-0 record, and phi the
         # value the run reports (start, results.json, model card) in place of the config's; a
-        # resumed run takes both from its checkpoint (`run.saved_start`), not measured again
-        from dclr.losses.complementary import weights_digest
-
-        saved = None
-        if (run.saved_start.get("start_records") or {}).get("calibration"):  # a resumed run
-            spec = section.complementary_model or config.model.name
-            saved = saved_calibration(run.saved_start, config.to_dict(), weights_digest(spec))
-            if saved is None:
-                announce("phi_calibration: the checkpoint's phi was calibrated from other "
-                         "settings, data or scorer weights: calibrating again")  # fmt: skip
-        if saved is not None:
-            announce(f"phi_calibration: phi {short_number(saved['phi'])} as calibrated before "
-                     "step 1, from the run's checkpoint")  # fmt: skip
-            calibration = saved
-        else:
-            with phase("phi_calibration"):
-                calibration = calibrate_once(run, lambda: calibrate(config, section, run.data,
-                                                                    run.device))  # fmt: skip
+        # resumed run takes both from its checkpoint (`run.saved_start`), not measured again.
+        # Under torchrun rank 0 decides and measures, and every rank gets its record.
+        calibration = calibrate_once(run, lambda: self._calibration(run, section))
         phi = calibration["phi"]
         calibrated = dataclasses.replace(section, false_negative_threshold=phi)
         records = {"calibration": calibration}
         derived = {"false_negative_threshold": phi}
         return self.loss_module(config, model, calibrated, complementary, records, derived)
 
+    def _calibration(self, run: PreparedRun, section: DCLRSection) -> dict[str, Any]:
+        """The checkpoint's calibration when a resumed run may reuse it, else a new one."""
+        from dclr.losses.complementary import weights_digest
+
+        config = run.config
+        saved = None
+        record = (run.saved_start.get("start_records") or {}).get("calibration")
+        if record:  # a resumed run
+            spec = section.complementary_model or config.model.name
+            saved = saved_calibration(run.saved_start, config.to_dict(), weights_digest(spec))
+            if saved is None and "scorer_weights" not in record:
+                announce("phi_calibration: the checkpoint's phi does not record which scorer "
+                         "weights it was calibrated with: calibrating again")  # fmt: skip
+            elif saved is None:
+                announce("phi_calibration: the checkpoint's phi was calibrated from other "
+                         "settings, data or scorer weights: calibrating again")  # fmt: skip
+        if saved is not None:
+            announce(f"phi_calibration: phi {short_number(saved['phi'])} as calibrated before "
+                     "step 1, from the run's checkpoint")  # fmt: skip
+            return saved
+        with phase("phi_calibration"):
+            return calibrate(config, section, run.data, run.device)
+
 
 def calibrate_once(run: PreparedRun, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """`measure()` on rank 0, its record sent to every rank (torchrun): one phi for the whole
-    run, whatever each device's rounding would give. In one process, `measure()`."""
+    """`measure()` on rank 0, its record sent to every rank (torchrun): one decision (the
+    checkpoint's phi, or a new calibration) and one phi for the whole run, whatever each node's
+    files or each device's rounding would give. A failure on rank 0 is raised on every rank
+    (the others would wait in the broadcast). In one process, `measure()`."""
     if run.world == 1:
         return measure()
-    record = [measure() if run.rank == 0 else None]
-    torch.distributed.broadcast_object_list(record, src=0)
-    assert record[0] is not None
-    return record[0]
+    sent: list[Any] = [None]
+    failure: BaseException | None = None
+    if run.rank == 0:
+        try:
+            sent[0] = {"record": measure()}
+        except Exception as err:  # noqa: BLE001 - every kind is passed on, then raised here
+            failure, sent[0] = err, {"error": f"{type(err).__name__}: {err}"}
+    torch.distributed.broadcast_object_list(sent, src=0)
+    if failure is not None:
+        raise failure
+    if "error" in sent[0]:
+        raise ConfigError(f"phi calibration failed on rank 0: {sent[0]['error']}")
+    return dict(sent[0]["record"])
 
 
 DCLR_METHOD = DCLR()

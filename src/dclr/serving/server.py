@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from dclr.serving.protocols import hard_cap, protocol_with
-from dclr.serving.settings import Connections
+from dclr.serving.settings import EVENT_LOOPS, Connections
 
 # File descriptors kept free for the process's own files (model, index, logs) under the socket cap.
 RESERVED_FDS = 64
@@ -49,7 +49,7 @@ def event_loop(wanted: str = "auto") -> str:
     """The event loop uvicorn is to run: "uvloop" or "asyncio" ("auto": uvloop when installed,
     as uvicorn's own "auto" does, but said here so a missing uvloop is an error, not a silent
     fallback, when it was asked for)."""
-    if wanted not in ("auto", "asyncio", "uvloop"):
+    if wanted not in EVENT_LOOPS:
         raise ValueError(f"unknown event loop {wanted!r}: use auto, asyncio or uvloop")
     if wanted == "asyncio":
         return wanted

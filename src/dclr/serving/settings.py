@@ -152,7 +152,11 @@ class Connections:
             raise ValueError(f"header_timeout must be > 0 seconds, got {self.header_timeout}")
         if not self.drain_timeout >= 0:
             raise ValueError(f"drain_timeout must be >= 0 seconds, got {self.drain_timeout}")
-        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+        if (
+            not isinstance(self.port, int)
+            or isinstance(self.port, bool)
+            or not 0 <= self.port <= 65535
+        ):
             raise ValueError(f"port must be a whole number 0-65535, got {self.port!r}")
         if self.http not in HTTP_PARSERS:
             raise ValueError(f"unknown HTTP parser {self.http!r}: use {', '.join(HTTP_PARSERS)}")

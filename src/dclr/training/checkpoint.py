@@ -75,9 +75,14 @@ def _step_of(path: Path) -> int:
     return int(path.name.split("-")[1])
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(own_device: bool = False) -> dict[str, Any]:
+    """The CPU's random state and the GPUs': every visible one's, or with `own_device` only
+    this process's current one (a torchrun rank's, restored onto whichever device the rank
+    has when it resumes)."""
     state: dict[str, Any] = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and own_device:
+        state["cuda_device"] = torch.cuda.get_rng_state()
+    elif torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
@@ -90,7 +95,7 @@ def rank_rng_states() -> list[dict[str, Any]] | None:
     import torch.distributed as torch_dist
 
     states: list[Any] = [None] * dist.world_size()
-    torch_dist.all_gather_object(states, rng_state())
+    torch_dist.all_gather_object(states, rng_state(own_device=True))
     return states
 
 
@@ -98,6 +103,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda_device" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_device"])  # this process's current device
 
 
 def checkpoint_bytes(

@@ -69,9 +69,6 @@ from dclr.training.tracking import MetricsLog
 # resume with another number of ranks, kept apart from run.seed's neighbours.
 RANK_SEED_STRIDE = 1 << 20
 RESEED_STRIDE = 1 << 40
-# Under torchrun on a GPU, how often (in steps) the ranks agree on a stop signal between the steps
-# that wait on the device anyway: torchrun gives its workers 30 s after its SIGTERM.
-STOP_POLL_STEPS = 10
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -186,6 +183,7 @@ class Trainer:
         self.run_dir = run.run_dir
         self.evaluator = evaluator
         self._warned_copy = False  # "no room for a checkpoint's host copy", said once
+        self._stop_group: Any = None  # torchrun: the gloo group the ranks agree on a stop in
         self._draw_ahead: Callable[[Batch], Mapping[str, Any] | None] | None = None  # _setup's
         if evaluator is None and self.rank == 0:
             self.evaluator = self.method.dev_evaluator(run)
@@ -289,7 +287,7 @@ class Trainer:
                 every = self.config.run.checkpoint_every
                 due = checkpoint_due(done, end, self.run.total_steps, every)
                 waits = due or self._log_due(done, is_last) or self._eval_due(done, is_last)
-                stopping = self._stop_agreed(stop, done, waits)  # every rank the same answer
+                stopping = self._stop_agreed(stop)  # every rank the same answer
                 checkpoint = due or stopping
                 if checkpoint or waits:
                     self._settle(state)  # the one wait on the device, and the NaN stop
@@ -319,18 +317,20 @@ class Trainer:
         stop.pass_on()  # a signal of the last step, the run now complete, to the caller's handler
         return result
 
-    def _stop_agreed(self, stop: GracefulStop, done: int, waits: bool) -> bool:
+    def _stop_agreed(self, stop: GracefulStop) -> bool:
         """Whether the run stops after step `done` for a signal. In one process, as soon as one
         came. Under torchrun the ranks agree (any rank's signal stops all, after the same step,
-        with one checkpoint): an all-reduce at every step on a CPU, and on a GPU at the steps
-        that wait on the device anyway (`waits`: logs, evaluations, checkpoints) and every
-        STOP_POLL_STEPS steps, so an ordinary step never reads the device for it."""
+        with one checkpoint) at every step, through a gloo group of host-memory flags: on a GPU
+        the step never waits on the device for it, and a stop lands within the step that heard
+        it (torchrun waits 30 s before it kills)."""
         if self.world == 1:
             return stop.requested
-        if not (waits or self.device.type == "cpu" or done % STOP_POLL_STEPS == 0):
-            return False
-        flag = torch.tensor([float(stop.requested)], device=self.device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if self._stop_group is None:  # every rank reaches step 1's check: a collective
+            self._stop_group = torch.distributed.new_group(backend="gloo")
+        flag = torch.tensor([float(stop.requested)])  # host memory: the device is not waited on
+        torch.distributed.all_reduce(
+            flag, op=torch.distributed.ReduceOp.MAX, group=self._stop_group
+        )
         return bool(flag.item())
 
     # ---- the named steps of `train` ---------------------------------------------------------
@@ -414,14 +414,19 @@ class Trainer:
         state.last_ckpt = str(last)
         announce(f"resume: from checkpoint {last.name} (step {state.start}), continuing at "
                  f"step {state.start + 1} of {self.run.total_steps}")  # fmt: skip
-        written_by = saved.get("world_size", 1)
-        if written_by != self.world:  # no saved stream for this layout of ranks: draw anew
+        written_by = saved.get("world_size")  # absent: written before checkpoints said
+        if (written_by or 1) != self.world:  # no saved stream for this layout of ranks
             torch.manual_seed(self._dropout_seed() + RESEED_STRIDE * state.start)
-            announce(
-                f"resume: the checkpoint was written by {written_by} process(es), this run has "
-                f"{self.world}: dropout is drawn anew from step {state.start + 1}, so the steps "
-                "after it differ from an uninterrupted run's"
+            cause = (
+                f"the checkpoint was written by {written_by} process(es), this run has {self.world}"
+                if written_by is not None
+                else "the checkpoint predates per-rank dropout streams"
             )
+            if self.rank == 0:
+                announce(
+                    f"resume: {cause}: dropout is drawn anew from step {state.start + 1}, so "
+                    "the steps after it differ from an uninterrupted run's"
+                )
 
     def _dropout_seed(self) -> int:
         """The seed of this rank's dropout stream: run.seed + 1 (distinct from the head's
