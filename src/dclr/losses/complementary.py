@@ -256,7 +256,7 @@ class CachedComplementary:
             warnings.warn(
                 f"{cache}: a complementary cache written before dclr recorded the model's "
                 "weights; it is taken as this model's and its record upgraded (delete it to "
-                "rebuild if the model folder was retrained since)",
+                "rebuild if the model folder was retrained, or the hub model updated, since)",
                 UserWarning,
                 stacklevel=2,
             )
