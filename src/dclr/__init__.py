@@ -7,7 +7,9 @@ The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
   `audit_corpus` (`dclr audit`);
 - train: `TrainConfig`, `load_config`, `train` (returns what results.json holds), `Trainer`,
   `TrainResult`;
-- search and serve: `build_index`, `open_index` (`dclr index build`, `dclr search`), `serve`;
+- search and serve: `build_index`, `open_index`, `index_info` (`dclr index build`,
+  `dclr search`, `dclr index info`), `serve`;
+- data: `download_data`, `check_data` (`dclr data download`, `dclr data check`);
 - new methods: `Method`, `Batch`, `register`, `get_method`, `available_methods`.
 Errors: `DclrError` and its kinds `InputError` (a file, its line, the fix), `ConfigError` (an
 option that cannot work), `TrainingDiverged`, `NonFiniteVectors`.

@@ -418,3 +418,42 @@ def encode_file(
         show_progress=show_progress,
     )
     return EncodedFile(vectors, kept, blank)
+
+
+def download_data(
+    data_dir: str | Path | None = None,
+    url: str | None = None,
+    force: bool = False,
+    sha256: str | None = None,
+    show_progress: bool = False,
+) -> Path:
+    """`dclr data download`: fetch the STS/SICK evaluation data and lay it out as SentEval does,
+    in `data_dir` (default: $DCLR_DATA_DIR, else the user cache); returns the folder. `url`
+    defaults to SimCSE's SentEval tarball ($DCLR_DATA_URL), `sha256` to $DCLR_DATA_SHA256, else
+    the pinned digest; a present copy is kept unless `force`."""
+    import os
+
+    from dclr.data.download import download_data as download
+    from dclr.data.paths import default_cache_dir
+
+    target = Path(data_dir or os.environ.get("DCLR_DATA_DIR") or default_cache_dir())
+    return download(target, base_urls={"senteval": url} if url else None, force=force,
+                    sha256=sha256, show_progress=show_progress)  # fmt: skip
+
+
+def check_data(data_dir: str | Path | None = None) -> dict[str, int]:
+    """`dclr data check`: read every STS task's test files (a malformed one raises an
+    InputError naming the file and line) and return each task's number of scored pairs."""
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.sts import STS_TASKS, load_task
+
+    root = resolve_data_dir(data_dir)
+    return {task: sum(len(p) for p in load_task(root, task, "test")) for task in STS_TASKS}
+
+
+def index_info(folder: str | Path) -> dict[str, Any]:
+    """`dclr index info`: an index folder's index.json (model, fingerprint, kind, size, ...),
+    read without loading the model or FAISS."""
+    from dclr.indexing.index import read_meta
+
+    return read_meta(Path(folder))

@@ -367,3 +367,29 @@ def test_archive_expanding_past_the_cap_is_refused_before_extraction(
     with pytest.raises(InputError, match="add up to more than 10000000 bytes"):
         download(tmp_path / "data", server.url("senteval.tar"), max_extracted_bytes=10_000_000)
     assert_no_leftovers(tmp_path / "data")
+
+
+def test_the_api_downloads_and_checks_as_the_commands_do(
+    tmp_path: Path, server: Server, monkeypatch
+) -> None:
+    """`dclr.download_data` / `dclr.check_data` are `dclr data download` / `dclr data check`:
+    the same folder ($DCLR_DATA_DIR when none is given) and the same counts."""
+    from typer.testing import CliRunner
+
+    import dclr
+    from dclr.cli.main import app
+
+    write_tar(server.folder / "senteval.tar", fake_senteval())
+    data_dir = tmp_path / "data"
+    monkeypatch.setenv("DCLR_DATA_DIR", str(data_dir))
+    assert dclr.download_data(url=server.url("senteval.tar")) == data_dir
+    counts = dclr.check_data()
+    assert counts["STSBenchmark"] == STSB_ROWS and set(counts) == set(STS_SUBSETS) | {
+        "STSBenchmark",
+        "SICKRelatedness",
+    }
+    shown = CliRunner().invoke(app, ["data", "check"])
+    assert shown.exit_code == 0, shown.output
+    for task, count in counts.items():
+        assert any(task in line and line.rstrip(" │|").endswith(str(count))
+                   for line in shown.output.splitlines()), (task, shown.output)  # fmt: skip

@@ -159,6 +159,9 @@ def test_cli_build_and_search(model_dir, corpus_file, tmp_path):
     assert len(body["results"]) == 2
     info = runner.invoke(app, ["index", "info", str(out)])
     assert info.exit_code == 0 and '"kind": "hnsw"' in info.output
+    import dclr
+
+    assert json.loads(info.output) == dclr.index_info(out)  # `dclr index info` from Python
 
 
 def test_dedup_leaves_copies_out_of_the_results(model_dir, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -604,14 +603,10 @@ def data_download(
     ] = None,
 ) -> None:
     """Download the STS/SICK evaluation data and lay it out as SentEval does."""
-    from dclr.data.download import download_data
-    from dclr.data.paths import default_cache_dir
+    from dclr.api import download_data
 
-    target = data_dir or Path(os.environ.get("DCLR_DATA_DIR") or default_cache_dir())
     try:
-        path = download_data(
-            target, base_urls={"senteval": url} if url else None, force=force, sha256=sha256
-        )
+        path = download_data(data_dir, url, force, sha256, show_progress=True)
     except DclrError as err:
         fail(err)
     console.print(f"evaluation data ready in {path}")
@@ -620,18 +615,19 @@ def data_download(
 @data_app.command("check")
 def data_check(data_dir: DataDir = None) -> None:
     """Read every STS task and report its size (fails with the file and line on bad input)."""
+    from dclr.api import check_data
     from dclr.data.paths import resolve_data_dir
-    from dclr.data.sts import STS_TASKS, load_task
 
     try:
         root = resolve_data_dir(data_dir)
-        table = Table(title=escape(f"STS data in {root}"))
-        table.add_column("task")
-        table.add_column("scored pairs", justify="right")
-        for task in STS_TASKS:
-            table.add_row(task, str(sum(len(p) for p in load_task(root, task, "test"))))
+        pairs = check_data(root)
     except DclrError as err:
         fail(err)
+    table = Table(title=escape(f"STS data in {root}"))
+    table.add_column("task")
+    table.add_column("scored pairs", justify="right")
+    for task, count in pairs.items():
+        table.add_row(task, str(count))
     out.print(table)
 
 

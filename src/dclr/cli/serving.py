@@ -215,10 +215,10 @@ def index_build(
 @index_app.command("info")
 def index_info(folder: Annotated[Path, typer.Argument(help="Index folder.")]) -> None:
     """Print an index's model, fingerprint, kind and size."""
-    from dclr.indexing.index import read_meta
+    from dclr.api import index_info as read_info
 
     try:
-        meta = read_meta(folder)
+        meta = read_info(folder)
     except DclrError as err:
         fail(err)
     out.print_json(json.dumps(meta))
