@@ -73,3 +73,20 @@ def test_a_small_loss_is_not_shown_as_zero():
         for line in file.read_text().splitlines():
             if "set_postfix(" in line:
                 assert not re.search(r":\.\d+f", line), f"{file}: {line.strip()}"
+
+
+def test_train_without_progress_bars(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """`dclr.train(show_progress=False)`: no bar at all (it always drew the training bar)."""
+    from helpers import tiny_run_overrides, write_pseudo_corpus
+
+    import dclr
+
+    corpus = write_pseudo_corpus(tmp_path / "corpus.txt", 40)
+    overrides = tiny_run_overrides(tiny_model_dir, corpus, tmp_path / "run", max_steps=2)
+    monkeypatch.setenv("TQDM_DISABLE", "")
+    dclr.train(None, overrides, show_progress=False)
+    quiet = capsys.readouterr().err
+    dclr.train(None, {**overrides, "output_dir": str(tmp_path / "run2")})
+    shown = capsys.readouterr().err
+    assert "step" not in quiet, quiet
+    assert "step" in shown, shown  # the training bar, as before

@@ -17,6 +17,7 @@ Everything here returns data (dicts, arrays, models); nothing prints tables.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from dclr.methods.registry import get_method as get_method
 from dclr.methods.registry import register as register
 from dclr.models.encoder import SentenceEncoder
 from dclr.options.config import TrainConfig
+from dclr.progress import without_bars
 from dclr.recipe import load_config, load_resumed, updated
 from dclr.training.loop import Trainer as Trainer
 
@@ -180,26 +182,32 @@ def train(
     overrides: dict[str, Any] | None = None,
     resume: bool | str | Path = False,
     overwrite: bool = False,
+    show_progress: bool = True,
 ) -> dict[str, Any]:
     """Train a config (or a recipe file + overrides) end to end, as `dclr train` does; returns
     the summary written to `<output_dir>/results.json`. An output folder that already holds a
     run is refused unless `resume` (continue it) or `overwrite` (delete that run's outputs and
     start over), as `dclr train --resume` / `--overwrite`. `resume` may also be the run folder
-    itself, with no config: `dclr train --resume DIR` (its config.yaml, `overrides` applied)."""
+    itself, with no config: `dclr train --resume DIR` (its config.yaml, `overrides` applied).
+    `show_progress` False: no progress bars (the training bar, the caches' and evaluations')."""
     if isinstance(resume, str | Path) and not isinstance(resume, bool):
         if config is not None:
             raise ConfigError(
                 "resume= names a run folder, whose config.yaml is the config: leave config out "
                 "(or pass resume=True to continue the run folder the config names)"
             )
-        return run_training(load_resumed(resume, overrides), resume=True, overwrite=overwrite)
-    if config is None:
-        raise ConfigError("nothing to train: give a config or recipe, or resume=RUN_FOLDER")
-    if not isinstance(config, TrainConfig):
+        config, resume = load_resumed(resume, overrides), True
+    elif config is None and not overrides:
+        raise ConfigError(
+            "nothing to train: give a config or recipe (or overrides naming the model), or "
+            "resume=RUN_FOLDER"
+        )
+    elif not isinstance(config, TrainConfig):
         config = load_config(config, overrides)
     elif overrides:
         config = updated(config, overrides)
-    return run_training(config, resume=resume, overwrite=overwrite)
+    with contextlib.nullcontext() if show_progress else without_bars():
+        return run_training(config, resume=bool(resume), overwrite=overwrite)
 
 
 def build_index(

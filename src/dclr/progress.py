@@ -28,11 +28,25 @@ def disabled_by_env() -> bool:
     return os.environ.get("TQDM_DISABLE", "").strip().lower() not in _OFF_WORDS
 
 
+_QUIET: ContextVar[bool] = ContextVar("dclr_quiet_bars", default=False)
+
+
+@contextlib.contextmanager
+def without_bars() -> Iterator[None]:
+    """No progress bars inside the block (`dclr.train(show_progress=False)`)."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
 def progress_bar(*, enabled: bool = True, **kwargs: Any) -> tqdm:
-    """A `tqdm` bar, off when `enabled` is false or `TQDM_DISABLE` says so; other kwargs go to tqdm."""
+    """A `tqdm` bar, off when `enabled` is false, `TQDM_DISABLE` says so or inside
+    `without_bars`; other kwargs go to tqdm."""
     if "disable" in kwargs:
         raise TypeError("progress_bar: pass enabled=, not disable=")
-    return tqdm(disable=not enabled or disabled_by_env(), **kwargs)
+    return tqdm(disable=not enabled or disabled_by_env() or _QUIET.get(), **kwargs)
 
 
 def short_number(value: float) -> str:
