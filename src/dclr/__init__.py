@@ -10,6 +10,7 @@ The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
 - search and serve: `build_index`, `open_index`, `index_info` (`dclr index build`,
   `dclr search`, `dclr index info`), `serve`;
 - data: `download_data`, `check_data` (`dclr data download`, `dclr data check`);
+- this CPU: `cpu_policy` (`dclr cpu-policy [--measure]`);
 - new methods: `Method`, `Batch`, `register`, `get_method`, `available_methods`.
 Errors: `DclrError` and its kinds `InputError` (a file, its line, the fix), `ConfigError` (an
 option that cannot work), `TrainingDiverged`, `NonFiniteVectors`.

@@ -15,6 +15,7 @@ API = (
     "available_methods",
     "build_index",
     "check_data",
+    "cpu_policy",
     "download_data",
     "encode",
     "encode_bulk",

