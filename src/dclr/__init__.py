@@ -4,7 +4,7 @@ The public API (`dclr.api`), loaded on first use so `import dclr` stays cheap:
 - encode: `load_encoder`, `encode`, `encode_file` (`dclr encode`; an `EncodedFile`),
   `SentenceEncoder`, `encode_bulk` / `read_bulk` (`dclr encode-bulk`);
 - evaluate: `evaluate_sts`, `evaluate_retrieval`, `evaluate` (what `dclr eval` runs),
-  `audit_corpus` (`dclr audit`);
+  `audit_corpus` (`dclr audit`), `evaluate_rte` / `evaluate_eis` (`dclr dualcse rte|eis`);
 - train: `TrainConfig`, `load_config`, `train` (returns what results.json holds), `Trainer`,
   `TrainResult`;
 - search and serve: `build_index`, `open_index`, `index_info` (`dclr index build`,

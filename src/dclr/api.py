@@ -496,3 +496,43 @@ def cpu_policy(
         "measured": record,
         "kept_in": None if path is None else str(path),
     }
+
+
+def evaluate_rte(
+    models: str | Path | Sequence[str | Path],
+    data_dir: str | Path | None = None,
+    pooler: str | None = None,
+    batch_size: int = 128,
+    show_progress: bool = False,
+) -> dict[str, dict[str, float]]:
+    """`dclr dualcse rte`: RTE on INLI (threshold on val, accuracy x100 per hypothesis type on
+    test) of each model, {model: results}; DualCSE folders, or one-embedding models (folder, hub
+    id, `python-package:NAME`, `pooler` as saved unless given) evaluated with r = u."""
+    from dclr.dualcse.evaluate import RteEvaluator, load_embedder
+
+    checked_batch_size(batch_size)
+    names = [models] if isinstance(models, str | Path) else list(models)
+    evaluator = RteEvaluator.from_data_dir(data_dir)
+    return {
+        str(name): evaluator(
+            load_embedder(str(name), pooler), batch_size, show_progress=show_progress
+        )  # fmt: skip
+        for name in names
+    }
+
+
+def evaluate_eis(
+    model: str | Path,
+    pairs_file: str | Path,
+    split: str = "all",
+    seed: int = 0,
+    batch_size: int = 128,
+) -> dict[str, Any]:
+    """`dclr dualcse eis`: the share of pairs whose implicitness scores are in the right order
+    (ties count half) in `pairs_file` (a TSV of more-implicit / more-explicit sentences, or
+    ImpScore's CSV, whose `split` train / val / test is drawn with `seed` at DualCSE's sizes)."""
+    from dclr.dualcse.evaluate import EisEvaluator, load_embedder
+
+    checked_batch_size(batch_size)
+    evaluator = EisEvaluator(Path(pairs_file), split, seed)  # type: ignore[arg-type]
+    return evaluator(load_embedder(str(model)), batch_size)

@@ -146,6 +146,9 @@ def test_rte_compares_a_dual_and_a_single_model(trained, tmp_path):
         assert scores["avg"] == pytest.approx(
             np.mean([scores[k] for k in ("explicit", "implied", "neutral", "contradiction")])
         )
+    import dclr  # `dclr dualcse rte` from Python: the same results
+
+    assert dclr.evaluate_rte([run / "final", single], data, pooler="mean") == results
 
 
 def test_eis_on_a_pairs_file(trained, tmp_path):
@@ -156,6 +159,10 @@ def test_eis_on_a_pairs_file(trained, tmp_path):
     result = runner.invoke(app, ["dualcse", "eis", str(run / "final"), str(pairs), "--json", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["n_pairs"] == 1
+    import dclr  # `dclr dualcse eis` from Python: the same result
+
+    found = dclr.evaluate_eis(run / "final", pairs)
+    assert {"model": str(run / "final"), **found} == json.loads(out.read_text())
     pairs.write_text("just one field\n")
     result = runner.invoke(app, ["dualcse", "eis", str(run / "final"), str(pairs)])
     assert result.exit_code == 2 and f"{pairs}:1" in result.output

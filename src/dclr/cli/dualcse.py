@@ -132,14 +132,10 @@ def rte_cmd(
 ) -> None:
     """RTE on INLI: threshold on val, accuracy per hypothesis type on test (x100)."""
     quiet_hf()
-    from dclr.dualcse.evaluate import RteEvaluator, load_embedder
+    from dclr.api import evaluate_rte
 
     try:
-        evaluator = RteEvaluator.from_data_dir(data_dir)
-        results = {
-            name: evaluator(load_embedder(name, pooler), batch_size, show_progress=True)
-            for name in models
-        }
+        results = evaluate_rte(models, data_dir, pooler, batch_size, show_progress=True)
     except DclrError as err:
         fail(err)
     out.print(rte_table("RTE on INLI test, accuracy x100", results))
@@ -167,10 +163,10 @@ def eis_cmd(
 ) -> None:
     """EIS: share of pairs whose implicitness scores are in the right order (ties count half)."""
     quiet_hf()
-    from dclr.dualcse.evaluate import EisEvaluator, load_embedder
+    from dclr.api import evaluate_eis
 
     try:
-        result = EisEvaluator(pairs_file, split, seed)(load_embedder(model), batch_size)  # type: ignore[arg-type]
+        result = evaluate_eis(model, pairs_file, split, seed, batch_size)
     except DclrError as err:
         fail(err)
     out.print(
