@@ -150,10 +150,13 @@ def evaluate(
     device: str = "auto",
     sts_text: str = "raw",
     released_geometry: bool = False,
+    show_progress: bool = False,
+    on_part: Callable[[str, dict[str, Any], EvalPlan], Any] | None = None,
 ) -> dict[str, Any]:
     """`dclr eval` from Python: the same options, the same checks, and the results `dclr eval
     --json` writes (one flat dict: model, mode, pooler, the STS scores, `transfer/<task>`,
-    `retrieval/<task>/<metric>`).
+    `retrieval/<task>/<metric>`). `on_part(part, results_so_far, plan)` hears each of "sts",
+    "transfer" and "retrieval" as it finishes (the command prints its table then).
 
     STS by default (the 7 test tasks; STS-B and SICK-R dev with `mode="dev"`); `tasks` (e.g.
     "STSBenchmark,SST2" or a list) or `task_set` (sts | transfer | full | retrieval) choose
@@ -173,7 +176,15 @@ def evaluate(
         released_geometry,
     )
     return run_plan(
-        plan, model, data_dir, pooler, packing=packing, batch_size=batch_size, device=device
+        plan,
+        model,
+        data_dir,
+        pooler,
+        packing=packing,
+        batch_size=batch_size,
+        show_progress=show_progress,
+        device=device,
+        on_part=None if on_part is None else lambda part, so_far: on_part(part, so_far, plan),
     )
 
 
@@ -367,12 +378,10 @@ def encode(
         encoder = model
     else:
         encoder = load_encoder(model, pooler, max_length, precision, device, packing)
-    one = isinstance(sentences, str)
-    texts = [sentences] if isinstance(sentences, str) else list(sentences)
-    vectors = encoder.encode(
+    texts = sentences if isinstance(sentences, str) else list(sentences)  # one: its (d,) vector
+    return encoder.encode(
         texts, batch_size, max_length, normalize=normalize, show_progress=show_progress
     )
-    return vectors[0] if one else vectors
 
 
 @dataclass(frozen=True)

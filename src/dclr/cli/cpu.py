@@ -47,15 +47,17 @@ def cpu_policy_cmd(
     machine's CPU kind uses, and where they come from (the package's recording for the kind,
     this user's measurement, or the default); with --measure, measure them first."""
     from dclr.api import cpu_policy
-    from dclr.models import cpu_kind
 
-    record: dict | None = None
     try:
         if measure:
             quiet_hf()
             with console.status("measuring") as status:
-                found = cpu_policy(True, model, data_dir, step=status.update)
-            record, path = found["measured"], found["kept_in"]
+                policy = cpu_policy(True, model, data_dir, step=status.update)
+        else:
+            policy = cpu_policy()
+        record: dict | None = policy["measured"]
+        if record is not None:
+            path = policy["kept_in"]
             console.print(f"measured with {model} on {record['sentences']}; kept in {path}")
             busy = record["load"][0][0]  # the 1-minute load average when it started
             if busy > 0.5 * (os.cpu_count() or 1):
@@ -63,31 +65,29 @@ def cpu_policy_cmd(
                     f"[yellow]warning:[/] load average {busy} at the start: other work on this "
                     "machine skews the timings; measure again when it is quiet"
                 )
-        policy = cpu_kind.cpu_policy()
     except (DclrError, ValueError, OSError) as err:
         fail(err)
-    table = Table(title=f"CPU policy for {cpu_kind.hardware_key()} ({cpu_kind.cpu_model()})")
+    table = Table(title=f"CPU policy for {policy['hardware_key']} ({policy['cpu_model']})")
     table.add_column("setting")
     table.add_column("in use")
     if record is not None:
         table.add_column("measured now")
     rows = (
-        ("fp32 linear kernel", policy.linear_kernel, "linear_kernel"),
-        ("one intra-op thread below (tokens per pass)", policy.one_thread_below_tokens,
-         "one_thread_below_tokens"),
-        ("int8 engine", policy.int8_engine, "int8_engine"),
-    )  # fmt: skip
-    for label, value, key in rows:
-        table.add_row(label, str(value), *([str(record[key])] if record is not None else []))
+        ("fp32 linear kernel", "linear_kernel"),
+        ("one intra-op thread below (tokens per pass)", "one_thread_below_tokens"),
+        ("int8 engine", "int8_engine"),
+    )
+    for label, key in rows:
+        table.add_row(label, str(policy[key]), *([str(record[key])] if record is not None else []))
     from dclr.models.cpu_measure import int8_pairs_saturate
 
     kernel = INT8_KERNEL[int8_pairs_saturate()]
     table.add_row("static int8 kernel", kernel, *([kernel] if record is not None else []))
-    table.add_row("source", policy.source, *(["this run"] if record is not None else []))
+    table.add_row("source", policy["source"], *(["this run"] if record is not None else []))
     out.print(table)
     if record is not None:
         console.print(f"int8 engines measured now: {engine_figures(record)}")
-    if record is not None and not policy.source.startswith("measured on this machine"):
+    if record is not None and not policy["source"].startswith("measured on this machine"):
         console.print(
             "the package records this CPU kind, so dclr follows its recording; this "
             "measurement is kept for a kind without one"

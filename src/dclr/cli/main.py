@@ -211,31 +211,28 @@ def eval_cmd(
     as SentEval does; retrieval on a BEIR folder (--retrieval) or the built-in tasks (--task-set
     retrieval)."""
     quiet_hf()
-    from dclr.evaluation.plan import EvalPlan, run_plan
+    from dclr.api import evaluate
 
     try:
-        plan = EvalPlan.from_options(
-            mode,
-            tasks,
-            task_set,
-            retrieval,
-            split,
-            index,
-            transfer_mode,
-            precision,
-            sts_text,
-            released_geometry,
-        )
-        results = run_plan(
-            plan,
+        results = evaluate(
             model,
-            data_dir,
-            pooler,
+            mode=mode,
+            tasks=tasks,
+            task_set=task_set,
+            retrieval=retrieval,
+            split=split,
+            index=index,
+            transfer_mode=transfer_mode,
+            precision=precision,
+            data_dir=data_dir,
+            pooler=pooler,
             packing=packing,
             batch_size=batch_size,
-            show_progress=True,
             device=device,
-            on_part=lambda part, so_far: RENDER[part](so_far, plan),
+            sts_text=sts_text,
+            released_geometry=released_geometry,
+            show_progress=True,
+            on_part=lambda part, so_far, plan: RENDER[part](so_far, plan),
         )
     except DclrError as err:
         fail(err)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dclr.errors import InputError
+from dclr.errors import DclrError, InputError
 
 console = Console(stderr=True)  # progress, messages and errors
 out = Console()  # results (tables, scores)
@@ -58,7 +58,6 @@ def save_output(output: Path, text: str) -> None:
     """Write a command's output file whole or not at all (a temp name renamed when complete),
     creating its folder; a storage failure or a path through a file exits as a named error."""
     from dclr.atomic import named_os_error, write_text
-    from dclr.errors import DclrError
 
     try:
         parent_folder(output)

@@ -35,7 +35,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dclr.serving.errors import closing_headers, error_body, raw_error
 from dclr.serving.middleware import MIN_BODY_RATE
-from dclr.serving.settings import HTTP_PARSERS, Connections
+from dclr.serving.settings import Connections
 
 # Bytes a request head may take (request line and headers): h11's own default bound, which the
 # httptools protocol keeps too (llhttp has none).
@@ -413,9 +413,7 @@ def protocol_with(connections: Connections) -> type[asyncio.Protocol]:
     `connections.http`: "httptools", "h11", or "auto" (httptools when installed)."""
     parsers = available_parsers()
     http = connections.http
-    parser = parsers[0] if http == "auto" else http
-    if parser not in HTTP_PARSERS or parser == "auto":
-        raise ValueError(f"unknown HTTP parser {http!r}: use auto, httptools or h11")
+    parser = parsers[0] if http == "auto" else http  # a name `Connections` checked
     if parser not in parsers:
         raise ValueError("--http httptools needs httptools: pip install 'dclr[serve]'")
     base = _httptools_protocol() if parser == "httptools" else GuardedH11Protocol

@@ -439,8 +439,8 @@ def resume_checkpoint(
         candidates = [first, *(p for p in candidates if p != first)]
     if not candidates:
         raise ConfigError(
-            f"--resume (resume=): no checkpoint under {root} (a run with run.save_steps 0 writes none "
-            "unless it is stopped)\n  fix: start the run again without --resume (with "
+            f"--resume (resume=): no checkpoint under {root} (a run with run.save_steps 0 "
+            "writes none unless it is stopped)\n  fix: start the run again without --resume (with "
             "--overwrite to replace what the folder holds)"
         )
     bad: list[str] = []

@@ -318,7 +318,7 @@ class Trainer:
         return result
 
     def _stop_agreed(self, stop: GracefulStop) -> bool:
-        """Whether the run stops after step `done` for a signal. In one process, as soon as one
+        """Whether the run stops after this step for a signal. In one process, as soon as one
         came. Under torchrun the ranks agree (any rank's signal stops all, after the same step,
         with one checkpoint) at every step, through a gloo group of host-memory flags: on a GPU
         the step never waits on the device for it, and a stop lands within the step that heard
