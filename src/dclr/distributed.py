@@ -76,6 +76,12 @@ def init_from_env() -> bool:
     return True
 
 
+def barrier() -> None:
+    """Wait for every rank (a no-op when alone)."""
+    if is_distributed():
+        dist.barrier()
+
+
 @contextlib.contextmanager
 def gathering(enabled: bool) -> Iterator[None]:
     """Inside the block `gather_with_grad` gathers across ranks only when `enabled`."""
@@ -100,3 +106,36 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     dist.all_gather(parts, x.detach().contiguous())
     parts[rank()] = x
     return torch.cat(parts, dim=0)
+
+
+def mean_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    """A per-rank mean loss as the global batch's: its value is the ranks' mean (the same on every
+    rank, what one process computes on the global batch when the ranks' slices are equal), its
+    gradient 1/W of the local one, so that the trainer's W scale and DDP's averaging give the
+    global mean's gradient, as for the gathered losses. Alone (or in `gathering(False)`) x itself."""
+    if not gathers():
+        return x
+    world = world_size()
+    total = x.detach().clone()
+    dist.all_reduce(total)
+    return x / world + (total - x.detach()) / world
+
+
+def average_gradients(modules: list[torch.nn.Module]) -> None:
+    """Average the gradients of modules that DDP does not wrap (an objective's own trained
+    modules, e.g. the NLI head) across ranks, as DDP averages the model's: one all-reduce of their
+    flattened gradients. A parameter without a gradient counts as zeros. A no-op when alone."""
+    if not is_distributed():
+        return
+    params = [p for module in modules for p in module.parameters() if p.requires_grad]
+    if not params:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size()
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n

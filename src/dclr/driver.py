@@ -158,33 +158,38 @@ def run_stages(
     before/after scores compare the starting model with the best model of the last stage. The
     root folder is locked for the schedule (`dclr.training.runfolder`)."""
     root = Path(config.run.output_dir)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's, before any process group
-        single = [m.name for _, m in stages if not m.distributed]
-        why = f" ({', '.join(single)} run in one process)" if single else ""
-        raise ConfigError(  # said first: each rank would claim the schedule's folder
-            f"method {config.method!r} runs a schedule of stages, which runs in one process"
-            f"{why}: run it without torchrun"
+    single = [m.name for _, m in stages if not m.distributed]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and single:  # torchrun's, before any group
+        raise ConfigError(  # said first: the other ranks would wait for it in vain
+            f"method {config.method!r} runs a schedule of stages, and {', '.join(single)} runs in "
+            "one process: run it without torchrun"
         )
-    with runfolder.claim(root, resume, overwrite):
-        config.save(root / "config.yaml")
-        # scored once for the schedule and kept across its reruns, as its finished stages are
-        before = starting_scores(root, True, lambda: method.evaluate_start(config))
+    main = runfolder.rank_from_env() == 0  # under torchrun rank 0 holds the folder, scores, writes
+    with runfolder.claim(root, resume, overwrite, main=main):
+        before = None
+        if main:
+            config.save(root / "config.yaml")
+            # scored once for the schedule and kept across its reruns, as its finished stages are
+            before = starting_scores(root, True, lambda: method.evaluate_start(config))
+        dist.init_from_env()  # the other ranks wait here for rank 0's claim and scores
         done = []
         for stage, stage_method in stages:
             stage_dir = Path(stage.run.output_dir)
             if not (stage_dir / "results.json").exists():
                 again = resume and latest_checkpoint(stage_dir / "checkpoints") is not None
                 run_one(stage.updated({"run.test_eval": False}), stage_method, resume=again)
+            dist.barrier()  # rank 0 has written the stage's results.json
             done.append(json.loads((stage_dir / "results.json").read_text()))
         summary: dict[str, Any] = {"method": config.method, "stages": done}
         summary["best_dir"] = done[-1]["best_dir"]
-        if config.run.test_eval:
-            last, last_method = stages[-1]
-            final = last_method.evaluate_final(
-                last.updated({"run.test_eval": True}), _result_of(done[-1])
-            )
-            summary.update(before=before, **final)
-        write_json(root / "results.json", summary)
+        if main:
+            if config.run.test_eval:
+                last, last_method = stages[-1]
+                final = last_method.evaluate_final(
+                    last.updated({"run.test_eval": True}), _result_of(done[-1])
+                )
+                summary.update(before=before, **final)
+            write_json(root / "results.json", summary)
         return summary
 
 

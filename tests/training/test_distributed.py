@@ -101,6 +101,79 @@ def test_torchrun_training_follows_the_single_process_trajectory(model_dir, tmp_
     assert single[6] != pytest.approx(single[1], abs=1e-3)  # it did learn something
 
 
+def _nli_folder(folder, pairs: int = 24):
+    """SentEval's s1/s2/labels layout: `pairs` premises, one hypothesis per label."""
+    from helpers import pseudo_sentence
+
+    gen = torch.Generator().manual_seed(0)
+    s1, s2, labels = [], [], []
+    for _ in range(pairs):
+        premise = pseudo_sentence(gen, 3, 9)
+        for label in ("entailment", "neutral", "contradiction"):
+            s1 += [premise]
+            s2 += [pseudo_sentence(gen, 3, 9)]
+            labels += [label]
+    folder.mkdir()
+    for name, lines in (("s1", s1), ("s2", s2), ("labels", labels)):
+        (folder / f"{name}.train").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "objective",
+    [
+        # supervised SimCSE with hard negatives: anchors, positives and negatives gathered
+        {"schedule": "sup"},
+        # ConSERT's joint objective, its adversarial view: the head's cross-entropy as the global
+        # batch's mean, the head's gradients averaged across ranks, the contrastive part gathered
+        {"schedule": "joint", "supervised_loss": "nli_head", "method": "consert",
+         "pooler": "avg_top2", "mlp_head": False, "view1": "none", "view2": "adversarial",
+         "adversarial_epsilon": 0.5, "joint_weight": 0.6},
+    ],
+    ids=["sup-simcse", "joint-adversarial"],
+)  # fmt: skip
+def test_nli_under_torchrun_follows_the_single_process_trajectory(model_dir, tmp_path, objective):
+    """NLI training ran in one process only ("no DDP support yet"). Two ranks now log the losses
+    of one process on the same global batches; without the head's gradient average the joint
+    run's rank 0 trained its head on its own half of each batch."""
+    options = {"model": model_dir, "nli_data": _nli_folder(tmp_path / "SNLI"), "batch_size": 8,
+               "max_steps": 5, "eval_steps": 0, "log_steps": 1, "test_eval": False,
+               "dropout": 0.0, "learning_rate": 1e-3, **objective}  # fmt: skip
+    one, two = train_one_and_two_ranks(options, tmp_path)
+    single = {r["step"]: r for r in read_metrics(one, "train")}
+    ddp = {r["step"]: r for r in read_metrics(two, "train")}
+    assert sorted(ddp) == sorted(single) == list(range(1, 6))
+    parts = [k for k in ("loss", "classification", "contrastive") if k in single[1]]
+    for step, row in single.items():
+        for part in parts:
+            assert ddp[step][part] == pytest.approx(row[part], abs=1e-4), (step, part)
+    assert single[5]["loss"] != pytest.approx(single[1]["loss"], abs=1e-3)  # it did learn
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["cross", "bi"])
+def test_dualcse_under_torchrun_follows_the_single_process_trajectory(model_dir, tmp_path, kind):
+    """DualCSE ran in one process only; two ranks now log one process's losses (every part)
+    on the same global batches: each of the four blocks' explicit and implicit vectors gathered."""
+    from inli_data import write_inli_dir
+
+    options = {"method": "dualcse", "encoder": kind, "model": model_dir,
+               "data_dir": write_inli_dir(tmp_path / "data", n_train=24, n_eval=6),
+               "batch_size": 8, "max_steps": 4, "log_steps": 1, "rte_eval": False,
+               "dropout": 0.0, "learning_rate": 1e-3}  # fmt: skip
+    one, two = train_one_and_two_ranks(options, tmp_path)
+    single = {r["step"]: r for r in read_metrics(one, "train")}
+    ddp = {r["step"]: r for r in read_metrics(two, "train")}
+    assert sorted(ddp) == sorted(single) == [1, 2, 3, 4]
+    parts = [k for k in single[1] if k == "loss" or k.startswith(("explicit", "implicit", "intra"))]
+    assert len(parts) == 6  # the loss and its five parts
+    for step, row in single.items():
+        for part in parts:
+            assert ddp[step][part] == pytest.approx(row[part], abs=1e-4), (step, part)
+    assert single[4]["loss"] != pytest.approx(single[1]["loss"], abs=1e-3)  # it did learn
+
+
 def _torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
             "--master_addr=127.0.0.1", "--master_port=0", "--rdzv_backend=c10d",
@@ -156,22 +229,53 @@ def test_a_torchrun_run_resumed_goes_on_as_if_uninterrupted(tiny_dropout_model_d
     assert two == one
 
 
-def test_a_schedule_of_one_process_stages_is_refused_under_torchrun(
+def test_a_schedule_with_a_one_process_stage_is_refused_under_torchrun(
     model_dir, tmp_path, monkeypatch
 ):
     """Every rank claimed the schedule's folder, so torchrun printed "in use by pid <the other
-    rank>" and never the reason; the stages are checked first now."""
+    rank>" and never the reason; a stage whose method runs in one process is named first now."""
     from dclr.driver import run_training
     from dclr.errors import ConfigError
+    from dclr.methods.nli import NLI
     from dclr.recipe import load_config
     from dclr.shipped_recipes import find_recipe
 
     recipe = find_recipe("recipes/consert_sup_then_unsup_snli_minilm_cpu.yaml")
     config = load_config(recipe, {"model": str(model_dir), "output_dir": str(tmp_path / "run")})
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match=r"runs a schedule of stages.*\(nli run in one process\)"):
+    monkeypatch.setattr(NLI, "distributed", False)  # as a plugin's one-process method would be
+    with pytest.raises(
+        ConfigError, match=r"runs a schedule of stages, and nli runs in one process"
+    ):
         run_training(config)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_two_stage_schedule_under_torchrun_follows_the_single_process_one(model_dir, tmp_path):
+    """ConSERT's sup -> unsup schedule under torchrun: rank 0 holds the schedule's folder and
+    writes its files, each stage waits for the one before, and both stages log the losses of
+    one process. Schedules were refused under torchrun."""
+    from helpers import write_pseudo_corpus
+
+    options = {"model": model_dir, "nli_data": _nli_folder(tmp_path / "SNLI"),
+               "corpus": write_pseudo_corpus(tmp_path / "corpus.txt", 48, seed=1),
+               "schedule": "sup_then_unsup", "contrastive": "consert", "view1": "none",
+               "view2": "none", "batch_size": 8, "max_steps": 3, "eval_steps": 0,
+               "log_steps": 1, "test_eval": False, "dropout": 0.0,
+               "learning_rate": 1e-3, "second_stage_learning_rate": 1e-3}  # fmt: skip
+    one, two = train_one_and_two_ranks(options, tmp_path)
+    for stage in ("stage-1", "stage-2"):
+        single = {r["step"]: r["loss"] for r in read_metrics(one / stage, "train")}
+        ddp = {r["step"]: r["loss"] for r in read_metrics(two / stage, "train")}
+        assert sorted(ddp) == sorted(single) == [1, 2, 3], stage
+        for step, loss in single.items():
+            assert ddp[step] == pytest.approx(loss, abs=1e-4), (stage, step)
+    import json
+
+    summary = json.loads((two / "results.json").read_text())
+    assert [s["steps"] for s in summary["stages"]] == [3, 3]
+    assert (two / "stage-2" / "final" / "model.safetensors").is_file()
 
 
 def test_the_collectives_timeout_is_generous_and_settable(monkeypatch):

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from dclr.contract import Batch
+from dclr.distributed import gather_with_grad
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
 from dclr.options.dualcse import DualCSEOptions
@@ -97,8 +98,10 @@ class DualCSELoss(nn.Module):
         features = batch.features
         r = self.model("explicit", **features["explicit"])  # (4n, d)
         u = self.model("implicit", **features["implicit"])  # (4n, d)
+        # under torchrun each block holds every rank's rows, in rank order: one global loss
         premise, explicit, implied, contradiction = (
-            DualEmbeddings(r_k, u_k) for r_k, u_k in zip(r.chunk(4), u.chunk(4), strict=True)
+            DualEmbeddings(gather_with_grad(r_k), gather_with_grad(u_k))
+            for r_k, u_k in zip(r.chunk(4), u.chunk(4), strict=True)
         )
         return dualcse_loss(
             premise,

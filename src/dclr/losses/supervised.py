@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dclr.contract import Batch, DrawsAhead, SupportsGradCache
+from dclr.distributed import gather_with_grad, mean_over_ranks
 from dclr.errors import ConfigError, InputError
 from dclr.losses.infonce import info_nce
 from dclr.losses.simcse import check_temperature
@@ -145,6 +146,9 @@ class SupervisedNLILoss(nn.Module):
                 anchors, positives, negatives = z.chunk(3)  # (n, d) each
             else:
                 (anchors, positives), negatives = z.chunk(2), None
+            # under torchrun each block holds every rank's rows, in rank order: one global loss
+            anchors, positives = gather_with_grad(anchors), gather_with_grad(positives)
+            negatives = None if negatives is None else gather_with_grad(negatives)
             return {"loss": supervised_simcse_loss(anchors, positives, negatives, self.temperature)}
         if labels is None:
             raise InputError(
@@ -155,7 +159,7 @@ class SupervisedNLILoss(nn.Module):
         if self.adversarial is not None:
             return self._adversarial_joint(features, labels, step, batch.drawn)
         u, v = self.model(**features).chunk(2)  # premises, hypotheses: (n, d) each
-        classification = nli_classification_loss(self.head, u, v, labels)
+        classification = self._classification(u, v, labels)
         if self.kind == "nli_head":
             return {"loss": classification}
         assert self.contrastive is not None
@@ -178,6 +182,14 @@ class SupervisedNLILoss(nn.Module):
         assert adv is not None
         generator = view_generator(adv.seed, step, adv.rank)
         return draw_view(unwrap(self.model), features, adv.other, generator)
+
+    def _classification(
+        self, u: torch.Tensor, v: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        """The head's cross-entropy of this rank's pairs, as the global batch's mean under torchrun
+        (`mean_over_ranks`; the head's gradients are averaged as the model's, by the trainer)."""
+        assert self.head is not None
+        return mean_over_ranks(nli_classification_loss(self.head, u, v, labels))
 
     def _joint(
         self, classification: torch.Tensor, contrastive: torch.Tensor
@@ -209,7 +221,7 @@ class SupervisedNLILoss(nn.Module):
         embeds = encoder.backbone.get_input_embeddings()(ids)  # (2n, L, d)
         plain = {**features, "input_ids": None, "inputs_embeds": embeds}
         u, v = self.model(**plain).chunk(2)
-        classification = nli_classification_loss(self.head, u, v, labels)
+        classification = self._classification(u, v, labels)
         (grad,) = torch.autograd.grad(classification, embeds, retain_graph=True)
         content = content_mask(ids, features["attention_mask"], encoder.tokenizer.all_special_ids)
         delta = fgsm_perturbation(grad, content, adv.epsilon)  # (2n, L, d), no gradient

@@ -38,7 +38,6 @@ def column_major(items: Sequence[tuple[str, ...]]) -> list[str]:
 class INLIMethod(Method):
     """Shared by DualCSE and its baseline: INLI data, RTE at the end, no STS evaluation."""
 
-    distributed = False
     defaults = INLI_DEFAULTS
 
     def load_data(self, config: TrainConfig) -> Sequence[Any]:

@@ -137,7 +137,6 @@ class NLI(Method):
     title = "NLI-supervised contrastive learning (ConSERT / SimCSE)"
     label = "NLI-supervised"
     section = NLISection
-    distributed = False  # one process (no DDP support yet)
 
     def section_names(self, values: dict[str, Any]) -> list[str]:
         contrastive = (values.get("nli") or {}).get("contrastive", "simcse")

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers import get_linear_schedule_with_warmup
 
+from dclr import distributed as dist
 from dclr.contract import (
     Batch,
     DrawsAhead,
@@ -460,6 +461,8 @@ class Trainer:
         if opt.low_memory:  # dclr.training.lean: the passes' freed memory back, then one dense
             trim_heap(0.0)
             densify_grads(self.model.parameters())
+        if self.world > 1 and state.extra:  # DDP averaged the model's; the objective's own too
+            dist.average_gradients(list(state.extra.values()))
         if scaler is not None:
             scaler.unscale_(optimizer)
         if opt.max_grad_norm > 0:
