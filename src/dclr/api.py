@@ -415,17 +415,14 @@ def encode_file(
     (`dclr.data.readers`), one vector per row as sentence-transformers gives one per input (a
     blank row is encoded as the empty string, or left out with `skip_blank`). The file is read
     and checked before the model loads."""
-    from dclr.data.readers import open_source
+    from dclr.data.readers import numbered_rows, open_source
 
     checked_batch_size(batch_size)  # before anything is read or loaded
     source = open_source(Path(input_file), column, input_format)  # type: ignore[arg-type]
-    lines = list(source.rows())
-    blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
-    left_out = set(blank) if skip_blank else set()
-    kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
+    rows = numbered_rows(source, skip_blank)
     vectors = encode(
         model,
-        [lines[i - 1].strip() for i in kept],
+        rows.texts,
         pooler=pooler,
         precision=precision,
         device=device,
@@ -434,7 +431,7 @@ def encode_file(
         normalize=normalize,
         show_progress=show_progress,
     )
-    return EncodedFile(vectors, kept, blank)
+    return EncodedFile(vectors, rows.numbers, rows.blank)
 
 
 def download_data(

@@ -64,6 +64,8 @@ def test_train_writes_the_run_folder(trained):
 
 
 def test_encode_each_semantics(trained, tmp_path):
+    """Row i is line i, a blank line encoded as "" (as `dclr encode`): blank lines were skipped,
+    so the vectors no longer lined up with the file's lines and nothing said so."""
     _, run = trained
     text = tmp_path / "s.txt"
     text.write_text("\n".join(SENTENCES) + "\n")
@@ -83,8 +85,28 @@ def test_encode_each_semantics(trained, tmp_path):
             ],
         )
         assert result.exit_code == 0, result.output
-        expected = model.encode([s for s in SENTENCES if s], semantics)
+        assert "1 blank line(s) encoded as ''" in result.output
+        expected = model.encode(SENTENCES, semantics)
+        assert np.load(out).shape[0] == len(SENTENCES)
         assert np.abs(np.load(out) - expected).max() < 1e-5
+
+
+def test_encode_skips_blank_rows_and_reads_a_table_column(trained, tmp_path):
+    _, run = trained
+    table = tmp_path / "s.csv"
+    table.write_text("id,text\n" + "".join(f'{i},"{s}"\n' for i, s in enumerate(SENTENCES)))
+    out = tmp_path / "kept"
+    result = runner.invoke(
+        app,
+        ["dualcse", "encode", str(run / "final"), str(table), str(out),
+         "--column", "text", "--skip-blank"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    kept = [s for s in SENTENCES if s]
+    expected = DualEncoder.from_pretrained(run / "final").encode(kept, "explicit")
+    assert np.abs(np.load(tmp_path / "kept.npy") - expected).max() < 1e-5
+    assert (tmp_path / "kept.lines.txt").read_text().split() == ["1", "3", "4"]
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]  # written whole
 
 
 def test_unknown_semantics_is_a_clear_error(trained, tmp_path):

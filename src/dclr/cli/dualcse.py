@@ -9,7 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from dclr.cli.tools import console, fail, out, quiet_hf, rte_table, save_output
+from dclr.cli.tools import (
+    console,
+    fail,
+    npy_path,
+    out,
+    parent_folder,
+    quiet_hf,
+    rte_table,
+    save_output,
+    save_vectors,
+)
 from dclr.errors import DclrError
 
 app = typer.Typer(
@@ -59,31 +69,50 @@ def _dualcse_default(callback: Any) -> Any:
 @app.command("encode")
 def encode_cmd(
     model: ModelArg,
-    input_file: Annotated[Path, typer.Argument(help="UTF-8 text, one sentence per line.")],
+    input_file: Annotated[
+        Path, typer.Argument(help="UTF-8 text, one sentence per line, or a table (--column).")
+    ],
     output: Annotated[Path, typer.Argument(help="Where to write the (n, d) float32 .npy.")],
     semantics: SemanticsOpt = "explicit",
+    column: Annotated[
+        str | None, typer.Option(help="The text column of a CSV/TSV/JSONL/Parquet file.")
+    ] = None,
+    input_format: Annotated[
+        str,
+        typer.Option(
+            "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
+        ),
+    ] = "auto",
+    skip_blank: Annotated[
+        bool,
+        typer.Option(
+            help="Leave blank rows out; the 1-based row number of every vector is then written "
+            "to OUTPUT with suffix .lines.txt."
+        ),
+    ] = False,
     batch_size: BatchSize = 128,
     normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
 ) -> None:
-    """Encode a file of sentences (blank lines skipped) with the explicit or implicit embedding."""
+    """Encode a file of sentences with the explicit or implicit embedding: row i is line i (a blank
+    line is encoded as the empty string, or left out with --skip-blank), read as `dclr encode`
+    reads it."""
     quiet_hf()
-    import numpy as np
-
-    from dclr.data.corpus import TextFileCorpus
+    from dclr.data.readers import numbered_rows, open_source
     from dclr.dualcse.model import DualEncoder, check_semantics
+    from dclr.evaluation.scores import checked_batch_size
 
     try:
         check_semantics(semantics)
-        corpus = TextFileCorpus(input_file)
+        checked_batch_size(batch_size)
+        parent_folder(npy_path(output))  # before the model loads: a bad path fails fast
+        rows = numbered_rows(open_source(input_file, column, input_format), skip_blank)  # type: ignore[arg-type]
         encoder = DualEncoder.from_pretrained(model)
         vectors = encoder.encode(
-            list(corpus), semantics, batch_size=batch_size, normalize=normalize, show_progress=True
+            rows.texts, semantics, batch_size=batch_size, normalize=normalize, show_progress=True
         )
     except DclrError as err:
         fail(err)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    np.save(output, vectors)
-    console.print(f"wrote {vectors.shape} {semantics} vectors to {output}")
+    save_vectors(output, vectors, rows.numbers, rows.blank, skip_blank)
 
 
 @app.command("implicitness")

@@ -19,12 +19,14 @@ from dclr.cli.tools import (
     NormalizeOpt,
     console,
     fail,
+    npy_path,
     out,
     parent_folder,
     quiet_hf,
     reflow_help,
     rte_table,
     save_output,
+    save_vectors,
     scores_table,
     train_keys_help,
 )
@@ -538,16 +540,10 @@ def encode_cmd(
     the empty string). The file is read as `encode-bulk`, `index build` and training corpora
     read it (`dclr.data.readers`)."""
     quiet_hf()
-    import numpy as np
-
     from dclr.api import encode_file
-    from dclr.atomic import storage_guard, write_text, write_with
 
-    given = output  # the rows file of --skip-blank is named after it, as it always was
-    if output.suffix != ".npy":  # what np.save would name it
-        output = output.with_name(output.name + ".npy")
     try:
-        parent_folder(output)  # before the model loads: a bad path fails fast
+        parent_folder(npy_path(output))  # before the model loads: a bad path fails fast
         encoded = encode_file(
             model,
             input_file,
@@ -562,26 +558,9 @@ def encode_cmd(
             normalize=normalize,
             show_progress=True,
         )
-        vectors, kept, blank = encoded.vectors, encoded.rows, encoded.blank
-        with storage_guard(output, vectors.nbytes):  # a temp name, renamed when complete:
-
-            def save(tmp: Path) -> None:  # a failed write leaves the previous file as it was
-                with tmp.open("wb") as fh:
-                    np.save(fh, vectors)
-
-            write_with(output, save)
     except DclrError as err:
         fail(err)
-    shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
-    if skip_blank:
-        rows = given.with_name(given.name + ".lines.txt")
-        write_text(rows, "".join(f"{i}\n" for i in kept))
-        note = f"{len(blank)} blank line(s) left out ({shown}); row -> line numbers in {rows}"
-    elif blank:
-        note = f"one row per line; {len(blank)} blank line(s) encoded as '' (line {shown})"
-    else:
-        note = "one row per line"
-    console.print(f"wrote {vectors.shape} to {output} ({note})")
+    save_vectors(output, encoded.vectors, encoded.rows, encoded.blank, skip_blank)
 
 
 @data_app.command("download")

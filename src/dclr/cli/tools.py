@@ -68,6 +68,45 @@ def save_output(output: Path, text: str) -> None:
         fail(named_os_error(err, output))
 
 
+def npy_path(output: Path) -> Path:
+    """Where `np.save` puts `output`: .npy appended unless it ends so."""
+    return output if output.suffix == ".npy" else output.with_name(output.name + ".npy")
+
+
+def save_vectors(
+    output: Path, vectors: Any, rows: list[int], blank: list[int], skip_blank: bool
+) -> None:
+    """An encode command's files, each written whole (a temp name renamed when complete; a failed
+    write leaves the previous file as it was), with room checked first: the (n, d) vectors at
+    `npy_path(output)` and, with `skip_blank`, each vector's 1-based row number in
+    OUTPUT.lines.txt; then says what it wrote and what became of the blank rows."""
+    import numpy as np
+
+    from dclr.atomic import storage_guard, write_with
+
+    path = npy_path(output)
+    try:
+        with storage_guard(path, vectors.nbytes):
+
+            def save(tmp: Path) -> None:
+                with tmp.open("wb") as fh:
+                    np.save(fh, vectors)
+
+            write_with(path, save)
+    except DclrError as err:
+        fail(err)
+    shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
+    if skip_blank:
+        numbers = output.with_name(output.name + ".lines.txt")
+        save_output(numbers, "".join(f"{i}\n" for i in rows))
+        note = f"{len(blank)} blank line(s) left out ({shown}); row -> line numbers in {numbers}"
+    elif blank:
+        note = f"one row per line; {len(blank)} blank line(s) encoded as '' (line {shown})"
+    else:
+        note = "one row per line"
+    console.print(f"wrote {vectors.shape} to {path} ({note})")
+
+
 def fail(err: Exception) -> NoReturn:
     """Print `err` as a one-line error and exit with status 2."""
     # escaped: an error's own brackets (`pip install 'dclr[serve]'`) are text, not markup

@@ -452,3 +452,24 @@ def _parquet_ids(path: Path, column: str) -> Iterator[str]:
     for batch in handle.iter_batches(batch_size=_PARQUET_BATCH, columns=[column]):
         for value in batch.column(0).to_pylist():
             yield _id_text(value)
+
+
+@dataclass(frozen=True)
+class NumberedRows:
+    """A file's rows, one vector each (`dclr encode`, `dclr dualcse encode`): `texts` of the rows
+    kept, stripped; `numbers` the 1-based row number of each (a text file's line, a table's record
+    after its header); `blank` the 1-based numbers of the blank rows (kept as "" unless left out)."""
+
+    texts: list[str]
+    numbers: list[int]
+    blank: list[int]
+
+
+def numbered_rows(source: TextSource, skip_blank: bool = False) -> NumberedRows:
+    """Every row of `source`, blank ones as "" (row i is vector i, as sentence-transformers gives
+    one vector per input), or without them with `skip_blank`."""
+    lines = list(source.rows())
+    blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
+    left_out = set(blank) if skip_blank else set()
+    kept = [i for i in range(1, len(lines) + 1) if i not in left_out]
+    return NumberedRows([lines[i - 1].strip() for i in kept], kept, blank)
