@@ -465,6 +465,44 @@ def check_data(data_dir: str | Path | None = None) -> dict[str, int]:
     return {task: sum(len(p) for p in load_task(root, task, "test")) for task in STS_TASKS}
 
 
+def build_corpus(
+    name: str, output: str | Path, data_dir: str | Path | None = None
+) -> dict[str, Any]:
+    """`dclr data build-corpus`: write the duplicate-rich training corpus `name` (scraped |
+    clusters, `dclr.data.realistic`; train / dev splits only) to `output`, one sentence per line,
+    whole or not at all; returns {"output", "lines", "duplicate_share"} (the share of lines equal
+    to an earlier one after lower-casing and collapsing whitespace)."""
+    from dclr.atomic import write_text
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.realistic import build_realistic, duplicate_share
+
+    lines = build_realistic(name, resolve_data_dir(data_dir))
+    write_text(Path(output), "".join(s.replace("\n", " ") + "\n" for s in lines))
+    return {"output": Path(output), "lines": len(lines), "duplicate_share": duplicate_share(lines)}
+
+
+def build_retrieval(
+    output: str | Path,
+    task: str = "paraphrase",
+    split: str = "test",
+    data_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """`dclr data build-retrieval`: write the built-in retrieval `task` (paraphrase | inli) from
+    its `split` (test | dev) in BEIR's layout under `output`, deterministically; returns
+    {"folder", "passages", "queries", "judgements"}. `evaluate_retrieval(model, folder, split)`
+    scores it."""
+    from dclr.data.paths import resolve_data_dir
+    from dclr.data.retrieval_tasks import write_task
+
+    folder, built = write_task(task, resolve_data_dir(data_dir), Path(output), split)
+    return {
+        "folder": folder,
+        "passages": len(built.corpus),
+        "queries": len(built.queries),
+        "judgements": sum(len(d) for d in built.qrels.values()),
+    }
+
+
 def index_info(folder: str | Path) -> dict[str, Any]:
     """`dclr index info`: an index folder's index.json (model, fingerprint, kind, size, ...),
     read without loading the model or FAISS."""

@@ -50,3 +50,28 @@ def test_clusters_is_deterministic_and_test_free(data_dir, reads):
     assert duplicate_share(a) > 0.15  # SNLI premises repeat once per hypothesis
     assert {split for _, split in reads} == {"dev", "train"}
     assert ("snli", "dev") in reads and ("inli", "train") in reads
+
+
+def test_build_corpus_from_python_is_the_command(data_dir, tmp_path):
+    """`dclr.build_corpus` is `dclr data build-corpus`: the same file, and what it said."""
+    from typer.testing import CliRunner
+
+    import dclr
+    from dclr.cli.main import app
+
+    built = dclr.build_corpus("scraped", tmp_path / "py.txt", data_dir)
+    done = CliRunner().invoke(
+        app, ["data", "build-corpus", "scraped", "-o", str(tmp_path / "cli.txt"),
+              "--data-dir", str(data_dir)],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "py.txt").read_bytes() == (tmp_path / "cli.txt").read_bytes()
+    lines = (tmp_path / "py.txt").read_text().splitlines()
+    assert built["lines"] == len(lines) == len(scraped_corpus(data_dir))
+    assert built["duplicate_share"] == duplicate_share(scraped_corpus(data_dir))
+    assert f"{built['lines']} lines, {100 * built['duplicate_share']:.1f} %" in " ".join(
+        done.output.split()
+    )
+    with pytest.raises(dclr.ConfigError, match="unknown corpus 'no-such-corpus'"):
+        dclr.build_corpus("no-such-corpus", tmp_path / "x.txt", data_dir)
+    assert not (tmp_path / "x.txt").exists()

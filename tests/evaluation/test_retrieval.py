@@ -347,5 +347,12 @@ def test_dclr_data_build_retrieval_writes_a_folder_eval_reads(data_dir, tmp_path
     )  # fmt: skip
     assert done.exit_code == 0, done.output
     assert len(load_beir(tmp_path / "inli", "dev").query_ids) == 1000
+    import dclr  # `dclr.build_retrieval` is the command: the same files, the counts it printed
+
+    built = dclr.build_retrieval(tmp_path / "py", "inli", "dev", data_dir)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/dev.tsv"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "inli" / name).read_bytes()
+    said = f"{built['passages']} passages, {built['queries']} queries, {built['judgements']} judg"
+    assert built["queries"] == 1000 and said in " ".join(done.output.split())
     bad = CliRunner().invoke(app, ["eval", "m", "--index", str(tmp_path)])
     assert bad.exit_code != 0 and "--index needs --retrieval" in bad.output

@@ -617,18 +617,15 @@ def data_build_corpus(
     `scraped` (STS-B + SICK train with case / whitespace copies) or `clusters` (SNLI dev and
     INLI train premises with their entailments). One sentence per line; `data.corpus: NAME`
     trains on the same lines without the file."""
-    from dclr.atomic import write_text
-    from dclr.data.paths import resolve_data_dir
-    from dclr.data.realistic import build_realistic, duplicate_share
+    from dclr.api import build_corpus
 
     try:
-        lines = build_realistic(name, resolve_data_dir(data_dir))
-        write_text(output, "".join(s.replace("\n", " ") + "\n" for s in lines))
+        built = build_corpus(name, output, data_dir)
     except DclrError as err:
         fail(err)
     out.print(
-        f"{output}: {len(lines)} lines, {100 * duplicate_share(lines):.1f} % equal to an earlier "
-        "line after lower-casing and collapsing whitespace"
+        f"{output}: {built['lines']} lines, {100 * built['duplicate_share']:.1f} % equal to an "
+        "earlier line after lower-casing and collapsing whitespace"
     )
 
 
@@ -650,17 +647,15 @@ def data_build_retrieval(
     """Write a built-in retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl,
     qrels/SPLIT.tsv), deterministically; `dclr eval MODEL --retrieval OUTPUT --split SPLIT`
     evaluates it. See docs/retrieval.md for how each task is made."""
-    from dclr.data.paths import resolve_data_dir
-    from dclr.data.retrieval_tasks import write_task
+    from dclr.api import build_retrieval
 
     try:
-        folder, built = write_task(task, resolve_data_dir(data_dir), output, split)
+        built = build_retrieval(output, task, split, data_dir)
     except DclrError as err:
         fail(err)
-    judged = sum(len(d) for d in built.qrels.values())
     out.print(
-        f"{folder}: {len(built.corpus)} passages, {len(built.queries)} queries, {judged} "
-        f"judgements in qrels/{split}.tsv"
+        f"{built['folder']}: {built['passages']} passages, {built['queries']} queries, "
+        f"{built['judgements']} judgements in qrels/{split}.tsv"
     )
 
 
