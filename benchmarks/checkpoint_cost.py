@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from report_files import save_report
+from report_files import finished, provenance, save_report
 from transformers import BertConfig, BertModel
 
 from dclr.models.cpu_kind import cpu_description, load_average, table_name
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or ROOT / "benchmarks" / "results" / f"{name}.json"
     objects = setup(device, args.tiny)
     folder = Path(tempfile.mkdtemp(prefix="dclr-ckpt-", dir=args.dir))
-    start, began = load_average(), time.perf_counter()
+    origin, start, began = provenance(), load_average(), time.perf_counter()
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in [*MODES, "interpreter"]}
     names = list(MODES)
     try:
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
               "load_start": start, "load_end": load_average(),
               "seconds": round(time.perf_counter() - began, 1), "summary": summary, "runs": runs,
               "command": "python benchmarks/checkpoint_cost.py"
-              + (f" --device {args.device} --steps {args.steps}" if gpu else "")}  # fmt: skip
+              + (f" --device {args.device} --steps {args.steps}" if gpu else ""),
+              "provenance": finished(origin)}  # fmt: skip
     save_report(out, report, markdown(report))
 
 

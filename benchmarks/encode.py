@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.cpu_kind import cpu_description, cpu_model, hardware_key, load_average
@@ -85,6 +87,7 @@ def peak_rss(variant: str, data_dir: str, n: int) -> float:
 
 def check_all(data_dir: str) -> None:
     """max |delta| of the dclr paths (API, packed, padded) vs the plain HF forward, every sentence."""
+    origin = provenance()
     sentences = StsEvaluator(resolve_data_dir(data_dir), mode="test", geometry=False).sentences()
     ref = reference(sentences)
     result: dict[str, object] = {"sentences": len(sentences)}
@@ -95,8 +98,9 @@ def check_all(data_dir: str) -> None:
             "sentences_over_1e-5": int((delta > 1e-5).sum()),
         }
     result["command"] = " ".join(["python", *sys.argv])
+    result["provenance"] = finished(origin)
     out = ROOT / "benchmarks" / "results" / "encode_check_all.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
@@ -115,7 +119,7 @@ def main() -> None:
         check_all(args.data_dir)
         return
 
-    load_start = load_average()
+    origin, load_start = provenance(), load_average()
     sentences = sample(args.data_dir, args.n)
     variants = {name: make(name) for name in ("dclr", "dclr_packed", "dclr_padded", "st")}
     ref = reference(sentences)
@@ -158,9 +162,10 @@ def main() -> None:
             "load_start": load_start,
             "load_end": load_average(),
         },
+        "provenance": finished(origin),
     }
     out = ROOT / "benchmarks" / "results" / "encode.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print(
         "| variant | sentences/s | speed-up vs ST | max abs diff vs HF (raw / normalised) | peak RSS MiB |"
     )

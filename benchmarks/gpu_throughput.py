@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.contract import Batch
 from dclr.losses.complementary import CachedComplementary
 from dclr.losses.dclr import DCLRLoss
@@ -116,6 +118,7 @@ def main() -> None:
     if args.make_fp16:
         make_fp16(args.make_fp16)
         return
+    origin = provenance()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -179,7 +182,8 @@ def main() -> None:
     result["sentences_per_s"]["encode"] = len(sentences) / seconds
     if cuda:
         result["peak_memory_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result["provenance"] = finished(origin)
+    write_text(args.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

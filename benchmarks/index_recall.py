@@ -22,7 +22,9 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.data.readers import open_source
 from dclr.data.sts import all_sentences
 from dclr.indexing.bulk import BulkSettings, bulk_encode
@@ -77,7 +79,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/index_recall.json")
     args = parser.parse_args()
 
-    start = time.perf_counter()
+    start, origin = time.perf_counter(), provenance()
     sentences, vectors = encode_corpus(args.data_dir, args.work_dir)
     encode_s = time.perf_counter() - start
     rng = np.random.default_rng(args.seed)
@@ -122,9 +124,10 @@ def main() -> None:
         "faiss_threads": 1,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "results": results,
+        "provenance": finished(origin),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_text(args.out, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -38,7 +38,9 @@ from int8_encode import (
     st_openvino_int8,
     static_int8_encoder,
 )
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.data.paths import resolve_data_dir
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.cpu_kind import cpu_model, hardware_key, load_average, table_name
@@ -92,7 +94,7 @@ def main() -> None:
     parser.add_argument("--calibration-n", type=int, default=300)
     parser.add_argument("--out", default=str(RESULTS / f"int8_calibration_spread@{table_name()}"))
     args = parser.parse_args()
-    load_start = load_average()
+    origin, load_start = provenance(), load_average()
     evaluator = StsEvaluator(resolve_data_dir(args.data_dir), mode="test", geometry=False)
 
     def score(encode) -> dict[str, float]:  # noqa: ANN001
@@ -129,11 +131,12 @@ def main() -> None:
         "draws": rows,
         "peer_skipped": skipped,
         "command": " ".join(["python", *sys.argv]),
+        "provenance": finished(origin),
     }
     report["differences"] = differences(rows, skipped is None)
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
+    write_text(out.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
+    write_text(out.with_suffix(".md"), markdown(report))
     print(markdown(report))
 
 

@@ -57,7 +57,9 @@ from typing import Any
 import numpy as np
 import torch
 from linear_kernels import emulation_note
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.cli.cpu import INT8_KERNEL
 from dclr.data.paths import resolve_data_dir
 from dclr.data.sts import read_stsb
@@ -382,7 +384,7 @@ def main() -> None:
         memory_probe(args)
         return
     args.work = args.work or tempfile.mkdtemp(prefix="dclr-int8-")
-    load_start = load_average()
+    origin, load_start = provenance(), load_average()
     sentences = sample(args.data_dir, args.n_sentences)
     variants: dict[str, EncodeFn] = {}
     skipped: dict[str, str] = {}
@@ -446,12 +448,13 @@ def main() -> None:
             name: importlib.metadata.version(name) for name in VERSIONS if _installed(name)
         },
         "command": " ".join(["python", *sys.argv]),
+        "provenance": finished(origin),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out.with_suffix(".json"), json.dumps(result, indent=2) + "\n")
     table = render(result, names)
-    out.with_suffix(".md").write_text(table)
+    write_text(out.with_suffix(".md"), table)
     print(table)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 from linear_kernels import SHAPES, emulation_note
-from report_files import save_report
+from report_files import finished, provenance, save_report
 from torch import nn
 
 from dclr.models.cpu_kind import load_average, machine_fields, table_name
@@ -104,10 +104,11 @@ def main() -> None:
     out = args.out or ROOT / f"benchmarks/results/int8_rounding_speed@{table_name()}.json"
     report: dict = {**machine_fields(), "torch": torch.__version__, "threads": 2,
                     "pairs_saturate": pairs_saturate(), "rounds": args.rounds,
-                    "load_start": load_average()}  # fmt: skip
+                    "load_start": load_average(), "provenance": provenance()}  # fmt: skip
     report["layers"] = measure(rounds=args.rounds)
     report["load_end"] = load_average()
     report["command"] = "python benchmarks/int8_rounding_speed.py"
+    report["provenance"] = finished(report["provenance"])
     save_report(out, report, markdown(report))
 
 

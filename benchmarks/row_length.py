@@ -23,7 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from encode import MODEL, sample  # noqa: E402
+from report_files import finished, provenance  # noqa: E402
 
+from dclr.atomic import write_text  # noqa: E402
 from dclr.contract import Batch
 from dclr.data.corpus import load_corpus  # noqa: E402
 from dclr.losses.simcse import SimCSELoss  # noqa: E402
@@ -87,14 +89,16 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
+    origin = provenance()
     result = {
         "torch_threads": torch.get_num_threads(),
         "train_seconds_per_step": train(args.data_dir, args.reps),
         "encode_sentences_per_s": encode(args.data_dir, args.reps),
         "command": " ".join(["python", *sys.argv]),
+        "provenance": finished(origin),
     }
     out = ROOT / "benchmarks" / "results" / "row_length.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

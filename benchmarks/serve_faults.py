@@ -54,7 +54,9 @@ import time
 from pathlib import Path
 
 import httpx
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.serving.launch import process_memory, serve_process
 from dclr.serving.server import socket_cap
 
@@ -586,7 +588,7 @@ def main() -> None:
     args = parser.parse_args()
     hold = args.hold or (10.0 if args.quick else 40.0)
     socket_cap(max(IDLE_SOCKETS, TRICKLED) + 256)  # raise the open-file limit, as dclr serve does
-    load_start = os.getloadavg()
+    origin, load_start = provenance(), os.getloadavg()
     started = time.monotonic()
     with serve_process([args.model], timeout=START_TIMEOUT_S) as server:
         assert server.url.startswith("http://127.0.0.1:"), "loopback only"
@@ -625,9 +627,10 @@ def main() -> None:
         "server_memory": memory,
         "batcher": health["batcher"],
         "wall_s": round(time.monotonic() - started, 1),
+        "provenance": finished(origin),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_text(args.out, json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

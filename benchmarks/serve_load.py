@@ -34,7 +34,9 @@ import time
 from pathlib import Path
 
 import httpx
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.data.sts import all_sentences
 from dclr.serving.launch import process_memory, serve_process
 
@@ -140,6 +142,7 @@ def main() -> None:
             "platform": platform.platform(),
             "load_average_at_start": os.getloadavg(),
         },
+        "provenance": provenance(),
     }
     with serve_process([MODEL, "--precision", args.precision]) as server:
         memory = {"after_start_mib": process_memory(server.pid)["rss"]}
@@ -204,8 +207,9 @@ def main() -> None:
         + report["concurrent_x8"]["errors"],
         "server_peak_rss_mib": report["server_memory"]["peak_mib"],
     }
+    report["provenance"] = finished(report["provenance"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_text(args.out, json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["summary"], indent=2))
     print(f"wrote {args.out}")
 

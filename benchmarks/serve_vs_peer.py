@@ -39,6 +39,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from report_files import finished, provenance
 from serve_load import percentiles  # the same latency summary as the load test
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -437,6 +438,7 @@ def main() -> None:
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
+    from dclr.atomic import write_text
     from dclr.data.sts import all_sentences
     from dclr.models.cpu_kind import (
         cpu_model,
@@ -468,6 +470,7 @@ def main() -> None:
         "command": " ".join(["python", *sys.argv]),
         "machine": {"cpus": os.cpu_count(), "cpu": cpu_name()},
         "load_start": load_average(),
+        "provenance": provenance(),
         "plan": PLAN,
         "quick": args.quick,
     }
@@ -491,9 +494,10 @@ def main() -> None:
         runs[name].append(bench(name, args, model_dir, rate))
     report["servers"] = {name: combine(rounds) for name, rounds in runs.items()}
     report["load_end"] = load_average()
+    report["provenance"] = finished(report["provenance"])
     sentences.unlink()
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
+    write_text(args.out, json.dumps(report, indent=2) + "\n")
+    write_text(args.out.with_suffix(".md"), markdown(report))
     print(markdown(report))
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from report_files import save_report
+from report_files import finished, provenance, save_report
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +112,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/step_ops.json")
     args = parser.parse_args()
+    origin = provenance()
     report = {"layers": args.layers, "torch": torch.__version__, "rows": measure(args.layers),
-              "command": "python benchmarks/step_ops.py"}  # fmt: skip
+              "command": "python benchmarks/step_ops.py", "provenance": finished(origin)}  # fmt: skip
     save_report(args.out, report, markdown(report))
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from report_files import save_report
+from report_files import finished, provenance, save_report
 
 from dclr.models.cpu_kind import (
     cpu_description,
@@ -93,7 +93,7 @@ def main() -> None:
     out = args.out or ROOT / f"benchmarks/results/thread_threshold_repeats@{table_name()}.json"
     pool, _ = sample_sentences(args.data_dir, 2000)
     kernel = cpu_policy().linear_kernel
-    start, began = load_average(), time.perf_counter()
+    origin, start, began = provenance(), load_average(), time.perf_counter()
     runs = []
     for i in range(args.repeats):
         print(f"run {i + 1} of {args.repeats}", flush=True)
@@ -104,7 +104,8 @@ def main() -> None:
               "seconds": time.perf_counter() - began,
               "thresholds": [one_thread_below(run) for run in runs], "sizes": summary(runs),
               "runs": runs,
-              "command": "python benchmarks/thread_threshold_repeats.py --data-dir ../shared/data"}  # fmt: skip
+              "command": "python benchmarks/thread_threshold_repeats.py --data-dir ../shared/data",
+              "provenance": finished(origin)}  # fmt: skip
     save_report(out, report, markdown(report))
 
 

@@ -55,16 +55,19 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     import torch
     from gpu_check import MODEL, tiny_model
+    from report_files import finished, provenance
     from transformers import AutoTokenizer
 
     import dclr.models.encoder as encoder_module
     from dclr.api import evaluate
+    from dclr.atomic import write_text
     from dclr.data.corpus import load_corpus
     from dclr.models.cpu_kind import hardware_key, table_name
     from dclr.models.encoder import model_limit
     from dclr.models.resolve import resolve_model
     from dclr.models.token_ids import batch_features, batch_token_ids
 
+    origin = provenance()
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(MODEL))
     limit = model_limit(tokenizer)
     sentences = list(dict.fromkeys(load_corpus("sts", args.data_dir)))
@@ -144,9 +147,10 @@ def main() -> int:
         "load_average_start": load_start,
         "load_average_end": os.getloadavg()[0],
         "command": " ".join(["python", *sys.argv]),
+        "provenance": finished(origin),
     }
     out = args.out or ROOT / "benchmarks" / "results" / f"token_ids@{table_name()}.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_text(out, json.dumps(report, indent=2) + "\n")
     lines = [
         f"# Token ids: dclr's backend path against the tokenizer's call ({key})",
         "",
@@ -168,7 +172,7 @@ def main() -> int:
         "",
         f"`{report['command']}`",
     ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if same and same_padded and report["evaluation_sts_avg_equal"] else 1
 

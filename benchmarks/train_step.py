@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from report_files import finished, provenance
 
+from dclr.atomic import write_text
 from dclr.contract import Batch
 from dclr.data.corpus import load_corpus
 from dclr.losses.complementary import CachedComplementary, TwoViewComplementary
@@ -170,6 +172,7 @@ def main() -> None:
         print(vm_hwm_mib())
         return
 
+    origin = provenance()
     names = list(NAMES)
     times = time_steps(names, corpus, args)
     medians = {name: statistics.median(t) for name, t in times.items()}
@@ -188,10 +191,11 @@ def main() -> None:
         "peak_rss_mib": memory,
         "all_seconds": times,
         "command": " ".join(["python", *sys.argv]),
+        "provenance": finished(origin),
     }
     out = ROOT / "benchmarks" / "results" / "train_step.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print("| variant | median s/step | sentences/s | ratio to SimCSE | peak RSS MiB |")
     print("|---|---|---|---|---|")
     for name, sec in medians.items():

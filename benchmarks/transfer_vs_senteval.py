@@ -20,12 +20,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from report_files import finished, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import senteval_transfer_reference as ref  # noqa: E402
 
+from dclr.atomic import write_text  # noqa: E402
 from dclr.data.transfer import BINARY_FILES  # noqa: E402
 from dclr.evaluation.transfer import (  # noqa: E402
     SETTINGS,
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="dclr's numbers only")
     parser.add_argument("--name", default="minilm")
     args = parser.parse_args()
+    origin = provenance()
 
     encoder = SentenceEncoder.from_pretrained(args.model, pooler=args.pooler, packing=True)
     s = SETTINGS[args.mode]
@@ -76,7 +79,8 @@ def main() -> None:
               "epoch_size": s.epoch_size}  # fmt: skip
     out = ROOT / "benchmarks" / "results" / f"transfer_{args.mode}_{args.name}.json"
     result: dict = {"model": args.model, "pooler": args.pooler, "mode": args.mode,
-                    "settings": params | {"kfold": s.kfold}, "tasks": {}}  # fmt: skip
+                    "settings": params | {"kfold": s.kfold}, "tasks": {},
+                    "provenance": origin}  # fmt: skip
     print("| task | dclr | SentEval procedure | encode s | dclr s | SentEval s |")
     print("|---|---:|---:|---:|---:|---:|", flush=True)
     for task in [t for t in args.tasks.split(",") if t]:
@@ -105,7 +109,7 @@ def main() -> None:
                 )
             entry["senteval_seconds"] = time.perf_counter() - tic
         result["tasks"][task] = entry
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        write_text(out, json.dumps(result, indent=2) + "\n")
         print(f"| {task} | {entry['dclr']:.2f} | {entry.get('senteval', float('nan')):.2f} | "
               f"{encode_s:.0f} | {entry['dclr_seconds']:.0f} | "
               f"{entry.get('senteval_seconds', 0):.0f} |", flush=True)  # fmt: skip
@@ -114,7 +118,8 @@ def main() -> None:
     result["total_seconds_dclr"] = float(
         sum(v["encode_seconds"] + v["dclr_seconds"] for v in done.values())
     )
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    result["provenance"] = finished(origin)
+    write_text(out, json.dumps(result, indent=2) + "\n")
     print(
         f"avg {result['avg_dclr']:.2f}; dclr encode + classify {result['total_seconds_dclr']:.0f} s"
     )

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from encode import sample
-from report_files import save_report
+from report_files import finished, provenance, save_report
 
 from dclr.models.cpu_kind import cpu_description, load_average, table_name
 from dclr.models.encoder import SentenceEncoder
@@ -74,9 +74,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    start = load_average()
+    origin, start = provenance(), load_average()
     report = measure(args.data_dir, args.batches, args.reps)
     report.update(cpu=cpu_description(), load_average={"start": start, "end": load_average()})
+    report["provenance"] = finished(origin)
     out = args.out or ROOT / "benchmarks/results" / f"view_draws-{table_name()}.json"
     save_report(out, report, render(report))
 

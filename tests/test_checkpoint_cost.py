@@ -25,4 +25,5 @@ def test_the_benchmark_measures_both_modes_and_writes_its_table(tmp_path, capsys
     table = out.with_suffix(".md").read_text()
     assert "| in the background |" in table and "a 2-layer BERT (--tiny)" in table
     assert table in capsys.readouterr().out
+    assert {"git_commit", "loadavg_start", "loadavg_end"} <= set(report["provenance"])
     assert not list(tmp_path.glob("dclr-ckpt-*"))  # the checkpoints' folder is removed

@@ -375,6 +375,7 @@ def test_only_the_named_parts_run_and_the_report_says_so(tmp_path, data_dir):
     report = json.loads((tmp_path / "check-tiny-cpu-only.json").read_text())
     assert report["only"] == ["objective"] and list(report["parts_seconds"]) == ["objective"]
     assert report["objective"] and "steps" not in report and "failed" not in report
+    assert report["provenance"]["dclr"] and "loadavg_end" in report["provenance"]
     assert not (tmp_path / "check-tiny-cpu.json").exists()  # a full run's report is not touched
     table = (tmp_path / "check-tiny-cpu-only.md").read_text()
     assert "Only these parts were run (--only): objective." in table

@@ -64,6 +64,7 @@ def test_without_the_backend_the_report_says_how_to_build_it(tmp_path, monkeypat
     int8_encode.main()
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["sentences_per_s"] == {}
+    assert {"git_commit", "torch", "loadavg_start", "loadavg_end"} <= set(result["provenance"])
     reason = result["skipped"]["st_openvino_int8"]
     assert reason.startswith("ImportError: needs ") and int8_encode.OPENVINO_VENV in reason
     assert "not run: st_openvino_int8: ImportError: needs" in out.with_suffix(".md").read_text()
