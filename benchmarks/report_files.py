@@ -14,6 +14,7 @@ from typing import Any
 from dclr.atomic import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE_COMMIT_ENV = "DCLR_SOURCE_COMMIT"  # set by scripts/device_gpu_check.sh from the bundle
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -56,13 +57,16 @@ def _recording_name() -> str:
 
 
 def provenance(root: Path = ROOT) -> dict[str, Any]:
-    """The code and machine a run starts on: the checkout's commit and whether src/ or
-    benchmarks/ had uncommitted changes (None where git or the repository is missing), the
+    """The code and machine a run starts on: the checkout's commit (outside a repository,
+    $DCLR_SOURCE_COMMIT's) and whether src/ or benchmarks/ had uncommitted changes (None where
+    git or the repository is missing), the
     versions of dclr and torch, the CPU's recording name and the load average now."""
-    commit = _git(root, "rev-parse", "HEAD")
+    commit = (_git(root, "rev-parse", "HEAD") or "").strip()
     status = _git(root, "status", "--porcelain", "--", "src", "benchmarks")
+    if not commit:  # a copied tree (a lent GPU machine): the commit it was copied from, if given
+        commit = os.environ.get(SOURCE_COMMIT_ENV, "").strip()
     return {
-        "git_commit": (commit or "").strip() or None,
+        "git_commit": commit or None,
         "uncommitted_changes": None if status is None else bool(status.strip()),
         "dclr": _field(_dclr_version),
         "torch": _field(_torch_version),

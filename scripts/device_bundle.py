@@ -91,6 +91,11 @@ def main() -> None:
     for task in ("STS", "SICK"):
         shutil.copytree(args.data_dir / "senteval" / task, args.out / "data" / "senteval" / task)
     download_wheels(args.out / "wheels", args.python)
+    # the device machine gets the tree without .git: its reports name this commit instead
+    # (benchmarks/report_files.py reads it from $DCLR_SOURCE_COMMIT, set by device_gpu_check.sh)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if commit.returncode == 0:
+        (args.out / "commit").write_text(commit.stdout.strip() + "\n")
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file()) / 2**20
     tree = working_tree_mib(ROOT, args.out)
     print(f"wrote {args.out} ({size:.1f} MiB); carry it as .device: with the working tree "

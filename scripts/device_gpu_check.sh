@@ -25,6 +25,8 @@ if [ -d .device/wheels ]; then
         echo "the serving wheels did not install: the serving part will fail" >&2
     fi
 fi
+# the bundle's commit for the reports' provenance (the tree came without .git)
+if [ -f .device/commit ]; then export DCLR_SOURCE_COMMIT="$(cat .device/commit)"; fi
 export DCLR_DATA_DIR="$PWD/.device/data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 # With $OUT (the device tool's) the reports are written there as the run goes, each part saved

@@ -74,6 +74,11 @@ def test_a_copied_tree_without_git_still_gets_its_provenance(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["git_commit"] is None and found["dclr"] == __version__
+    # scripts/device_gpu_check.sh passes the bundle's commit (scripts/device_bundle.py)
+    env[report_files.SOURCE_COMMIT_ENV] = "abc123"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert json.loads(done.stdout.strip().splitlines()[-1])["git_commit"] == "abc123"
 
 
 def test_save_report_writes_both_files_whole_and_leaves_no_temp_file(tmp_path, capsys):
