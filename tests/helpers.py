@@ -139,7 +139,8 @@ def nan_on_call(real, n: int):
 # ---- one process vs torchrun ----------------------------------------------------------------------
 def train_one_and_two_ranks(options: dict, out: Path) -> tuple[Path, Path]:
     """`dclr train` with `options` (flat --set values) in one process, then under torchrun with
-    two ranks; returns the two run folders (out/one, out/two). Fails with the run's stderr."""
+    two ranks; returns the two run folders (out/one, out/two), what each printed kept in
+    out/one.log and out/two.log (stdout, then stderr). Fails with the run's stderr."""
     import os
     import subprocess
     import sys
@@ -158,6 +159,7 @@ def train_one_and_two_ranks(options: dict, out: Path) -> tuple[Path, Path]:
             env=env,
         )
         assert done.returncode == 0, done.stderr[-3000:]
+        (out / f"{name}.log").write_text(done.stdout + done.stderr)
     return out / "one", out / "two"
 
 

@@ -149,6 +149,8 @@ def test_nli_under_torchrun_follows_the_single_process_trajectory(model_dir, tmp
         for part in parts:
             assert ddp[step][part] == pytest.approx(row[part], abs=1e-4), (step, part)
     assert single[5]["loss"] != pytest.approx(single[1]["loss"], abs=1e-3)  # it did learn
+    # the summary is printed once, by rank 0 (every rank printed its own)
+    assert (tmp_path / "two.log").read_text().count("5 steps in") == 1
 
 
 @pytest.mark.slow

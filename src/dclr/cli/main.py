@@ -404,7 +404,8 @@ def train_cmd(
             console.print(f"\n{escape(interrupted_state(run_dir))}", highlight=False)
         # 128 + the signal, as a shell reports it: SIGTERM (Terminated) or SIGINT
         raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
-    render_summary(summary)
+    if rank_from_env() == 0:  # under torchrun once, with rank 0's summary (results.json's)
+        render_summary(summary)
 
 
 def say(text: str) -> None:
