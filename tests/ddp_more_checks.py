@@ -5,7 +5,7 @@
         seeded differently (as the ranks' trained-model forwards leave them)
     ddp_more_checks.py train OPTIONS_JSON STOP_AT [resume]
         trains the run the flat options describe, stopping after step STOP_AT (0: the end),
-        resuming its folder with `resume`
+        resuming its folder with `resume`; what the run announces goes to stderr
 
 A rank still running after HANG_S seconds prints every thread's stack and exits.
 """
@@ -43,10 +43,12 @@ def teacher(model_dir: str, out: str) -> None:
 
 def train(options: str, stop_at: str, resume: bool) -> None:
     from dclr.driver import trainer_for
+    from dclr.progress import listening
     from dclr.recipe import load_config
 
     config = load_config(None, json.loads(options))
-    trainer_for(config).train(resume=resume, stop_at_step=int(stop_at) or None)
+    with listening(lambda text: print(f"» {text}", file=sys.stderr)):  # as `dclr train` says it
+        trainer_for(config).train(resume=resume, stop_at_step=int(stop_at) or None)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

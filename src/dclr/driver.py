@@ -34,6 +34,7 @@ from dclr.methods.registry import get_method
 from dclr.models.card import write_run_cards
 from dclr.options.config import TrainConfig
 from dclr.options.flat import flat_values
+from dclr.runlock import FolderLock
 from dclr.training import runfolder
 from dclr.training.checkpoint import latest_checkpoint
 from dclr.training.loop import Trainer
@@ -165,6 +166,10 @@ def run_stages(
             "one process: run it without torchrun"
         )
     main = runfolder.rank_from_env() == 0  # under torchrun rank 0 holds the folder, scores, writes
+    if main:  # before the root is claimed (--overwrite clears the stages) and the ranks meet (a
+        # stage refused later would leave the others in DDP's set-up): a stage in use elsewhere
+        for stage, _ in stages:
+            FolderLock(stage.run.output_dir, "dclr train").check()
     with runfolder.claim(root, resume, overwrite, main=main):
         before = None
         if main:
@@ -177,7 +182,10 @@ def run_stages(
             stage_dir = Path(stage.run.output_dir)
             if not (stage_dir / "results.json").exists():
                 again = resume and latest_checkpoint(stage_dir / "checkpoints") is not None
-                run_one(stage.updated({"run.test_eval": False}), stage_method, resume=again)
+                try:
+                    run_one(stage.updated({"run.test_eval": False}), stage_method, resume=again)
+                except runfolder.TrainingStopped as stop:  # resumed as a schedule, from its root
+                    raise runfolder.TrainingStopped(stop.step, stop.checkpoint, str(root)) from None
             dist.barrier()  # rank 0 has written the stage's results.json
             done.append(json.loads((stage_dir / "results.json").read_text()))
         summary: dict[str, Any] = {"method": config.method, "stages": done}

@@ -1,6 +1,7 @@
 """Supervised NLI training: SimCSE-supervised, the NLI head, joint and two-stage schedules."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -147,6 +148,58 @@ def test_sup_then_unsup_runs_two_stages(model_dir, nli_folder, corpus_file, tmp_
     assert [r.steps for r in results] == [3, 3]
     assert (tmp_path / "two" / "stage-2" / "final" / "model.safetensors").is_file()
     assert len(losses(tmp_path / "two" / "stage-2")) == 3
+
+
+def test_a_stopped_schedule_says_to_resume_its_root(model_dir, nli_folder, corpus_file, tmp_path,
+                                                     monkeypatch):  # fmt: skip
+    """A signal in a stage said `--resume ROOT/stage-2`: that finished the stage alone and never
+    the schedule. Interrupted outside the steps, it said "nothing to resume, run the same
+    command again", which the stage's checkpoint then refused."""
+    import dclr.driver as driver
+    from dclr.training.runfolder import TrainingStopped, interrupted_state
+
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="sup_then_unsup", nli_data=str(nli_folder),
+        corpus=str(corpus_file),
+    )  # fmt: skip
+    real = driver.run_one
+
+    def stopped_in_stage_two(stage, method, resume=False, **kwargs):
+        if stage.run.output_dir.endswith("stage-2"):  # stopped after its step 2
+            (Path(stage.run.output_dir) / "checkpoints" / "step-00000002").mkdir(parents=True)
+            raise TrainingStopped(
+                2, f"{stage.run.output_dir}/checkpoints/step-2", stage.run.output_dir
+            )
+        return real(stage, method, resume=resume, **kwargs)
+
+    monkeypatch.setattr(driver, "run_one", stopped_in_stage_two)
+    with pytest.raises(TrainingStopped, match=rf"--resume {tmp_path / 'two'}`$"):
+        driver.run_training(cfg)
+    said = interrupted_state(tmp_path / "two")
+    assert said.startswith("interrupted in stage-2 of the schedule (stage-1 finished and kept)")
+    assert said.endswith(f"`dclr train --resume {tmp_path / 'two'}` goes on from there")
+
+
+def test_a_schedule_whose_stage_is_in_use_is_refused_before_anything_is_cleared(
+    model_dir, nli_folder, corpus_file, tmp_path
+):
+    """`--overwrite ROOT` deleted the stage folders while another process held a stage's lock;
+    under torchrun the stage's refusal came after the ranks met, and rank 1 died in DDP's set-up
+    with a gloo traceback."""
+    from dclr.runlock import FolderLock, LockHeld
+
+    cfg = config(
+        model_dir, tmp_path / "two", schedule="sup_then_unsup", nli_data=str(nli_folder),
+        corpus=str(corpus_file),
+    )  # fmt: skip
+    from dclr.driver import run_training
+
+    run_training(cfg)
+    kept = tmp_path / "two" / "stage-1" / "final"
+    held = FolderLock(tmp_path / "two" / "stage-2", "another dclr train")
+    with held, pytest.raises(LockHeld, match="stage-2 is in use by pid"):
+        run_training(cfg, overwrite=True)
+    assert kept.is_dir() and (tmp_path / "two" / "results.json").is_file()
 
 
 def test_second_stage_takes_its_own_learning_rate_and_epochs(model_dir, tmp_path):

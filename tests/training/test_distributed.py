@@ -219,6 +219,7 @@ def test_a_torchrun_run_resumed_goes_on_as_if_uninterrupted(tiny_dropout_model_d
                  [json.dumps(parted), "0", "resume"]):  # fmt: skip
         proc = _run_twice_on_a_hang(_torchrun("train", *args))
         assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("resume: from checkpoint") == 1, proc.stderr[-3000:]  # rank 0's
     one = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "whole", "train")}
     two = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "parted", "train")}
     assert sorted(two) == list(range(1, 7))

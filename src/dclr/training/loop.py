@@ -413,8 +413,10 @@ class Trainer:
         state.train_seconds = saved.get("train_seconds", 0.0)
         state.cpu_seconds = saved.get("cpu_seconds", 0.0)
         state.last_ckpt = str(last)
-        announce(f"resume: from checkpoint {last.name} (step {state.start}), continuing at "
-                 f"step {state.start + 1} of {self.run.total_steps}")  # fmt: skip
+        if self.rank == 0:  # said once under torchrun
+            left = (f"continuing at step {state.start + 1} of {self.run.total_steps}"
+                    if state.start < self.run.total_steps else "no step left to train")  # fmt: skip
+            announce(f"resume: from checkpoint {last.name} (step {state.start}), {left}")
         written_by = saved.get("world_size")  # absent: written before checkpoints said
         if (written_by or 1) != self.world:  # no saved stream for this layout of ranks
             torch.manual_seed(self._dropout_seed() + RESEED_STRIDE * state.start)

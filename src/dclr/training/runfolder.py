@@ -304,6 +304,13 @@ def interrupted_state(run_dir: str | Path) -> str:
     resume = f"dclr train --resume {run_dir}"
     if (run_dir / "results.json").is_file():
         return f"interrupted at the very end; {run_dir / 'results.json'} is written"
+    stages = sorted(p for p in run_dir.glob("stage-*") if p.is_dir())
+    if stages:  # a schedule (`dclr.driver.run_stages`): it goes on from its root
+        done = [p.name for p in stages if (p / "results.json").is_file()]
+        stage = next((p.name for p in stages if p.name not in done), None)
+        where = f"in {stage} of the schedule" if stage else f"after {done[-1]} of the schedule"
+        kept = f" ({', '.join(done)} finished and kept)" if done else ""
+        return f"interrupted {where}{kept}\n  fix: `{resume}` goes on from there"
     if (run_dir / "final").is_dir():
         return (
             f"interrupted after training, in the evaluation: the trained model is saved "
