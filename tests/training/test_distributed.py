@@ -276,6 +276,23 @@ def test_a_two_stage_schedule_under_torchrun_follows_the_single_process_one(mode
     assert (two / "stage-2" / "final" / "model.safetensors").is_file()
 
 
+def test_a_config_error_under_torchrun_is_said_once(model_dir, tmp_path):
+    """Every rank printed `error: batch_size 9 is not divisible by 2 ranks`."""
+    import os
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0", "-m", "dclr", "train",
+           f"--set=model={model_dir}", f"--set=corpus={corpus}", "--set=batch_size=9",
+           "--no-eval", "-o", str(tmp_path / "run")]  # fmt: skip
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert said.count("batch_size 9 is not divisible by 2 ranks") == 1, said[-3000:]
+
+
 def test_the_collectives_timeout_is_generous_and_settable(monkeypatch):
     """Rank 0 alone builds the complementary cache and evaluates while the others wait: torch's
     default timeouts (NCCL 10 min) could end a paper-scale run there."""

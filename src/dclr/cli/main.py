@@ -395,6 +395,10 @@ def train_cmd(
         if rank_from_env() != 0:
             raise typer.Exit(2) from None
         fail(err)
+    except ConfigError as err:  # the config is every rank's: rank 0 says it for all of them
+        if rank_from_env() != 0:
+            raise typer.Exit(2) from None
+        fail(err)
     except DclrError as err:
         fail(err)
     except OSError as err:  # disk full, read-only folder: name the file and the fix
