@@ -14,7 +14,9 @@ from typing import Any
 from dclr.atomic import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_COMMIT_ENV = "DCLR_SOURCE_COMMIT"  # set by scripts/device_gpu_check.sh from the bundle
+# Set by scripts/device_gpu_check.sh from `scripts/device_bundle.py --stamp` (a tree without .git)
+SOURCE_COMMIT_ENV = "DCLR_SOURCE_COMMIT"
+SOURCE_DIRTY_ENV = "DCLR_SOURCE_DIRTY"  # "1": src/ or benchmarks/ differed from that commit
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -58,16 +60,20 @@ def _recording_name() -> str:
 
 def provenance(root: Path = ROOT) -> dict[str, Any]:
     """The code and machine a run starts on: the checkout's commit (outside a repository,
-    $DCLR_SOURCE_COMMIT's) and whether src/ or benchmarks/ had uncommitted changes (None where
-    git or the repository is missing), the
+    $DCLR_SOURCE_COMMIT's) and whether src/ or benchmarks/ (its results aside) had uncommitted
+    changes (None where git or the repository is missing), the
     versions of dclr and torch, the CPU's recording name and the load average now."""
     commit = (_git(root, "rev-parse", "HEAD") or "").strip()
-    status = _git(root, "status", "--porcelain", "--", "src", "benchmarks")
+    # the reports themselves (benchmarks/results/) are not the code: a rewritten one is no change
+    status = _git(root, "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")
+    changed = None if status is None else bool(status.strip())
     if not commit:  # a copied tree (a lent GPU machine): the commit it was copied from, if given
         commit = os.environ.get(SOURCE_COMMIT_ENV, "").strip()
+        dirty = os.environ.get(SOURCE_DIRTY_ENV, "").strip()
+        changed = {"1": True, "0": False}.get(dirty) if commit else None
     return {
         "git_commit": commit or None,
-        "uncommitted_changes": None if status is None else bool(status.strip()),
+        "uncommitted_changes": changed,
         "dclr": _field(_dclr_version),
         "torch": _field(_torch_version),
         "cpu": _field(_recording_name),

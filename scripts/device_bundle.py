@@ -16,7 +16,12 @@ package installed here (83 MB in fp32), not `../shared/data`. This writes `.devi
   `import uvicorn`. Wheels of the versions installed here (those the suite tested) for the image's
   Python on x86-64; `scripts/device_gpu_check.sh` installs them there into a folder of their own.
 
+- `.device/source`: the commit of the tree the run measures and whether src/ or benchmarks/
+  differ from it ("<commit> clean|dirty"), for the reports' provenance (the device machine gets
+  the tree without .git). `--stamp` rewrites it alone: before every device run.
+
     python scripts/device_bundle.py          # here, once
+    python scripts/device_bundle.py --stamp  # before each device run (the tree may have moved on)
     # then, through the device tool: carry [".device"], command:
     #   bash scripts/device_gpu_check.sh
 """
@@ -73,7 +78,13 @@ def main() -> None:
     parser.add_argument(
         "--python", default="3.12", help="the device image's Python, for the serving wheels"
     )
+    parser.add_argument(
+        "--stamp", action="store_true", help="only rewrite OUT/source (the tree's commit)"
+    )
     args = parser.parse_args()
+    if args.stamp:
+        stamp(args.out)
+        return
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -91,11 +102,7 @@ def main() -> None:
     for task in ("STS", "SICK"):
         shutil.copytree(args.data_dir / "senteval" / task, args.out / "data" / "senteval" / task)
     download_wheels(args.out / "wheels", args.python)
-    # the device machine gets the tree without .git: its reports name this commit instead
-    # (benchmarks/report_files.py reads it from $DCLR_SOURCE_COMMIT, set by device_gpu_check.sh)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if commit.returncode == 0:
-        (args.out / "commit").write_text(commit.stdout.strip() + "\n")
+    stamp(args.out)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file()) / 2**20
     tree = working_tree_mib(ROOT, args.out)
     print(f"wrote {args.out} ({size:.1f} MiB); carry it as .device: with the working tree "
@@ -103,6 +110,25 @@ def main() -> None:
     if size + tree > CARRY_MIB:
         sys.exit(f"error: {size + tree:.1f} MiB is over the device tool's {CARRY_MIB} MiB: "
                  "remove untracked files from the working tree, or carry less")  # fmt: skip
+
+
+def stamp(out: Path, root: Path = ROOT) -> str | None:
+    """Write `out/source`: "<commit> clean|dirty" of the tree at `root` (dirty: src/ or
+    benchmarks/ differ from the commit, benchmarks/results/ aside); scripts/device_gpu_check.sh
+    hands it to the reports' provenance. Returns the line, or None outside a checkout."""
+
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else None
+
+    commit = (git("rev-parse", "HEAD") or "").strip()
+    status = git("status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")
+    if not commit or status is None:
+        return None
+    line = f"{commit} {'dirty' if status.strip() else 'clean'}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "source").write_text(line + "\n")
+    return line
 
 
 def working_tree_mib(root: Path = ROOT, bundle: Path | None = None) -> float:

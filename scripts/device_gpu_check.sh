@@ -25,8 +25,11 @@ if [ -d .device/wheels ]; then
         echo "the serving wheels did not install: the serving part will fail" >&2
     fi
 fi
-# the bundle's commit for the reports' provenance (the tree came without .git)
-if [ -f .device/commit ]; then export DCLR_SOURCE_COMMIT="$(cat .device/commit)"; fi
+# the tree's commit for the reports' provenance (it came without .git): device_bundle.py --stamp
+if [ -f .device/source ]; then
+    read -r DCLR_SOURCE_COMMIT source_state < .device/source
+    export DCLR_SOURCE_COMMIT DCLR_SOURCE_DIRTY="$([ "$source_state" = dirty ] && echo 1 || echo 0)"
+fi
 export DCLR_DATA_DIR="$PWD/.device/data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 # With $OUT (the device tool's) the reports are written there as the run goes, each part saved

@@ -76,9 +76,32 @@ def test_a_copied_tree_without_git_still_gets_its_provenance(tmp_path):
     assert found["git_commit"] is None and found["dclr"] == __version__
     # scripts/device_gpu_check.sh passes the bundle's commit (scripts/device_bundle.py)
     env[report_files.SOURCE_COMMIT_ENV] = "abc123"
+    env[report_files.SOURCE_DIRTY_ENV] = "1"
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert json.loads(done.stdout.strip().splitlines()[-1])["git_commit"] == "abc123"
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["git_commit"] == "abc123" and found["uncommitted_changes"] is True
+
+
+def _git(root, *args):
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+def test_a_rewritten_report_is_not_a_code_change(tmp_path, monkeypatch):
+    """Every report after the first said "uncommitted_changes": true: the reports under
+    benchmarks/results/ are tracked, and the check counted them as code."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    for name in ("src/dclr/x.py", "benchmarks/bench.py", "benchmarks/results/bench.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    assert report_files.provenance(tmp_path)["uncommitted_changes"] is False
+    (tmp_path / "benchmarks/results/bench.json").write_text("2\n")  # a benchmark ran
+    assert report_files.provenance(tmp_path)["uncommitted_changes"] is False
+    (tmp_path / "benchmarks/bench.py").write_text("2\n")  # the benchmark changed
+    assert report_files.provenance(tmp_path)["uncommitted_changes"] is True
 
 
 def test_save_report_writes_both_files_whole_and_leaves_no_temp_file(tmp_path, capsys):

@@ -118,7 +118,7 @@ def mean_over_ranks(x: torch.Tensor) -> torch.Tensor:
     world = world_size()
     total = x.detach().clone()
     dist.all_reduce(total)
-    return x / world + (total - x.detach()) / world
+    return total / world + (x - x.detach()) / world  # the value bit for bit the same everywhere
 
 
 def average_gradients(modules: list[torch.nn.Module]) -> None:

@@ -176,7 +176,10 @@ def run_stages(
             config.save(root / "config.yaml")
             # scored once for the schedule and kept across its reruns, as its finished stages are
             before = starting_scores(root, True, lambda: method.evaluate_start(config))
-        dist.init_from_env()  # the other ranks wait here for rank 0's claim and scores
+        dist.init_from_env()
+        dist.barrier()  # the other ranks wait here for rank 0's claim (and --overwrite) and
+        # scores: NCCL's group set-up is no barrier, and a rank that looked at the stages early
+        # could skip one that --overwrite then cleared
         done = []
         for stage, stage_method in stages:
             stage_dir = Path(stage.run.output_dir)

@@ -109,6 +109,21 @@ def test_encode_skips_blank_rows_and_reads_a_table_column(trained, tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]  # written whole
 
 
+def test_encode_of_an_empty_or_blank_file_writes_no_rows(trained, tmp_path):
+    """An empty file crashed in the tokenizer (IndexError, a traceback); `dclr encode` writes a
+    (0, d) array, and so does this command now."""
+    _, run = trained
+    for name, text, options in (("empty", "", []), ("blank", "\n\n", ["--skip-blank"])):
+        source = tmp_path / f"{name}.txt"
+        source.write_text(text)
+        out = tmp_path / f"{name}.npy"
+        result = runner.invoke(
+            app, ["dualcse", "encode", str(run / "final"), str(source), str(out), *options]
+        )
+        assert result.exit_code == 0, result.output
+        assert np.load(out).shape[0] == 0
+
+
 def test_unknown_semantics_is_a_clear_error(trained, tmp_path):
     _, run = trained
     text = tmp_path / "s.txt"

@@ -276,8 +276,10 @@ def test_a_two_stage_schedule_under_torchrun_follows_the_single_process_one(mode
     assert (two / "stage-2" / "final" / "model.safetensors").is_file()
 
 
-def test_a_config_error_under_torchrun_is_said_once(model_dir, tmp_path):
-    """Every rank printed `error: batch_size 9 is not divisible by 2 ranks`."""
+def test_a_config_error_under_torchrun_names_each_rank(model_dir, tmp_path):
+    """Every rank printed `error: batch_size 9 is not divisible by 2 ranks`, unnamed: rank 0
+    says it as one process would, the others name themselves (a rank's own error is never
+    silenced)."""
     import os
 
     corpus = tmp_path / "corpus.txt"
@@ -290,7 +292,8 @@ def test_a_config_error_under_torchrun_is_said_once(model_dir, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     said = done.stdout + done.stderr
     assert done.returncode != 0
-    assert said.count("batch_size 9 is not divisible by 2 ranks") == 1, said[-3000:]
+    assert said.count("error: batch_size 9 is not divisible by 2 ranks") == 1, said[-3000:]
+    assert said.count("error (rank 1): batch_size 9 is not divisible by 2 ranks") == 1, said
 
 
 def test_the_collectives_timeout_is_generous_and_settable(monkeypatch):

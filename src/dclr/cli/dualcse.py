@@ -10,6 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from dclr.cli.tools import (
+    Column,
+    InputFormatOpt,
+    SkipBlankOpt,
     console,
     fail,
     npy_path,
@@ -74,22 +77,9 @@ def encode_cmd(
     ],
     output: Annotated[Path, typer.Argument(help="Where to write the (n, d) float32 .npy.")],
     semantics: SemanticsOpt = "explicit",
-    column: Annotated[
-        str | None, typer.Option(help="The text column of a CSV/TSV/JSONL/Parquet file.")
-    ] = None,
-    input_format: Annotated[
-        str,
-        typer.Option(
-            "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
-        ),
-    ] = "auto",
-    skip_blank: Annotated[
-        bool,
-        typer.Option(
-            help="Leave blank rows out; the 1-based row number of every vector is then written "
-            "to OUTPUT with suffix .lines.txt."
-        ),
-    ] = False,
+    column: Column = None,
+    input_format: InputFormatOpt = "auto",
+    skip_blank: SkipBlankOpt = False,
     batch_size: BatchSize = 128,
     normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
 ) -> None:

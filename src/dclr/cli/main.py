@@ -16,7 +16,10 @@ from rich.table import Table
 
 from dclr.atomic import named_os_error
 from dclr.cli.tools import (
+    Column,
+    InputFormatOpt,
     NormalizeOpt,
+    SkipBlankOpt,
     console,
     fail,
     npy_path,
@@ -395,12 +398,10 @@ def train_cmd(
         if rank_from_env() != 0:
             raise typer.Exit(2) from None
         fail(err)
-    except ConfigError as err:  # the config is every rank's: rank 0 says it for all of them
-        if rank_from_env() != 0:
-            raise typer.Exit(2) from None
-        fail(err)
-    except DclrError as err:
-        fail(err)
+    except DclrError as err:  # under torchrun each rank says its own, named (a rank's own
+        # error, e.g. a checkpoint its memory cannot load, must not go unsaid)
+        rank = rank_from_env()
+        fail(err, f"rank {rank}" if rank else "")
     except OSError as err:  # disk full, read-only folder: name the file and the fix
         fail(named_os_error(err))
     except KeyboardInterrupt as stop:  # outside the steps (a first signal there checkpoints)
@@ -515,28 +516,13 @@ def encode_cmd(
         typer.Argument(help="UTF-8 text (one sentence per line), CSV/TSV, JSONL or Parquet."),
     ],
     output: Annotated[Path, typer.Argument(help="Where to write the (n, d) float32 .npy.")],
-    column: Annotated[
-        str | None,
-        typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text (tables only)."),
-    ] = None,
-    input_format: Annotated[
-        str,
-        typer.Option(
-            "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
-        ),
-    ] = "auto",
+    column: Column = None,
+    input_format: InputFormatOpt = "auto",
     pooler: Pooler = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 128,
     normalize: NormalizeOpt = None,
     packing: Annotated[bool, typer.Option(help="Padding-free packed forwards.")] = True,
-    skip_blank: Annotated[
-        bool,
-        typer.Option(
-            help="Leave blank rows out; the 1-based row number of every vector (a text file's "
-            "line, a table's record after its header) is then written to OUTPUT with suffix "
-            ".lines.txt."
-        ),
-    ] = False,
+    skip_blank: SkipBlankOpt = False,
     precision: Precision = "fp32",
     device: Device = "auto",
 ) -> None:

@@ -16,7 +16,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from dclr.atomic import named_os_error
-from dclr.cli.tools import NormalizeOpt, console, fail, out, quiet_hf, settings_signature
+from dclr.cli.tools import (
+    Column,
+    InputFormatOpt,
+    NormalizeOpt,
+    console,
+    fail,
+    out,
+    quiet_hf,
+    settings_signature,
+)
 from dclr.errors import DclrError
 from dclr.indexing.index import EXACT_MAX_VECTORS
 from dclr.models.precision_names import PRECISION_HELP
@@ -27,15 +36,6 @@ index_app = typer.Typer(help="Build and inspect semantic-search indexes.", no_ar
 Model = Annotated[str, typer.Argument(help="Model folder, hub id, or python-package:NAME.")]
 Pooler = Annotated[
     str | None, typer.Option(help="Pooler (default: what the model folder records).")
-]
-Column = Annotated[
-    str | None, typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text.")
-]
-InputFormatOpt = Annotated[
-    str,
-    typer.Option(
-        "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
-    ),
 ]
 BatchSize = Annotated[int, typer.Option(help="Texts per forward pass.")]
 Processes = Annotated[

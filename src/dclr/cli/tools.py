@@ -21,6 +21,25 @@ from dclr.errors import DclrError, InputError
 console = Console(stderr=True)  # progress, messages and errors
 out = Console()  # results (tables, scores)
 
+# How a command reads a file of texts (`dclr.data.readers`): `dclr encode`, `dclr dualcse encode`,
+# `dclr encode-bulk`, `dclr index build`
+Column = Annotated[
+    str | None, typer.Option(help="CSV/TSV/JSONL field or Parquet column holding the text.")
+]
+InputFormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--input-format", help="auto (from the suffix) | txt | csv | tsv | jsonl | parquet"
+    ),
+]
+SkipBlankOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Leave blank rows out; the 1-based row number of every vector (a text file's line, "
+        "a table's record after its header) is then written to OUTPUT with suffix .lines.txt."
+    ),
+]
+
 # `dclr encode` and `dclr encode-bulk`: unit vectors or raw ones, by default as the model's
 # sentence-transformers pipeline gives them (`SentenceEncoder.normalizes`)
 NormalizeOpt = Annotated[
@@ -107,10 +126,11 @@ def save_vectors(
     console.print(f"wrote {vectors.shape} to {path} ({note})")
 
 
-def fail(err: Exception) -> NoReturn:
-    """Print `err` as a one-line error and exit with status 2."""
+def fail(err: Exception, who: str = "") -> NoReturn:
+    """Print `err` as a one-line error (`who`: whose, e.g. "rank 1") and exit with status 2."""
     # escaped: an error's own brackets (`pip install 'dclr[serve]'`) are text, not markup
-    console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+    label = f"error ({escape(who)}):" if who else "error:"
+    console.print(f"[bold red]{label}[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

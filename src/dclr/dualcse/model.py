@@ -199,6 +199,8 @@ class DualEncoder(nn.Module):
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
         encoder = self.encoder_for(semantics)
+        if not sentences:  # (0, d), as SentenceEncoder.encode gives
+            return np.empty((0, encoder.hidden_size), dtype=np.float32)
         was_training = self.training
         self.eval()
         limit = max_length or encoder.max_length or model_limit(encoder.tokenizer)
