@@ -58,15 +58,21 @@ def _recording_name() -> str:
     return recording_name()
 
 
+def source_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
+    """(the commit checked out at `root`, whether src/ or benchmarks/ differ from it), each None
+    without git or outside a repository. The reports themselves (benchmarks/results/) are not the
+    code: a rewritten one is no change. `scripts/device_bundle.py --stamp` records the same."""
+    commit = (_git(root, "rev-parse", "HEAD") or "").strip() or None
+    status = _git(root, "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")
+    return commit, None if status is None else bool(status.strip())
+
+
 def provenance(root: Path = ROOT) -> dict[str, Any]:
     """The code and machine a run starts on: the checkout's commit (outside a repository,
     $DCLR_SOURCE_COMMIT's) and whether src/ or benchmarks/ (its results aside) had uncommitted
     changes (None where git or the repository is missing), the
     versions of dclr and torch, the CPU's recording name and the load average now."""
-    commit = (_git(root, "rev-parse", "HEAD") or "").strip()
-    # the reports themselves (benchmarks/results/) are not the code: a rewritten one is no change
-    status = _git(root, "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")
-    changed = None if status is None else bool(status.strip())
+    commit, changed = source_state(root)
     if not commit:  # a copied tree (a lent GPU machine): the commit it was copied from, if given
         commit = os.environ.get(SOURCE_COMMIT_ENV, "").strip()
         dirty = os.environ.get(SOURCE_DIRTY_ENV, "").strip()

@@ -115,17 +115,15 @@ def main() -> None:
 def stamp(out: Path, root: Path = ROOT) -> str | None:
     """Write `out/source`: "<commit> clean|dirty" of the tree at `root` (dirty: src/ or
     benchmarks/ differ from the commit, benchmarks/results/ aside); scripts/device_gpu_check.sh
-    hands it to the reports' provenance. Returns the line, or None outside a checkout."""
+    hands it to the reports' provenance (`report_files.source_state`, the same test of "dirty").
+    Returns the line, or None outside a checkout."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from report_files import source_state
 
-    def git(*args: str) -> str | None:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-        return done.stdout if done.returncode == 0 else None
-
-    commit = (git("rev-parse", "HEAD") or "").strip()
-    status = git("status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")
-    if not commit or status is None:
+    commit, changed = source_state(root)
+    if commit is None or changed is None:
         return None
-    line = f"{commit} {'dirty' if status.strip() else 'clean'}"
+    line = f"{commit} {'dirty' if changed else 'clean'}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "source").write_text(line + "\n")
     return line

@@ -69,6 +69,17 @@ def write_text(path: str | Path, text: str) -> Path:
     return write_bytes(path, text.encode("utf-8"))
 
 
+def write_array(path: str | Path, array: Any) -> Path:
+    """A numpy array as a .npy file at `path` (never pickled), written whole or not at all."""
+    import numpy as np
+
+    def save(tmp: Path) -> None:
+        with tmp.open("wb") as fh:
+            np.save(fh, array, allow_pickle=False)
+
+    return write_with(path, save)
+
+
 @contextlib.contextmanager
 def staged_folder(target: str | Path) -> Iterator[Path]:
     """Yield an empty temporary folder beside `target`; on success it replaces `target`.

@@ -137,5 +137,5 @@ def average_gradients(modules: list[torch.nn.Module]) -> None:
     offset = 0
     for p in params:
         n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone()
+        p.grad = flat[offset : offset + n].view_as(p)  # views of one buffer, no copy
         offset += n

@@ -99,19 +99,12 @@ def save_vectors(
     write leaves the previous file as it was), with room checked first: the (n, d) vectors at
     `npy_path(output)` and, with `skip_blank`, each vector's 1-based row number in
     OUTPUT.lines.txt; then says what it wrote and what became of the blank rows."""
-    import numpy as np
-
-    from dclr.atomic import storage_guard, write_with
+    from dclr.atomic import storage_guard, write_array
 
     path = npy_path(output)
     try:
         with storage_guard(path, vectors.nbytes):
-
-            def save(tmp: Path) -> None:
-                with tmp.open("wb") as fh:
-                    np.save(fh, vectors)
-
-            write_with(path, save)
+            write_array(path, vectors)
     except DclrError as err:
         fail(err)
     shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")

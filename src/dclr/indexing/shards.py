@@ -125,8 +125,8 @@ def _write_shard_files(
     target = folder / shard_name(index, fmt)
     if fmt == "npy":
         # rows first: the vectors file is the done-marker, so it must land last.
-        _atomic(folder / _rows_name(index), lambda p: _save_npy(p, rows))
-        _atomic(target, lambda p: _save_npy(p, vectors))
+        atomic.write_array(folder / _rows_name(index), rows)
+        atomic.write_array(target, vectors)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -139,11 +139,6 @@ def _write_shard_files(
             }
         )
         _atomic(target, lambda p: pq.write_table(table, p))
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with path.open("wb") as fh:
-        np.save(fh, array, allow_pickle=False)
 
 
 def read_shard(folder: Path, index: int, fmt: ShardFormat) -> tuple[np.ndarray, np.ndarray]:

@@ -237,13 +237,9 @@ class CachedComplementary:
     def save(cache: Path, vectors: np.ndarray, expected: dict[str, object]) -> None:
         """Write the (N, d) unit vectors as fp16 (atomically), then the metadata."""
         cache.parent.mkdir(parents=True, exist_ok=True)
-
-        def write(tmp: Path) -> None:  # a temp name of this process: shards may build at once
-            with tmp.open("wb") as fh:
-                np.save(fh, vectors.astype(np.float16, copy=False))
-
+        # a temp name of this process: shards may build at once
         with atomic.storage_guard(cache, needed=vectors.size * 2):  # fp16
-            atomic.write_with(cache, write)
+            atomic.write_array(cache, vectors.astype(np.float16, copy=False))
         atomic.write_text(cache.with_suffix(".json"), json.dumps(expected, indent=2) + "\n")
 
     @classmethod
