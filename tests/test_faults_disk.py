@@ -104,11 +104,11 @@ def test_export_on_a_full_disk(encoder, tmp_path, monkeypatch):
 def test_shard_on_a_full_disk(tmp_path, monkeypatch):
     from dclr.indexing import shards
 
-    def full(path, array):
-        Path(path).write_bytes(b"\x93NUMPY partial")
+    def full(file, array, **options):  # dclr.atomic.write_array saves through a handle
+        file.write(b"\x93NUMPY partial")
         raise OSError(NUMPY_FULL)
 
-    monkeypatch.setattr(shards, "_save_npy", full)
+    monkeypatch.setattr(np, "save", full)
     rows, vectors = np.arange(4), np.ones((4, 8), dtype=np.float32)
     with pytest.raises(StorageError, match="shard-00000.*disk is full.*needs about 160 bytes"):
         shards.write_shard(tmp_path, 0, rows, vectors, "npy", "float32")
@@ -118,11 +118,11 @@ def test_shard_on_a_full_disk(tmp_path, monkeypatch):
 def test_complementary_cache_on_a_full_disk(tmp_path, monkeypatch):
     from dclr.losses import complementary
 
-    def full(file, array):
+    def full(file, array, **options):
         file.write(b"partial")  # the cache is written through a handle on its temp name
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(complementary.np, "save", full)
+    monkeypatch.setattr(complementary.np, "save", full)  # numpy's, as dclr.atomic.write_array
     cache = tmp_path / "cache.npy"
     with pytest.raises(StorageError, match="disk is full.*needs about 64 bytes"):
         complementary.CachedComplementary.save(cache, np.ones((4, 8)), {})
