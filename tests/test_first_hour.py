@@ -57,6 +57,15 @@ def test_a_bad_value_or_key_in_a_recipe_names_its_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(recipe, {"model.pooler": "mean"})
     assert str(err.value).startswith(f"{recipe}:6: max_steps must be a number")
+    # a choice or a value that is also an option's name ('model', 'run') does not move the line
+    literal = tmp_path / "literal.yaml"
+    literal.write_text("model:\n  name: m\noptimisation:\n  clip_scope: run\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(literal, {})
+    assert str(err.value).startswith(f"{literal}:4: clip_scope must be one of ('model', 'all')")
+    with pytest.raises(ConfigError) as err:  # set by an override: no line of the recipe
+        load_config(recipe, {"model.pooler": "cls", "max_steps": 5, "clip_scope": "x"})
+    assert str(err.value).startswith("clip_scope must be one of ('model', 'all'), got 'x'")
     twice = tmp_path / "twice.yaml"  # batch_size is an optimisation option, misplaced in run
     twice.write_text("model:\n  name: m\noptimisation:\n  batch_size: 8\nrun:\n  batch_size: 8\n")
     with pytest.raises(ConfigError) as err:

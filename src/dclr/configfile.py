@@ -231,6 +231,9 @@ def located(err: ConfigError, path: str | Path, overrides: dict[str, Any]) -> Co
     elif prefix in text or text.startswith("--set"):  # located already, or an override's
         return err
     named = text.split("; known:")[0]  # not the list of every option it could have been
+    # nor the choices or the value given: "precision must be one of ('fp32', ...), got 'model'"
+    # is about precision, not the model section
+    named = re.sub(r"one of \(.*?\)|, got .*$", "", named)
     lines = key_lines(path)
     section = re.match(r"(\w+): ", text)  # "run: unknown option 'batch_size'": that section's
     if section is not None and section.group(1) in lines:

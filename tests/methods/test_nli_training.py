@@ -113,6 +113,52 @@ def test_joint_schedule_logs_both_parts_and_trains_the_head(model_dir, nli_folde
     assert not any("classifier" in p.name for p in exported.rglob("*"))
 
 
+def test_clip_scope_all_puts_the_nli_head_in_the_clipped_norm(
+    model_dir, nli_folder, tmp_path, monkeypatch
+):
+    """ConSERT's released code clips loss_model.parameters() (the encoder and the head);
+    `clip_scope: all` does, `model` (the default, the recorded trajectories') clips the encoder's
+    alone. The norm clipped under `all` is the root of both squared norms, and with clipping
+    active (a small max_grad_norm) the two runs part after the first update."""
+    import dclr.training.loop as loop_module
+
+    real = torch.nn.utils.clip_grad_norm_
+    calls: dict[str, list] = {}
+
+    def run(scope):
+        seen = calls.setdefault(scope, [])
+
+        def spy(parameters, max_norm, *args, **kwargs):
+            parameters = list(parameters)
+            norms = [p.grad.detach().norm() for p in parameters if p.grad is not None]
+            seen.append((parameters, float(torch.stack(norms).norm())))
+            return real(parameters, max_norm, *args, **kwargs)
+
+        monkeypatch.setattr(loop_module.torch.nn.utils, "clip_grad_norm_", spy)
+        cfg = config(
+            model_dir, tmp_path / scope, schedule="joint", supervised_loss="nli_head",
+            nli_data=str(nli_folder), joint_weight=0.5, max_grad_norm=1e-3, clip_scope=scope,
+            max_steps=2,
+        )  # fmt: skip
+        trainer = trainer_for(cfg)
+        trainer.train()
+        return trainer, [r["loss"] for r in losses(tmp_path / scope).values()]
+
+    encoder_only, model_losses = run("model")
+    both, all_losses = run("all")
+    model_ids = {id(p) for p in encoder_only.model.parameters()}
+    clipped = calls["model"][0][0]
+    assert {id(p) for p in clipped} == model_ids
+    head = [p for p in calls["all"][0][0] if id(p) not in {id(q) for q in both.model.parameters()}]
+    hidden = both.model.backbone.config.hidden_size
+    assert sorted(tuple(p.shape) for p in head) == [(3,), (3, 3 * hidden)]  # (u, v, |u-v|) -> 3
+    # step 1: same weights, same batch: the head adds its own squared norm to the encoder's
+    (_, encoder_norm), (_, total_norm) = calls["model"][0], calls["all"][0]
+    head_norm = math.sqrt(total_norm**2 - encoder_norm**2)
+    assert head_norm > 0.01 * encoder_norm
+    assert model_losses[0] == all_losses[0] and model_losses[1:] != all_losses[1:]
+
+
 def test_joint_weight_zero_is_the_nli_head_alone(tiny_encoder, tokenizer):
     encoder = tiny_encoder(pooler="mean").eval()
     head = NLIHead(encoder.hidden_size)

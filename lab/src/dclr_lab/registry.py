@@ -39,6 +39,7 @@ LATER_DEFAULTS = {
     "noise_objective": "auto",  # what DCLR's noise ascends: the loss form's own objective
     "sts_text": "raw",  # the dev STS text: the files as they are, as before the option
     "released_geometry": False,  # an extra dev measurement; what is trained is unchanged
+    "clip_scope": "model",  # the NLI head's gradients outside the clipped norm, as before
 }
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 

@@ -48,6 +48,7 @@ from dclr.models.pooler_names import PoolerName, check_pooler
 Packing = Literal["auto", "on", "off"]
 Precision = Literal["fp32", "fp16", "bf16"]
 Toggle = Literal["auto", "on", "off"]
+ClipScope = Literal["model", "all"]
 # torch.compile's modes (`off`: eager). reduce-overhead records CUDA graphs, one per input shape:
 # pair it with `model.length_bucket` so batches of nearby lengths share a graph.
 CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune"]
@@ -169,6 +170,10 @@ class OptimisationSection:
     learning_rate: float = 3e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0  # gradient clipping (the Hugging Face Trainer default); 0: off
+    # what the clipped norm measures: the model's gradients, or all: every trained parameter's,
+    # the objective's own modules too (the NLI head), as ConSERT's released code clips
+    # loss_model.parameters(); the paper recipes set all (docs/consert.md)
+    clip_scope: ClipScope = "model"
     warmup_ratio: float = 0.0  # SimCSE: linear decay from the start, no warmup
     precision: Precision = "fp32"  # autocast on GPU; CPU always runs fp32
     grad_cache_chunk: int | None = None  # GradCache: encode the 2n views in chunks of this size

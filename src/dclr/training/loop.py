@@ -125,6 +125,7 @@ class _RunState:
     scaler: torch.amp.GradScaler | None
     finite: FiniteGuard
     world_scalar: torch.Tensor | None = None  # fp16: the world size on the device, made once
+    clipped: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)  # max_grad_norm's
     start: int = 0
     best: float | None = None
     best_step: int | None = None
@@ -133,6 +134,15 @@ class _RunState:
     cpu_seconds: float = 0.0
     derived: dict[str, Any] = dataclasses.field(default_factory=dict)
     start_records: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+def clipped_parameters(
+    model: torch.nn.Module, extra: dict[str, torch.nn.Module], scope: str
+) -> list[torch.nn.Parameter]:
+    """The parameters whose gradients' norm `max_grad_norm` bounds: the model's (scope "model"),
+    or every trained one ("all": the objective's own modules too, e.g. the NLI head)."""
+    modules = [model, *extra.values()] if scope == "all" else [model]
+    return [p for module in modules for p in module.parameters()]
 
 
 def derived_lines(
@@ -373,6 +383,7 @@ class Trainer:
             warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         finite = FiniteGuard(lazy=self.device.type == "cuda")
         state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
+        state.clipped = clipped_parameters(self.model, extra, opt.clip_scope)
         if half:
             state.world_scalar = torch.full((), float(self.world), device=self.device)
         for encoder in self.model.modules():  # the model, or each of DualCSE's encoders
@@ -468,7 +479,7 @@ class Trainer:
         if scaler is not None:
             scaler.unscale_(optimizer)
         if opt.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), opt.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(state.clipped, opt.max_grad_norm)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
