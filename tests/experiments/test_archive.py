@@ -98,3 +98,47 @@ def test_cli_archive_and_restore(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "restored 6 run record(s)" in result.output
     result = runner.invoke(app, ["runs", "restore", str(tmp_path), "--root", str(tmp_path / "n")])
     assert result.exit_code == 2 and "holds no runs/ folder" in result.output
+
+
+ARCHIVES = Path(__file__).resolve().parents[2] / "docs" / "results" / "cpu-scale"
+
+
+def test_every_committed_archive_is_planned_under_its_own_folder_names(tmp_path: Path) -> None:
+    """The docs say `dclr runs restore docs/results/.../records` then `experiment run` skips those
+    runs: every archived run's folder is one the experiment's plan names today. An option added
+    since is hash-neutral at the default that reproduces them (registry.LATER_DEFAULTS); without
+    async_checkpoints and prepared_mask there every DualCSE archive was planned anew."""
+    checked = 0
+    for runs in sorted(ARCHIVES.glob("*/records/runs")):
+        by_experiment: dict[str, set[str]] = {}
+        for folder in runs.iterdir():
+            labels = folder / "labels.json"
+            for name in json.loads(labels.read_text()) if labels.is_file() else []:
+                by_experiment.setdefault(name, set()).add(folder.name)
+        for name, archived in by_experiment.items():
+            planned = {item.run_dir.name for item in plan(name, "cpu", 5, tmp_path / name)}
+            assert archived <= planned, (runs, name, sorted(archived - planned)[:3])
+            checked += len(archived)
+    assert checked >= 200  # the archives of main, ablation, dense, dup-corpus, ... (204 runs)
+
+
+def test_a_folder_named_before_an_option_became_hash_neutral_is_still_that_run(
+    tmp_path: Path,
+) -> None:
+    """Runs named while the pair rules' options, async_checkpoints and prepared_mask were hashed
+    at their defaults (runner.HASHED_BEFORE) are found under those names, not started again."""
+    from dclr_lab.runner import HASHED_BEFORE, portable_hash, run_dir_for
+
+    root = tmp_path / "root"
+    item = plan("main", "cpu", 1, root)[-1]  # a DCLR run (after its complementary SimCSE)
+    assert item.config.method == "dclr" and item.action == "start"
+    for hashed in HASHED_BEFORE:
+        older = portable_hash(item.config, root, hashed)
+        assert older != item.run_dir.name.rsplit("-", 1)[1]  # named apart from today's
+    stem = item.run_dir.name.rsplit("-", 1)[0]
+    older_dir = root / "runs" / f"{stem}-{portable_hash(item.config, root, HASHED_BEFORE[-1])}"
+    older_dir.mkdir(parents=True)
+    (older_dir / "results.json").write_text("{}")
+    again = plan("main", "cpu", 1, root)[-1]
+    assert again.run_dir == older_dir.resolve() and again.action == "skip"
+    assert run_dir_for(again.config, root) == older_dir.resolve()

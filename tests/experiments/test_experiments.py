@@ -216,6 +216,12 @@ def test_experiment_commands(tmp_path: Path) -> None:
     summary = " ".join(result.stdout.split())
     assert "12 runs: 12 to start, 0 to resume, 0 done; seeds 42, 43; steps per run 60" in summary
     assert "no finished run here to estimate the time from" in summary
+    halves = []
+    for k in (0, 1):  # --dry-run of a shard lists that shard's runs, as `run --shard` trains
+        result = runner.invoke(app, [*args, "--shard", f"{k}/2"])
+        assert result.exit_code == 0, result.output
+        halves.append([line.split()[1] for line in result.stdout.splitlines() if "start " in line])
+    assert len(halves[0]) == len(halves[1]) == 6 and not set(halves[0]) & set(halves[1])
     args = ["experiment", "run", "augmentations", "--root", str(tmp_path), "--dry-run",
             "--recipes-dir", str(RECIPES)]  # fmt: skip
     result = runner.invoke(app, args)

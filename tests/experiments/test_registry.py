@@ -74,6 +74,11 @@ def test_queries(root: Path) -> None:
         assert reg.get("runs/d")["sts_avg"] == pytest.approx(73.5)
         assert reg.get("runs/") is None  # ambiguous prefix
         assert reg.get(reg.get("runs/s")["config_hash"][:8])["run_id"] == "runs/s"
+        # the folder's name as `dclr runs list` shows it under runs/, or a unique part of it
+        reg.register(write_run(root, "simcse_sup-m-0a1b2c", method="simcse", avg=71.0))
+        assert reg.get("simcse_sup-m-0a1b2c")["run_id"] == "runs/simcse_sup-m-0a1b2c"
+        assert reg.get("0a1b2c")["run_id"] == "runs/simcse_sup-m-0a1b2c"
+        assert reg.get("simcse-sup") is None  # "_" is a character, not LIKE's wildcard
         diff, scores = compare(reg.get("runs/s"), reg.get("runs/d"))
     # the method and folder differ; the DCLR run also has a dclr section the SimCSE run lacks
     assert diff["method"] == ("simcse", "dclr")

@@ -146,7 +146,8 @@ def runs_show(
     run: Annotated[
         str,
         typer.Argument(
-            help="Run id (folder under the root), or a unique prefix of it or of its config hash."
+            help="Run id (runs/FOLDER as `dclr runs list` prints it), the folder's name, or a "
+            "unique prefix of either, a unique part of it, or a prefix of its config hash."
         ),
     ],
     root: Root = DEFAULT_ROOT,
@@ -324,13 +325,15 @@ def experiment_run(
 ) -> None:
     """Train the experiment's missing runs (complete ones are skipped, interrupted ones resumed)."""
     from dclr.lab_api import parse_overrides
-    from dclr_lab.runner import launcher_train, parse_only, plan, run_experiment
+    from dclr_lab.runner import launcher_train, parse_only, plan, run_experiment, shard_runs
 
     try:
         overrides = parse_overrides(set_ or [])
         wanted = parse_only(only)
         if dry_run:
             planned = plan(name, scale, seeds, root, recipes_dir, overrides, only=wanted)
+            if (part := _parse_shard(shard)) is not None:  # this shard's runs, as run below
+                planned = shard_runs(planned, part)
             for item in planned:
                 out.print(
                     f"{item.action:6} {item.run_dir.name}  {json.dumps(item.labels) if item.labels else '(dependency)'}"
@@ -457,7 +460,11 @@ def experiment_audit(
         Path | None, typer.Option("--data-dir", help="Folder holding senteval/.")
     ] = None,
     corpus: Annotated[
-        str, typer.Option(help="'sts' or a text file, one sentence per line.")
+        str,
+        typer.Option(
+            help="A built-in corpus (sts, sts_all, scraped, clusters: as data.corpus) or a text "
+            "file, one sentence per line."
+        ),
     ] = "sts",
     batch_size: Annotated[int, typer.Option(help="Global batch size of the audited run.")] = 64,
     steps: Annotated[int, typer.Option(help="Batches audited per sampler (the first N).")] = 200,

@@ -40,6 +40,10 @@ LATER_DEFAULTS = {
     "sts_text": "raw",  # the dev STS text: the files as they are, as before the option
     "released_geometry": False,  # an extra dev measurement; what is trained is unchanged
     "clip_scope": "model",  # the NLI head's gradients outside the clipped norm, as before
+    "prepared_mask": "auto",  # the same mask either way on a CPU; a GPU's computed once
+    "async_checkpoints": "auto",  # the same checkpoint files, written on a thread or not
+    "false_negative_rule": "fixed",  # DCLR's phi rule, the only one before the pair rules
+    "pair_margin": 0.0,  # used by the pair rules only
 }
 _SKIP_DIRS = {"checkpoints", "best", "final", "tensorboard"}  # never hold a run folder
 
@@ -86,12 +90,14 @@ RUN_COLUMNS = (
 )
 
 
-def config_hash(config: dict[str, Any]) -> str:
-    """Short SHA-256 of the config without its location fields: equal hash, same training."""
+def config_hash(config: dict[str, Any], hashed: tuple[str, ...] = ()) -> str:
+    """Short SHA-256 of the config without its location fields: equal hash, same training
+    (`hashed`: later options hashed even at their defaults, as older code did)."""
     kept = {
         k: v
         for k, v in sorted(config.items())
-        if k not in LOCATION_FIELDS and not (k in LATER_DEFAULTS and LATER_DEFAULTS[k] == v)
+        if k not in LOCATION_FIELDS
+        and (k in hashed or not (k in LATER_DEFAULTS and LATER_DEFAULTS[k] == v))
     }
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -268,15 +274,23 @@ class Registry:
         return self.db.execute(sql, args).fetchall()
 
     def get(self, run_id: str) -> sqlite3.Row | None:
-        """A run by its id, or by a unique prefix of it or of its config hash."""
+        """A run by its id (runs/FOLDER), or the one run whose id or config hash starts with
+        `run_id`, or whose id holds it (a folder's name or the hash in it); None when none or
+        several match."""
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None:
             return row
-        rows = self.db.execute(
-            "SELECT * FROM runs WHERE run_id LIKE ? OR config_hash LIKE ?",
-            (f"{run_id}%", f"{run_id}%"),
-        ).fetchall()
-        return rows[0] if len(rows) == 1 else None
+        text = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        for sql, pattern in (
+            ("run_id LIKE ? ESCAPE '\\' OR config_hash LIKE ? ESCAPE '\\'", f"{text}%"),
+            ("run_id LIKE ? ESCAPE '\\'", f"%{text}%"),
+        ):
+            rows = self.db.execute(
+                f"SELECT * FROM runs WHERE {sql}", (pattern,) * sql.count("?")
+            ).fetchall()
+            if rows:
+                return rows[0] if len(rows) == 1 else None
+        return None
 
     def labels(self, run_id: str) -> dict[str, builtins.list[dict[str, Any]]]:
         rows = self.db.execute(

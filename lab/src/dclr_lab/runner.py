@@ -68,21 +68,39 @@ HASH_NEUTRAL_DEFAULTS: dict[str, object] = {
 }
 
 
-def portable_hash(config: TrainConfig, root: Path) -> str:
-    """Config hash with the root folder replaced by a token, so a moved root keeps its ids."""
+# Options that became hash-neutral late (session 38) after folders had been named with them at
+# their defaults: the pair rules' from 2026-12-03, async_checkpoints' and prepared_mask's from
+# 2026-12-06. A folder named so is found under its name (the runs of those days), never renamed.
+HASHED_BEFORE: tuple[tuple[str, ...], ...] = (
+    ("false_negative_rule", "pair_margin"),
+    ("false_negative_rule", "pair_margin", "async_checkpoints"),
+    ("false_negative_rule", "pair_margin", "async_checkpoints", "prepared_mask"),
+)
+
+
+def portable_hash(config: TrainConfig, root: Path, hashed: tuple[str, ...] = ()) -> str:
+    """Config hash with the root folder replaced by a token, so a moved root keeps its ids
+    (`hashed`: as `registry.config_hash`'s)."""
     prefix = str(root.resolve())
     values = {
         k: v.replace(prefix, ROOT_TOKEN) if isinstance(v, str) else v
         for k, v in flat_values(config).items()
         if not (k in HASH_NEUTRAL_DEFAULTS and v == HASH_NEUTRAL_DEFAULTS[k])
     }
-    return config_hash(values)
+    return config_hash(values, hashed)
 
 
 def run_dir_for(config: TrainConfig, root: Path) -> Path:
-    """ROOT/runs/<method>-<model>-<hash>: a function of the config alone, so equal runs share it."""
-    name = f"{config.method}-{_slug(config.model.name)}-{portable_hash(config, root)}"
-    return (root / RUNS_DIR / name).resolve()
+    """ROOT/runs/<method>-<model>-<hash>: a function of the config alone, so equal runs share it
+    (a folder of the same run under an older name, `HASHED_BEFORE`, is that run's folder)."""
+    runs, stem = root / RUNS_DIR, f"{config.method}-{_slug(config.model.name)}-"
+    named = runs / (stem + portable_hash(config, root))
+    if not named.exists():
+        for hashed in reversed(HASHED_BEFORE):  # the newest naming first
+            older = runs / (stem + portable_hash(config, root, hashed))
+            if older.exists():
+                return older.resolve()
+    return named.resolve()
 
 
 def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -> str:
@@ -129,6 +147,14 @@ def resolve(
     run_dir = run_dir_for(config, root)
     config.run.output_dir = str(run_dir)
     return config, run_dir
+
+
+def shard_runs(runs: list[Planned], shard: tuple[int, int]) -> list[Planned]:
+    """`--shard k/n`: the runs at positions k, k + n, k + 2n, ... of the plan."""
+    k, n = shard
+    if not 0 <= k < n:
+        raise ConfigError(f"--shard {k}/{n}: need 0 <= k < n")
+    return [r for i, r in enumerate(runs) if i % n == k]
 
 
 def action_for(run_dir: Path) -> str:
@@ -254,9 +280,7 @@ def run_experiment(
     runs = plan(name, scale, n_seeds, root, recipes_dir, overrides, materialize=True, only=only)
     if shard is not None:
         k, n = shard
-        if not 0 <= k < n:
-            raise ConfigError(f"--shard {k}/{n}: need 0 <= k < n")
-        mine = [r for i, r in enumerate(runs) if i % n == k]
+        mine = shard_runs(runs, shard)
         for item in mine:
             dep = item.spec.complementary_from
             if dep is not None and not item.labels:
