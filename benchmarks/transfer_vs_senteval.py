@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(SMALLEST_FIRST))
     parser.add_argument("--no-reference", action="store_true", help="dclr's numbers only")
     parser.add_argument("--name", default="minilm")
+    parser.add_argument(
+        "--out", type=Path, help="report path (default benchmarks/results/transfer_MODE_NAME.json)"
+    )
     args = parser.parse_args()
     origin = provenance()
 
@@ -77,7 +80,7 @@ def main() -> None:
     s = SETTINGS[args.mode]
     params = {"nhid": 0, "optim": s.optim, "batch_size": s.batch_size, "tenacity": s.tenacity,
               "epoch_size": s.epoch_size}  # fmt: skip
-    out = ROOT / "benchmarks" / "results" / f"transfer_{args.mode}_{args.name}.json"
+    out = args.out or ROOT / "benchmarks" / "results" / f"transfer_{args.mode}_{args.name}.json"
     result: dict = {"model": args.model, "pooler": args.pooler, "mode": args.mode,
                     "settings": params | {"kfold": s.kfold}, "tasks": {},
                     "provenance": origin}  # fmt: skip
@@ -87,7 +90,9 @@ def main() -> None:
         evaluator = TransferEvaluator(args.data_dir, mode=args.mode, tasks=[task])
         sentences = evaluator.sentences()
         tic = time.perf_counter()
-        vectors = encoder.encode(sentences, progress_label=f"encode {task}")
+        # raw vectors, as `dclr eval` encodes them (evaluation/plan.py): MiniLM's saved pipeline
+        # normalises by default, which changes what the classifiers learn from
+        vectors = encoder.encode(sentences, normalize=False, progress_label=f"encode {task}")
         encode_s = time.perf_counter() - tic
         index = {x: i for i, x in enumerate(sentences)}
 

@@ -52,7 +52,7 @@ def load_config(recipe: str | Path | None, overrides: dict[str, Any] | None = No
                 f"{path} is a flat recipe (every option at the top level); it is converted to "
                 "sections (model, data, optimisation, run, <method>). Write the converted form "
                 f"with `dclr config convert {path}`.",
-                DeprecationWarning,
+                FutureWarning,  # shown by default (a DeprecationWarning is hidden outside __main__)
                 stacklevel=2,
             )
         values = loaded

@@ -113,6 +113,30 @@ def test_each_encoder_folder_loads_in_sentence_transformers(dual, tmp_path):
         assert np.abs(theirs - bi.encode(SENTENCES, semantics)).max() < MAX_ABS_DIFF
 
 
+def test_a_normalizing_pipeline_gives_sentence_transformers_vectors(dual, tmp_path):
+    """Trained from all-MiniLM-L6-v2 (its pipeline ends in Normalize), the exported folders end
+    in Normalize too: DualEncoder.encode then returns unit vectors, as SentenceTransformer(folder)
+    does (it returned the raw ones: same directions, other lengths); normalize=False still gives
+    the raw ones."""
+    for kind in ("cross", "bi"):
+        model = dual(kind)
+        for encoder in model.encoders.values():
+            encoder.normalizes = True  # as loaded from a folder whose pipeline normalises
+        loaded = DualEncoder.from_pretrained(model.save(tmp_path / kind))
+        for semantics in SEMANTICS:
+            if kind == "cross":
+                st = SentenceTransformer(str(tmp_path / kind / "encoder"), device="cpu")
+                theirs = st.encode([(s, semantics) for s in SENTENCES], convert_to_numpy=True)
+            else:
+                st = SentenceTransformer(str(tmp_path / kind / semantics), device="cpu")
+                theirs = st.encode(SENTENCES)
+            ours = loaded.encode(SENTENCES, semantics)
+            assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+            assert np.abs(theirs - ours).max() < MAX_ABS_DIFF
+            raw = loaded.encode(SENTENCES, semantics, normalize=False)
+            assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-3)
+
+
 def test_unknown_semantics_is_an_input_error_with_the_choices(dual):
     model = dual("cross")
     with pytest.raises(InputError, match="unknown semantics 'literal'") as err:

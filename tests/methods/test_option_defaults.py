@@ -112,7 +112,7 @@ def test_a_flat_consert_recipe_keeps_the_flat_formats_tau(tmp_path):
     recipe = tmp_path / "old.yaml"
     recipe.write_text("method: consert\nmodel: m\nview1: token_shuffle\n")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
         old = load_config(recipe)
         joint = tmp_path / "joint.yaml"
         joint.write_text(

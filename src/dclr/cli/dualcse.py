@@ -12,6 +12,7 @@ import typer
 from dclr.cli.tools import (
     Column,
     InputFormatOpt,
+    NormalizeOpt,
     SkipBlankOpt,
     console,
     fail,
@@ -81,7 +82,7 @@ def encode_cmd(
     input_format: InputFormatOpt = "auto",
     skip_blank: SkipBlankOpt = False,
     batch_size: BatchSize = 128,
-    normalize: Annotated[bool, typer.Option(help="L2-normalise the vectors.")] = False,
+    normalize: NormalizeOpt = None,
 ) -> None:
     """Encode a file of sentences with the explicit or implicit embedding: row i is line i (a blank
     line is encoded as the empty string, or left out with --skip-blank), read as `dclr encode`

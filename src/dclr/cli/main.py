@@ -790,7 +790,7 @@ def config_convert(
 
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)  # converting it is the fix it names
             text = yaml.safe_dump(load_config(recipe).to_dict(), sort_keys=False)
     except DclrError as err:
         fail(err)

@@ -191,14 +191,18 @@ class DualEncoder(nn.Module):
         semantics: str = "explicit",
         batch_size: int = 128,
         max_length: int | None = None,
-        normalize: bool = False,
+        normalize: bool | None = None,
         show_progress: bool = False,
     ) -> np.ndarray:
-        """(n,) sentences -> (n, d) float32 vectors for `semantics`; batches grouped by length."""
+        """(n,) sentences -> (n, d) float32 vectors for `semantics`; batches grouped by length.
+        `normalize` None: unit vectors when the encoder's pipeline ends in `Normalize`
+        (`SentenceEncoder.normalizes`), so they are `SentenceTransformer(folder)`'s."""
         check_semantics(semantics)
         if batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
         encoder = self.encoder_for(semantics)
+        if normalize is None:
+            normalize = encoder.normalizes
         if not sentences:  # (0, d), as SentenceEncoder.encode gives
             return np.empty((0, encoder.hidden_size), dtype=np.float32)
         was_training = self.training
