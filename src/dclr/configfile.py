@@ -233,7 +233,7 @@ def located(err: ConfigError, path: str | Path, overrides: dict[str, Any]) -> Co
     named = text.split("; known:")[0]  # not the list of every option it could have been
     # nor the choices or the value given: "precision must be one of ('fp32', ...), got 'model'"
     # is about precision, not the model section
-    named = re.sub(r"one of \(.*?\)|, got .*$", "", named)
+    named = re.sub(r"one of \(.*?\)|, got .*$", "", named, flags=re.S)
     lines = key_lines(path)
     section = re.match(r"(\w+): ", text)  # "run: unknown option 'batch_size'": that section's
     if section is not None and section.group(1) in lines:

@@ -130,7 +130,7 @@ def test_a_folder_named_before_an_option_became_hash_neutral_is_still_that_run(
     from dclr_lab.runner import HASHED_BEFORE, portable_hash, run_dir_for
 
     root = tmp_path / "root"
-    item = plan("main", "cpu", 1, root)[-1]  # a DCLR run (after its complementary SimCSE)
+    item = plan("main", "cpu", 1, root)[-1]  # a DCLR run (CPU scale: no complementary run)
     assert item.config.method == "dclr" and item.action == "start"
     for hashed in HASHED_BEFORE:
         older = portable_hash(item.config, root, hashed)
@@ -142,3 +142,44 @@ def test_a_folder_named_before_an_option_became_hash_neutral_is_still_that_run(
     again = plan("main", "cpu", 1, root)[-1]
     assert again.run_dir == older_dir.resolve() and again.action == "skip"
     assert run_dir_for(again.config, root) == older_dir.resolve()
+
+
+def test_a_dependent_run_is_found_with_the_complementary_run_it_was_trained_on(
+    tmp_path: Path,
+) -> None:
+    """Paper scale: DCLR's complementary model is a SimCSE run of the plan. A SimCSE run under
+    today's name (S0) and its retrained copy under the older naming (S3), with the DCLR run
+    trained on S3 (D3): D3 is that DCLR run (its config points at S3, so it is named with S3's
+    path under that naming); without D3 a new DCLR run starts on the SimCSE run found first."""
+    import shutil
+
+    from dclr_lab.runner import HASHED_BEFORE, portable_hash
+
+    root = tmp_path / "root"
+    items = plan("main", "paper", 1, root)
+    dclr = next(i for i in items if i.spec.complementary_from is not None)
+    complementary = Path(dclr.config.section("dclr").complementary_model)
+    simcse = next(i for i in items if i.run_dir == complementary.parent)
+    era = HASHED_BEFORE[-1]
+    s0 = simcse.run_dir
+    s3 = s0.with_name(f"{s0.name.rsplit('-', 1)[0]}-{portable_hash(simcse.config, root, era)}")
+    on_s3 = dclr.config.updated({"dclr.complementary_model": str(s3 / "best")})
+    d3 = dclr.run_dir.with_name(
+        f"{dclr.run_dir.name.rsplit('-', 1)[0]}-{portable_hash(on_s3, root, era)}"
+    )
+    for folder in (s0, s3, d3):
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text("{}")
+    again = {i.run_dir: i for i in plan("main", "paper", 1, root)}
+    assert again[d3].action == "skip"  # not trained again beside it
+    assert again[d3].config.section("dclr").complementary_model == str(s3 / "best")
+    assert again[s0].action == "skip" and s3 not in again  # today's name first among complete
+    (d3 / "results.json").unlink()
+    (d3 / "checkpoints" / "step-00000010").mkdir(parents=True)  # interrupted: resumed there
+    (d3 / "checkpoints" / "step-00000010" / "state.json").write_text("{}")
+    (dclr.run_dir / "checkpoints").mkdir(parents=True)  # today's name, not one step in
+    assert {i.run_dir: i.action for i in plan("main", "paper", 1, root)}[d3] == "resume"
+    shutil.rmtree(dclr.run_dir)
+    shutil.rmtree(d3)
+    fresh = next(i for i in plan("main", "paper", 1, root) if i.spec.complementary_from)
+    assert fresh.action == "start" and fresh.run_dir == dclr.run_dir  # on S0, today's name

@@ -222,6 +222,12 @@ def test_experiment_commands(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         halves.append([line.split()[1] for line in result.stdout.splitlines() if "start " in line])
     assert len(halves[0]) == len(halves[1]) == 6 and not set(halves[0]) & set(halves[1])
+    # and refuses what the run would refuse: a shard's DCLR run whose SimCSE is not complete
+    paper = ["experiment", "run", "main", "--scale", "paper", "--seeds", "1", "--root",
+             str(tmp_path), "--dry-run"]  # fmt: skip
+    assert runner.invoke(app, [*paper, "--shard", "0/2"]).exit_code == 0
+    result = runner.invoke(app, [*paper, "--shard", "1/2"])
+    assert result.exit_code == 2 and "train the dependencies first" in result.output
     args = ["experiment", "run", "augmentations", "--root", str(tmp_path), "--dry-run",
             "--recipes-dir", str(RECIPES)]  # fmt: skip
     result = runner.invoke(app, args)

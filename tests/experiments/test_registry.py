@@ -76,9 +76,11 @@ def test_queries(root: Path) -> None:
         assert reg.get(reg.get("runs/s")["config_hash"][:8])["run_id"] == "runs/s"
         # the folder's name as `dclr runs list` shows it under runs/, or a unique part of it
         reg.register(write_run(root, "simcse_sup-m-0a1b2c", method="simcse", avg=71.0))
+        reg.register(write_run(root, "simcse-sup-x", method="simcse", avg=71.0))
         assert reg.get("simcse_sup-m-0a1b2c")["run_id"] == "runs/simcse_sup-m-0a1b2c"
         assert reg.get("0a1b2c")["run_id"] == "runs/simcse_sup-m-0a1b2c"
-        assert reg.get("simcse-sup") is None  # "_" is a character, not LIKE's wildcard
+        assert reg.get("simcse_sup")["run_id"] == "runs/simcse_sup-m-0a1b2c"  # "_" is itself
+        assert reg.get("simcse") is None  # two runs hold it: no guess
         diff, scores = compare(reg.get("runs/s"), reg.get("runs/d"))
     # the method and folder differ; the DCLR run also has a dclr section the SimCSE run lacks
     assert diff["method"] == ("simcse", "dclr")

@@ -333,7 +333,7 @@ def experiment_run(
         if dry_run:
             planned = plan(name, scale, seeds, root, recipes_dir, overrides, only=wanted)
             if (part := _parse_shard(shard)) is not None:  # this shard's runs, as run below
-                planned = shard_runs(planned, part)
+                planned = shard_runs(planned, part, root, recipes_dir, overrides)
             for item in planned:
                 out.print(
                     f"{item.action:6} {item.run_dir.name}  {json.dumps(item.labels) if item.labels else '(dependency)'}"

@@ -274,23 +274,23 @@ class Registry:
         return self.db.execute(sql, args).fetchall()
 
     def get(self, run_id: str) -> sqlite3.Row | None:
-        """A run by its id (runs/FOLDER), or the one run whose id or config hash starts with
-        `run_id`, or whose id holds it (a folder's name or the hash in it); None when none or
-        several match."""
+        """A run by its id (runs/FOLDER) or its folder's name, else the one run whose id holds
+        `run_id` (a part of the name, the hash in it) or whose config hash starts with it; None
+        when none or several match (never a guess between them)."""
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None:
             return row
         text = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        for sql, pattern in (
-            ("run_id LIKE ? ESCAPE '\\' OR config_hash LIKE ? ESCAPE '\\'", f"{text}%"),
-            ("run_id LIKE ? ESCAPE '\\'", f"%{text}%"),
-        ):
+        rows = self.db.execute(  # a folder's name, as `dclr runs list` shows it under runs/
+            "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (f"%/{text}",)
+        ).fetchall()
+        if len(rows) != 1:
             rows = self.db.execute(
-                f"SELECT * FROM runs WHERE {sql}", (pattern,) * sql.count("?")
+                "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' "
+                "OR config_hash LIKE ? ESCAPE '\\'",
+                (f"%{text}%", f"{text}%"),
             ).fetchall()
-            if rows:
-                return rows[0] if len(rows) == 1 else None
-        return None
+        return rows[0] if len(rows) == 1 else None
 
     def labels(self, run_id: str) -> dict[str, builtins.list[dict[str, Any]]]:
         rows = self.db.execute(

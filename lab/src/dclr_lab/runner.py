@@ -90,17 +90,25 @@ def portable_hash(config: TrainConfig, root: Path, hashed: tuple[str, ...] = ())
     return config_hash(values, hashed)
 
 
+def named_dir(config: TrainConfig, root: Path, hashed: tuple[str, ...] = ()) -> Path:
+    """ROOT/runs/<method>-<model>-<hash> (`hashed`: under an older naming, `HASHED_BEFORE`)."""
+    name = f"{config.method}-{_slug(config.model.name)}-{portable_hash(config, root, hashed)}"
+    return (root / RUNS_DIR / name).resolve()
+
+
+def furthest(candidates: list[tuple[TrainConfig, Path]]) -> tuple[TrainConfig, Path]:
+    """The candidate whose folder is furthest along: complete, then one with a checkpoint, then
+    the first (today's name, where a new run starts)."""
+    rank = {"skip": 0, "resume": 1, "start": 2}
+    return min(candidates, key=lambda found: rank[action_for(found[1])])  # stable: first on ties
+
+
 def run_dir_for(config: TrainConfig, root: Path) -> Path:
-    """ROOT/runs/<method>-<model>-<hash>: a function of the config alone, so equal runs share it
-    (a folder of the same run under an older name, `HASHED_BEFORE`, is that run's folder)."""
-    runs, stem = root / RUNS_DIR, f"{config.method}-{_slug(config.model.name)}-"
-    named = runs / (stem + portable_hash(config, root))
-    if not named.exists():
-        for hashed in reversed(HASHED_BEFORE):  # the newest naming first
-            older = runs / (stem + portable_hash(config, root, hashed))
-            if older.exists():
-                return older.resolve()
-    return named.resolve()
+    """The run folder of `config`: a function of the config alone, so equal runs share it; a
+    folder of the same run named before session 38 (`HASHED_BEFORE`) is found under its name.
+    (A run whose complementary model is another run: `resolve`, which names both alike.)"""
+    candidates = [named_dir(config, root), *(named_dir(config, root, h) for h in HASHED_BEFORE)]
+    return furthest([(config, d) for d in candidates])[1]
 
 
 def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -> str:
@@ -129,32 +137,72 @@ def resolve(
     recipes_dir: Path,
     overrides: dict[str, Any] | None = None,
     materialize: bool = True,
+    hashed: tuple[str, ...] | None = None,
 ) -> tuple[TrainConfig, Path]:
-    """Spec -> validated TrainConfig and its run folder (creates corpus subsets if asked)."""
-    values = {"seed": spec.seed, **spec.overrides, **(overrides or {})}
-    if spec.complementary_from is not None:
-        _, dep_dir = resolve(spec.complementary_from, root, recipes_dir, overrides, materialize)
-        values["complementary_model"] = str((dep_dir / "best").resolve())
-        values["complementary_pooler"] = None  # what the SimCSE best/ folder records
-    config = load_config(recipes_dir / spec.recipe, values)
-    if spec.corpus_fraction < 1:
-        if materialize:
-            config.data.corpus = subset_corpus(config, spec.corpus_fraction, spec.seed, root)
-        else:  # planning only: the path the subset will have
-            slug = f"{_slug(config.data.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
-            config.data.corpus = str((root / CORPORA_DIR / slug).resolve())
-        config.data.column = None  # the subset is a text file, one sentence per line
-    run_dir = run_dir_for(config, root)
+    """Spec -> validated TrainConfig and its run folder (creates corpus subsets if asked).
+    `hashed`: the folder under that older naming alone, its complementary run's too (the run
+    was trained pointing at that folder); None: the folder furthest along of today's name (the
+    complementary run where it is) and each older naming's (`HASHED_BEFORE`)."""
+
+    def config_for(dep_dir: Path | None) -> TrainConfig:
+        values = {"seed": spec.seed, **spec.overrides, **(overrides or {})}
+        if dep_dir is not None:
+            values["complementary_model"] = str((dep_dir / "best").resolve())
+            values["complementary_pooler"] = None  # what the SimCSE best/ folder records
+        config = load_config(recipes_dir / spec.recipe, values)
+        if spec.corpus_fraction < 1:
+            if materialize:
+                config.data.corpus = subset_corpus(config, spec.corpus_fraction, spec.seed, root)
+            else:  # planning only: the path the subset will have
+                slug = f"{_slug(config.data.corpus)}-f{spec.corpus_fraction:g}-s{spec.seed}.txt"
+                config.data.corpus = str((root / CORPORA_DIR / slug).resolve())
+            config.data.column = None  # the subset is a text file, one sentence per line
+        return config
+
+    dep = spec.complementary_from
+    if hashed is not None:
+        dep_dir = None if dep is None else resolve(dep, root, recipes_dir, overrides,
+                                                   materialize, hashed)[1]  # fmt: skip
+        config = config_for(dep_dir)
+        run_dir = named_dir(config, root, hashed)
+    elif dep is None:
+        config = config_for(None)
+        run_dir = run_dir_for(config, root)
+    else:
+        config = config_for(resolve(dep, root, recipes_dir, overrides, materialize)[1])
+        config, run_dir = furthest([
+            (config, named_dir(config, root)),
+            *(resolve(spec, root, recipes_dir, overrides, materialize, h) for h in HASHED_BEFORE),
+        ])  # fmt: skip
     config.run.output_dir = str(run_dir)
     return config, run_dir
 
 
-def shard_runs(runs: list[Planned], shard: tuple[int, int]) -> list[Planned]:
-    """`--shard k/n`: the runs at positions k, k + n, k + 2n, ... of the plan."""
+def shard_runs(
+    runs: list[Planned],
+    shard: tuple[int, int],
+    root: Path,
+    recipes_dir: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> list[Planned]:
+    """`--shard k/n`: the runs at positions k, k + n, k + 2n, ... of the plan; a ConfigError if
+    one of them needs a complementary run that is not complete (another shard's, perhaps)."""
     k, n = shard
     if not 0 <= k < n:
         raise ConfigError(f"--shard {k}/{n}: need 0 <= k < n")
-    return [r for i, r in enumerate(runs) if i % n == k]
+    mine = [r for i, r in enumerate(runs) if i % n == k]
+    for item in mine:
+        dep = item.spec.complementary_from
+        if dep is None or not item.labels:  # no dependency, or a dependency itself
+            continue
+        where = recipes_dir or default_recipes_dir()
+        _, dep_dir = resolve(dep, root, where, overrides, materialize=False)
+        if action_for(dep_dir) != "skip":
+            raise ConfigError(
+                f"--shard {k}/{n}: {item.run_dir.name} needs {dep_dir.name}, which is not "
+                "complete; train the dependencies first (run without --shard)"
+            )
+    return mine
 
 
 def action_for(run_dir: Path) -> str:
@@ -279,20 +327,7 @@ def run_experiment(
     root = Path(root)
     runs = plan(name, scale, n_seeds, root, recipes_dir, overrides, materialize=True, only=only)
     if shard is not None:
-        k, n = shard
-        mine = shard_runs(runs, shard)
-        for item in mine:
-            dep = item.spec.complementary_from
-            if dep is not None and not item.labels:
-                continue
-            if dep is not None:
-                _, dep_dir = resolve(dep, root, recipes_dir or default_recipes_dir(), overrides)
-                if action_for(dep_dir) != "skip":
-                    raise ConfigError(
-                        f"--shard {k}/{n}: {item.run_dir.name} needs {dep_dir.name}, which is not "
-                        "complete; train the dependencies first (run without --shard)"
-                    )
-        runs = mine
+        runs = shard_runs(runs, shard, root, recipes_dir, overrides)
     busy = []
     with Registry(root) as registry:
         for i, item in enumerate(runs, 1):
