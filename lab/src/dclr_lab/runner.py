@@ -78,22 +78,31 @@ HASHED_BEFORE: tuple[tuple[str, ...], ...] = (
 )
 
 
-def portable_hash(config: TrainConfig, root: Path, hashed: tuple[str, ...] = ()) -> str:
-    """Config hash with the root folder replaced by a token, so a moved root keeps its ids
-    (`hashed`: as `registry.config_hash`'s)."""
+def _portable_values(config: TrainConfig, root: Path) -> dict[str, Any]:
+    """The config's flat values with the root folder replaced by a token (a moved root keeps its
+    ids), the options at `HASH_NEUTRAL_DEFAULTS` left out."""
     prefix = str(root.resolve())
-    values = {
+    return {
         k: v.replace(prefix, ROOT_TOKEN) if isinstance(v, str) else v
         for k, v in flat_values(config).items()
         if not (k in HASH_NEUTRAL_DEFAULTS and v == HASH_NEUTRAL_DEFAULTS[k])
     }
-    return config_hash(values, hashed)
 
 
-def named_dir(config: TrainConfig, root: Path, hashed: tuple[str, ...] = ()) -> Path:
-    """ROOT/runs/<method>-<model>-<hash> (`hashed`: under an older naming, `HASHED_BEFORE`)."""
-    name = f"{config.method}-{_slug(config.model.name)}-{portable_hash(config, root, hashed)}"
-    return (root / RUNS_DIR / name).resolve()
+def portable_hash(config: TrainConfig, root: Path, hashed: tuple[str, ...] = ()) -> str:
+    """Config hash of `_portable_values` (`hashed`: as `registry.config_hash`'s)."""
+    return config_hash(_portable_values(config, root), hashed)
+
+
+def named_dirs(
+    config: TrainConfig, root: Path, namings: tuple[tuple[str, ...], ...] = ((),)
+) -> list[Path]:
+    """ROOT/runs/<method>-<model>-<hash> under each naming (() today's, `HASHED_BEFORE`'s the
+    older ones), distinct, in that order; the config's values read once."""
+    values = _portable_values(config, root)
+    stem = f"{config.method}-{_slug(config.model.name)}-"
+    runs = root / RUNS_DIR
+    return list(dict.fromkeys((runs / (stem + config_hash(values, h))).resolve() for h in namings))
 
 
 def furthest(candidates: list[tuple[TrainConfig, Path]]) -> tuple[TrainConfig, Path]:
@@ -107,8 +116,7 @@ def run_dir_for(config: TrainConfig, root: Path) -> Path:
     """The run folder of `config`: a function of the config alone, so equal runs share it; a
     folder of the same run named before session 38 (`HASHED_BEFORE`) is found under its name.
     (A run whose complementary model is another run: `resolve`, which names both alike.)"""
-    candidates = [named_dir(config, root), *(named_dir(config, root, h) for h in HASHED_BEFORE)]
-    return furthest([(config, d) for d in candidates])[1]
+    return furthest([(config, d) for d in named_dirs(config, root, ((), *HASHED_BEFORE))])[1]
 
 
 def subset_corpus(config: TrainConfig, fraction: float, seed: int, root: Path) -> str:
@@ -164,14 +172,14 @@ def resolve(
         dep_dir = None if dep is None else resolve(dep, root, recipes_dir, overrides,
                                                    materialize, hashed)[1]  # fmt: skip
         config = config_for(dep_dir)
-        run_dir = named_dir(config, root, hashed)
+        (run_dir,) = named_dirs(config, root, (hashed,))
     elif dep is None:
         config = config_for(None)
         run_dir = run_dir_for(config, root)
     else:
         config = config_for(resolve(dep, root, recipes_dir, overrides, materialize)[1])
         config, run_dir = furthest([
-            (config, named_dir(config, root)),
+            (config, named_dirs(config, root)[0]),
             *(resolve(spec, root, recipes_dir, overrides, materialize, h) for h in HASHED_BEFORE),
         ])  # fmt: skip
     config.run.output_dir = str(run_dir)
@@ -191,11 +199,11 @@ def shard_runs(
     if not 0 <= k < n:
         raise ConfigError(f"--shard {k}/{n}: need 0 <= k < n")
     mine = [r for i, r in enumerate(runs) if i % n == k]
+    where = recipes_dir or default_recipes_dir()
     for item in mine:
         dep = item.spec.complementary_from
         if dep is None or not item.labels:  # no dependency, or a dependency itself
             continue
-        where = recipes_dir or default_recipes_dir()
         _, dep_dir = resolve(dep, root, where, overrides, materialize=False)
         if action_for(dep_dir) != "skip":
             raise ConfigError(

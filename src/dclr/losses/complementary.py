@@ -237,7 +237,7 @@ class CachedComplementary:
     def save(cache: Path, vectors: np.ndarray, expected: dict[str, object]) -> None:
         """Write the (N, d) unit vectors as fp16 (atomically), then the metadata."""
         cache.parent.mkdir(parents=True, exist_ok=True)
-        # a temp name of this process: shards may build at once
+        # written under a temp name of this process (write_array): shards may build at once
         with atomic.storage_guard(cache, needed=vectors.size * 2):  # fp16
             atomic.write_array(cache, vectors.astype(np.float16, copy=False))
         atomic.write_text(cache.with_suffix(".json"), json.dumps(expected, indent=2) + "\n")

@@ -124,8 +124,8 @@ class _RunState:
     extra: dict[str, torch.nn.Module]
     scaler: torch.amp.GradScaler | None
     finite: FiniteGuard
+    clipped: list[torch.nn.Parameter]  # what max_grad_norm bounds (`clipped_parameters`)
     world_scalar: torch.Tensor | None = None  # fp16: the world size on the device, made once
-    clipped: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)  # max_grad_norm's
     start: int = 0
     best: float | None = None
     best_step: int | None = None
@@ -382,8 +382,8 @@ class Trainer:
             # before the optimizer says nothing here
             warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         finite = FiniteGuard(lazy=self.device.type == "cuda")
-        state = _RunState(objective, optimizer, scheduler, extra, scaler, finite)
-        state.clipped = clipped_parameters(self.model, extra, opt.clip_scope)
+        clipped = clipped_parameters(self.model, extra, opt.clip_scope)
+        state = _RunState(objective, optimizer, scheduler, extra, scaler, finite, clipped)
         if half:
             state.world_scalar = torch.full((), float(self.world), device=self.device)
         for encoder in self.model.modules():  # the model, or each of DualCSE's encoders
