@@ -104,7 +104,10 @@ def run_config(model_dir: Path, corpus: Path, out: Path, rows: str) -> object:
             "complementary_pooler": "mean",
             "complementary_cache": str(out.parent / f"cache-{out.name}" / "comp.npy"),
             "complementary_rows": rows,
-            "false_negative_threshold": 0.3,  # low enough that the tiny model drops some
+            # about the median cosine of the tiny model's pairs here (0.46-0.99): the cache's
+            # vectors decide half of each batch (at 0.3 every negative was dropped, whatever
+            # the vectors)
+            "false_negative_threshold": 0.9,
         },
     )
 
@@ -123,7 +126,7 @@ def test_a_run_trains_the_same_trajectory_with_the_whole_planned_or_lazy_cache(
         return [(r["loss"], r["contrastive"], r["dropped_fraction"]) for r in rows]
 
     whole = trajectory("all")
-    assert len(whole) == 5 and any(r[2] > 0 for r in whole)  # weighting did drop negatives
+    assert len(whole) == 5 and all(0 < r[2] < 1 for r in whole)  # the vectors decide
     assert trajectory("planned") == whole
     assert trajectory("lazy") == whole
     assert (tmp_path / "cache-all" / "comp.npy").exists()
