@@ -137,20 +137,23 @@ def nan_on_call(real, n: int):
 
 
 # ---- one process vs torchrun ----------------------------------------------------------------------
-def train_one_and_two_ranks(options: dict, out: Path) -> tuple[Path, Path]:
+def train_one_and_two_ranks(
+    options: dict, out: Path, own: dict[str, dict] | None = None
+) -> tuple[Path, Path]:
     """`dclr train` with `options` (flat --set values) in one process, then under torchrun with
     two ranks; returns the two run folders (out/one, out/two), what each printed kept in
-    out/one.log and out/two.log (stdout, then stderr). Fails with the run's stderr."""
+    out/one.log and out/two.log (stdout, then stderr). `own`: options of one run only,
+    {"one" | "two": {name: value}}. Fails with the run's stderr."""
     import os
     import subprocess
     import sys
 
-    sets = [f"--set={k}={v}" for k, v in options.items()]
     env = {**os.environ, "TQDM_DISABLE": "1"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                 "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0"]  # fmt: skip
     runs = {"one": [sys.executable], "two": torchrun}
     for name, launcher in runs.items():
+        sets = [f"--set={k}={v}" for k, v in {**options, **(own or {}).get(name, {})}.items()]
         done = subprocess.run(
             [*launcher, "-m", "dclr", "train", *sets, "-o", str(out / name)],
             capture_output=True,

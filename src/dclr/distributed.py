@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -21,6 +23,8 @@ from dclr.errors import ConfigError
 # False inside `gathering(False)`: a loss that asks for per-rank negatives (sentence-transformers'
 # gather_across_devices=False) sees only its own rows, whatever the world size.
 _GATHER: ContextVar[bool] = ContextVar("dclr_gather", default=True)
+
+T = TypeVar("T")
 
 
 def is_distributed() -> bool:
@@ -35,8 +39,8 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
-# How long a rank waits in a collective for the others: rank 0 alone builds the complementary
-# cache (a whole corpus through the complementary model), scores the starting model and runs the
+# How long a rank waits in a collective for the others: rank 0 alone scores the starting model
+# (and, when that pass builds it, the complementary cache: `dclr.methods.dclr_start`) and runs the
 # dev evaluations while the other ranks wait at a barrier; torch's defaults (NCCL 10 min, gloo
 # 30 min) can end a paper-scale run there. DCLR_DIST_TIMEOUT_MIN sets it.
 TIMEOUT_ENV = "DCLR_DIST_TIMEOUT_MIN"
@@ -139,3 +143,52 @@ def average_gradients(modules: list[torch.nn.Module]) -> None:
         n = p.numel()
         p.grad = flat[offset : offset + n].view_as(p)  # views of one buffer, no copy
         offset += n
+
+
+def rank0_value(compute: Callable[[], T]) -> T:
+    """`compute()` on rank 0, its value given to every rank (one decision for the whole run,
+    whatever each rank's files would say, e.g. whether a cache exists yet; the other ranks wait
+    for it). Alone, `compute()`."""
+    if not is_distributed():
+        return compute()
+    sent: list[object] = [compute() if rank() == 0 else None]
+    dist.broadcast_object_list(sent, src=0)
+    return sent[0]  # type: ignore[return-value]
+
+
+def collective_device() -> torch.device:
+    """Where the process group's tensors live: this rank's GPU under NCCL, else the CPU."""
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def assemble_rows(rows: np.ndarray, values: np.ndarray, total: int) -> np.ndarray:
+    """Every rank's (rows, values) pairs, gathered into one (total, ...) array on every rank:
+    row `rows[i]` of the result is `values[i]` of the rank that holds it (the ranks may hold
+    different counts; every row is held by some rank). Alone, `values` placed at `rows`."""
+    out = np.empty((total, *values.shape[1:]), dtype=values.dtype)
+    if not is_distributed():
+        out[rows] = values
+        return out
+    world, device = world_size(), collective_device()
+    count = torch.tensor([len(rows)], dtype=torch.int64, device=device)
+    counts = [torch.empty_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    most = max(int(c.item()) for c in counts)
+    padded_rows = torch.full((most,), -1, dtype=torch.int64, device=device)
+    padded_rows[: len(rows)] = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    padded = torch.zeros((most, *values.shape[1:]), dtype=_torch_dtype(values), device=device)
+    padded[: len(values)] = torch.from_numpy(np.ascontiguousarray(values))
+    all_rows = [torch.empty_like(padded_rows) for _ in range(world)]
+    all_values = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(all_rows, padded_rows)
+    dist.all_gather(all_values, padded)
+    for n, got_rows, got in zip(counts, all_rows, all_values, strict=True):
+        k = int(n.item())
+        out[got_rows[:k].cpu().numpy()] = got[:k].cpu().numpy()
+    return out
+
+
+def _torch_dtype(values: np.ndarray) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=values.dtype)).dtype

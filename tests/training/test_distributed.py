@@ -297,7 +297,7 @@ def test_a_config_error_under_torchrun_names_each_rank(model_dir, tmp_path):
 
 
 def test_the_collectives_timeout_is_generous_and_settable(monkeypatch):
-    """Rank 0 alone builds the complementary cache and evaluates while the others wait: torch's
+    """Rank 0 alone scores the starting model and evaluates while the others wait: torch's
     default timeouts (NCCL 10 min) could end a paper-scale run there."""
     from dclr import distributed
     from dclr.errors import ConfigError

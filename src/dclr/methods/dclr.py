@@ -49,7 +49,8 @@ def build_complementary(run: PreparedRun, section: DCLRSection, show_progress: b
     limit = config.model.max_length
     if section.complementary_mode == "cached":
         cache = Path(section.complementary_cache) if section.complementary_cache else None
-        if sample_rows_only(run, section, cache, encoder.pooler, spec):
+        # rank 0's answer on every rank: it may be writing the cache now (`dclr_start`)
+        if dist.rank0_value(lambda: sample_rows_only(run, section, cache, encoder.pooler, spec)):
             return PlannedComplementary(encoder, corpus, limit, device=device, reload=load)
         with phase("complementary_cache"):
             return CachedComplementary.build_or_load(
@@ -183,18 +184,14 @@ class DCLR(ContrastiveMethod):
 
     def build_objective(self, run: PreparedRun, model: Any) -> nn.Module:
         section = run.config.section(self.name)
-        # Rank 0 builds the complementary cache first; the other ranks then load it.
-        main = run.rank == 0
-        complementary = build_complementary(run, section) if main else None
-        if run.world > 1:
-            torch.distributed.barrier()
-        if not main:
-            complementary = build_complementary(run, section, False)
+        # Under torchrun the ranks build it together: a cache's pass is split among them
+        # (`dclr.losses.complementary.encode_rows_across_ranks`), rank 0 showing the progress.
+        complementary = build_complementary(run, section, show_progress=run.rank == 0)
         objective = self.calibrated_loss(run, model, section, complementary)
         prefill = getattr(complementary, "prefill", None)
         if prefill is not None:  # a cache of the sampled rows only: encode the plan's rows now
             with phase("complementary_cache"):
-                prefill(run.planned_rows())
+                prefill(run.planned_rows(), show_progress=run.rank == 0)
         return objective
 
     def calibrated_loss(

@@ -599,7 +599,13 @@ def length_batches(
     """Row indices of `ids` per batch, longest first: consecutive slices of `batch_size` of the
     stable order by decreasing length, or (`by_length`) exactly `batch_size` slots of one length
     each, -1 marking the filler slots of a length's last batch."""
-    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    return batches_of_lengths(
+        np.array([len(x) for x in ids], dtype=np.int64), batch_size, by_length
+    )
+
+
+def batches_of_lengths(lengths: np.ndarray, batch_size: int, by_length: bool) -> list[np.ndarray]:
+    """`length_batches` from the rows' token counts alone."""
     if not by_length:
         order = np.argsort(lengths, kind="stable")[::-1]
         return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
