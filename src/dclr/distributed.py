@@ -1,4 +1,5 @@
-"""torch.distributed helpers: world info and a gather that keeps gradients for local rows.
+"""torch.distributed helpers: world info, a gather that keeps gradients for local rows, rank 0's
+decisions given to every rank (`rank0_value`) and rows computed apart gathered (`assemble_rows`).
 
 Under `torchrun` every rank encodes its slice of the global batch; `gather_with_grad` concatenates
 all slices (rank order) so each rank sees the global batch as negatives. Only the local slice carries

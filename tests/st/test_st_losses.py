@@ -170,6 +170,11 @@ def test_config_dict_names_every_setting():
 
 
 # ---- with a model -------------------------------------------------------------------------------
+# The guide's cosines on SENTENCES lie in 0.925-0.989: at the default phi 0.9 it dropped every
+# negative and its scores did not matter; at 0.96 it drops about 43% of the pairs.
+GUIDE_PHI = 0.96
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("st")
@@ -259,7 +264,10 @@ def test_trainer_on_single_sentences(models, tmp_path, kind):
     datasets = pytest.importorskip("datasets")
     student, guide = models
     before_guide = {k: v.clone() for k, v in guide.state_dict().items()}
-    loss = DCLRLoss(student, guide=guide) if kind == "dclr" else ConSERTLoss(student)
+    if kind == "dclr":
+        loss = DCLRLoss(student, guide=guide, false_negative_threshold=GUIDE_PHI)
+    else:
+        loss = ConSERTLoss(student)
     changed = train(student, datasets.Dataset.from_dict({"text": SENTENCES}), loss, tmp_path)
     assert changed > 0
     assert all(torch.equal(v, guide.state_dict()[k]) for k, v in before_guide.items())
@@ -269,7 +277,7 @@ def test_trainer_on_pairs(models, tmp_path):
     datasets = pytest.importorskip("datasets")
     student, guide = models
     pairs = {"anchor": SENTENCES, "positive": [s.upper() for s in SENTENCES]}
-    loss = DCLRLoss(student, guide=guide, form="official")
+    loss = DCLRLoss(student, guide=guide, form="official", false_negative_threshold=GUIDE_PHI)
     assert train(student, datasets.Dataset.from_dict(pairs), loss, tmp_path) > 0
 
 
@@ -292,7 +300,8 @@ def test_trainer_with_precomputed_guide_similarities(models, tmp_path):
 
     cached.similarities = spy
     data = datasets.Dataset.from_dict({"text": SENTENCES, "label": list(range(len(SENTENCES)))})
-    assert train(student, data, DCLRLoss(student, guide=cached), tmp_path) > 0
+    loss = DCLRLoss(student, guide=cached, false_negative_threshold=GUIDE_PHI)
+    assert train(student, data, loss, tmp_path) > 0
     for indices, sentences in seen:  # indices and decoded texts name the same rows
         assert [SENTENCES[i] for i in indices] == sentences
 
@@ -393,7 +402,7 @@ def test_dclr_parts_reach_the_trainer_logs_and_the_card_names_the_guide(models, 
     from dclr.st import log_dclr_parts
 
     student, guide = models
-    loss = DCLRLoss(student, guide=guide)
+    loss = DCLRLoss(student, guide=guide, false_negative_threshold=GUIDE_PHI)
     assert loss.get_config_dict()["guide"] == "guide"  # the folder's name, not its path
     seen: list[dict] = []
 
@@ -416,6 +425,7 @@ def test_dclr_parts_reach_the_trainer_logs_and_the_card_names_the_guide(models, 
         assert 0.0 <= entry["dclr/dropped_fraction"] <= 1.0
         assert entry["dclr/noise_count"] == 4.0  # k = 1 x batch of 4
         assert "dclr/contrastive" in entry
+    assert any(0 < entry["dclr/dropped_fraction"] < 1 for entry in steps)  # the guide decides
 
 
 # ---- one declaration of the options (issue 24 item 2) --------------------------------------------

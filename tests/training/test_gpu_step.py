@@ -197,14 +197,17 @@ def test_a_compiled_dclr_run_compiles_its_noise_ascent_and_follows_the_eager_one
     model_dir, corpus_file, tmp_path, monkeypatch, eager_random
 ):
     """With the step compiled, DCLR's closed-form ascent is compiled too (`compile_parts`); the
-    run follows the eager closed-form run to rounding."""
+    run follows the eager closed-form run to rounding. At the paper's step size (1e-3) the whole
+    ascent moved this tiny run's losses by about the tolerance, so a compiled ascent that took
+    half its steps passed; at 0.05 the ascent moves them far outside it (checked below)."""
     import dclr.losses.dclr as dclr_loss
 
     compiled_parts = []
     real = dclr_loss.DCLRLoss.compile_parts
     monkeypatch.setattr(dclr_loss.DCLRLoss, "compile_parts",
                         lambda self, mode: compiled_parts.append(mode) or real(self, mode))  # fmt: skip
-    dclr = {"method": "dclr", "weighting": "none", "length_bucket": 16, "packing": "off"}
+    dclr = {"method": "dclr", "weighting": "none", "length_bucket": 16, "packing": "off",
+            "noise_step_size": 0.05}  # fmt: skip
     base = run_losses(model_dir, corpus_file, tmp_path / "eager", noise_gradient="closed_form",
                       **dclr)  # fmt: skip
     assert compiled_parts == []
@@ -213,6 +216,10 @@ def test_a_compiled_dclr_run_compiles_its_noise_ascent_and_follows_the_eager_one
     assert compiled.keys() == base.keys()
     for step, loss in base.items():
         assert compiled[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
+    # not degenerate: without the ascent the losses leave the tolerance by far
+    still = run_losses(model_dir, corpus_file, tmp_path / "still", noise_gradient="closed_form",
+                       **{**dclr, "noise_steps": 0})  # fmt: skip
+    assert any(abs(still[s] - loss) > 10 * max(1e-4 * abs(loss), 1e-5) for s, loss in base.items())
 
 
 def test_a_compiled_run_evaluates_in_eager_pytorch_without_compiling_again(
