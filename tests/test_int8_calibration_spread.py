@@ -33,8 +33,16 @@ def test_the_report_pairs_every_row_by_draw_and_names_each_difference():
     rows = [row(0, 78.0, 78.5), row(1, 79.0, 79.25)]
     found = spread.differences(rows, peer=True)
     shipped = spread.SHIPPED
-    assert found[f"dclr_int8_unsmoothed - {shipped}"]["mean"] == pytest.approx(0.1)
-    assert found[f"st_openvino_int8 - {shipped}"]["mean"] == pytest.approx((0.5 + 0.25) / 2)
+    # paired by draw: the variants differ by 0.1 in each draw, so the interval has no width
+    # (row 0 against row 1 would give differences 1.1 and -0.9: the same mean, a wide interval)
+    unsmoothed = found[f"dclr_int8_unsmoothed - {shipped}"]
+    assert unsmoothed["mean"] == unsmoothed["low"] == unsmoothed["high"] == pytest.approx(0.1)
+    # the peer's differences 0.5 and 0.25: sd 0.25 / sqrt(2), t(0.975, 1 df) = 12.7062,
+    # half width 12.7062 x 0.25 / 2 = 1.5883
+    peer = found[f"st_openvino_int8 - {shipped}"]
+    assert peer["mean"] == pytest.approx((0.5 + 0.25) / 2)
+    assert peer["high"] - peer["mean"] == pytest.approx(12.7062047 * 0.25 / 2, rel=1e-6)
+    assert peer["mean"] - peer["low"] == pytest.approx(peer["high"] - peer["mean"])
     report = {
         "hardware_key": "K", "cpu_model": "M", "load_start": [1.0], "load_end": [1.0],
         "calibration_n": 300, "command": "python x", "dclr_fp32": {"avg": 78.87},

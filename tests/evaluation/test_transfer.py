@@ -14,6 +14,7 @@ from dclr.evaluation.transfer import (
     TransferEvaluator,
     inner_kfold,
     kfold,
+    l2_scores,
     split_classifier,
 )
 
@@ -34,23 +35,71 @@ def blobs(n: int, nclasses: int, seed: int, dim: int = 6):
     return (centers[y] + 1.5 * rng.normal(size=(n, dim))).astype(np.float32), y.astype(np.int64)
 
 
+# On these small blobs SentEval's grid (1e-5 ... 1e-2) scores the same at every value, so argmax
+# always took the first and a selection that took the worst, or a weight decay never applied,
+# gave the same numbers. With decays this large the grid's scores differ and the choice decides.
+DECIDING_GRID = (100.0, 1e-5, 1000.0, 1e-4)
+
+
+@pytest.fixture(params=["senteval", "deciding"])
+def grid_l2s(request, monkeypatch):
+    """Each side's classifiers record the weight decay they are built with, in order: (dclr's,
+    the reference's); with the "deciding" grid in both."""
+    import dclr.evaluation.transfer as transfer
+
+    ours: list[float] = []
+    theirs: list[float] = []
+    if request.param == "deciding":
+        monkeypatch.setattr(transfer, "L2_GRID", DECIDING_GRID)
+        monkeypatch.setattr(ref, "REGS", list(DECIDING_GRID))
+    mine, reference = transfer.LogisticRegression.__init__, ref.ReferenceMLP.__init__
+
+    def built(self, dim, nclasses, l2, *args, **kwargs):
+        ours.append(l2)
+        mine(self, dim, nclasses, l2, *args, **kwargs)
+
+    def built_reference(self, params, dim, nclasses, l2reg=0.0, seed=1111):
+        theirs.append(l2reg)
+        reference(self, params, dim, nclasses, l2reg, seed)
+
+    monkeypatch.setattr(transfer.LogisticRegression, "__init__", built)
+    monkeypatch.setattr(ref.ReferenceMLP, "__init__", built_reference)
+    return request.param, ours, theirs
+
+
+def test_senteval_grid_is_the_default():
+    import dclr.evaluation.transfer as transfer
+
+    assert list(transfer.L2_GRID) == ref.REGS == [1e-5, 1e-4, 1e-3, 1e-2]
+
+
 @pytest.mark.parametrize("settings", [TINY, SETTINGS["fasttest"]])
-def test_inner_kfold_equals_senteval(settings):
+def test_inner_kfold_equals_senteval(settings, grid_l2s):
+    grid, ours, theirs = grid_l2s
+    if grid == "deciding" and settings != TINY:
+        pytest.skip("the deciding grid once, on the quick settings")
     x, y = blobs(150, 2, 0)
     want = ref.inner_kfold(x, y, 2, as_params(settings), settings.kfold)
     assert inner_kfold(x, y, 2, settings) == want
     assert 50 < want[1] < 100
+    assert ours == theirs  # every fit with the same decay, the chosen ones too
 
 
-def test_kfold_equals_senteval():
+def test_kfold_equals_senteval(grid_l2s):
+    grid, ours, theirs = grid_l2s
     (x, y), (tx, ty) = blobs(120, 3, 1), blobs(60, 3, 2)
     dev, acc, yhat = kfold((x, y), (tx, ty), 3, TINY)
     want = ref.kfold({"X": x, "y": y}, {"X": tx, "y": ty}, 3, as_params(TINY), TINY.kfold)
     assert (dev, acc) == want
     assert yhat.shape == ty.shape
+    assert ours == theirs
+    if grid == "deciding":  # the grid's scores differ and the best is not the first value
+        chosen = ours[-1]
+        assert chosen != DECIDING_GRID[0] and len(set(l2_scores(x, y, 3, TINY))) > 1
 
 
-def test_split_classifier_equals_senteval():
+def test_split_classifier_equals_senteval(grid_l2s):
+    grid, ours, theirs = grid_l2s
     parts = {
         k: blobs(n, 2, s) for k, n, s in (("train", 120, 3), ("valid", 40, 4), ("test", 50, 5))
     }
@@ -60,6 +109,9 @@ def test_split_classifier_equals_senteval():
         as_params(TINY),
     )  # fmt: skip
     assert got == want
+    assert ours == theirs
+    if grid == "deciding":
+        assert ours[-1] != DECIDING_GRID[0]  # the validation score chose another decay
 
 
 def test_simcse_settings():

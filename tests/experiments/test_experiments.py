@@ -149,6 +149,13 @@ def test_search_grid_and_random(tmp_path: Path) -> None:
     values = [p["noise_step_size"] for p in random.points()]
     assert len(values) == 5 and all(1e-4 <= v <= 1e-2 for v in values)
     assert values == [p["noise_step_size"] for p in random.points()]  # seeded
+    other = SearchSpace.parse([], [], ["noise_step_size=1e-4:1e-2"], 5, seed=2)
+    assert [p["noise_step_size"] for p in other.points()] != values  # by its own seed
+    # log-uniform: half the draws under the geometric midpoint 1e-3 (a linear draw: 9 %)
+    many = SearchSpace.parse([], [], ["noise_step_size=1e-4:1e-2"], 400, seed=1).points()
+    assert 0.4 < sum(p["noise_step_size"] < 1e-3 for p in many) / 400 < 0.6
+    linear = SearchSpace.parse([], ["noise_step_size=1e-4:1e-2"], [], 400, seed=1).points()
+    assert sum(p["noise_step_size"] < 1e-3 for p in linear) / 400 < 0.2
 
 
 def test_search_trials_are_registered_runs(tmp_path: Path) -> None:
