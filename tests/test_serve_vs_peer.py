@@ -25,7 +25,8 @@ def _row(p50, model):
 
 def test_rounds_keep_the_median_and_the_report_splits_the_one_client_p50():
     rounds = [{"scenarios": {s: _row(p50, model) for s in serve_vs_peer.PLAN},
-               "peak_rss_mib": 700.0} for p50, model in ((8.0, 7.0), (9.0, 7.5), (10.0, 9.0))]  # fmt: skip
+               "peak_rss_mib": 700.0} for p50, model in ((10.0, 9.0), (8.0, 7.0), (9.0, 7.5))]  # fmt: skip
+    # out of order: the middle round by position (8.0, 7.0) is not the median (9.0, 7.5)
     combined = serve_vs_peer.combine(rounds)
     assert combined["scenarios"]["c1x1"]["model_ms_per_request"] == 7.5
     report = {"servers": {"dclr": combined}, "precision": "fp32", "model": "m",

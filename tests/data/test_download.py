@@ -73,11 +73,13 @@ def write_tar(
 
 @dataclass
 class Server:
-    """A local HTTP server over `folder`; `hits` counts GET requests."""
+    """A local HTTP server over `folder`; `hits` counts GET requests; with `unannounced` it
+    sends no Content-Length (the body ends when the connection closes)."""
 
     folder: Path
     base: str = ""
     hits: list[str] = field(default_factory=list)
+    unannounced: bool = False
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -92,7 +94,15 @@ def server(tmp_path: Path) -> Iterator[Server]:
     class Handler(SimpleHTTPRequestHandler):
         def do_GET(self) -> None:
             state.hits.append(self.path)
-            super().do_GET()
+            if not state.unannounced:
+                super().do_GET()
+                return
+            body = (folder / self.path.lstrip("/")).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.end_headers()  # no Content-Length: HTTP/1.0, read until the close
+            self.wfile.write(body)
+            self.close_connection = True
 
         def log_message(self, format: str, *args: object) -> None:  # keep pytest output clean
             pass
@@ -351,6 +361,20 @@ def test_download_larger_than_the_cap_is_refused(tmp_path: Path, server: Server)
     with pytest.raises(InputError, match="the limit is 1000 bytes"):
         download(tmp_path / "data", server.url("senteval.tar"), max_bytes=1000)
     assert_no_leftovers(tmp_path / "data")
+
+
+def test_a_download_without_a_length_is_cut_at_the_cap(tmp_path: Path, server: Server) -> None:
+    """A server that announces no length (chunked, or a body that ends with the connection) is
+    cut while reading, past the cap: the test above only ever reached the announced length's
+    refusal."""
+    write_tar(server.folder / "senteval.tar", fake_senteval())
+    server.unannounced = True
+    with pytest.raises(InputError, match="sent more than 1000 bytes"):
+        download(tmp_path / "data", server.url("senteval.tar"), max_bytes=1000)
+    assert_no_leftovers(tmp_path / "data")
+    root = download(tmp_path / "data", server.url("senteval.tar"))  # under the cap: read whole
+    assert (root / "senteval" / "STS" / "STSBenchmark" / "sts-test.csv").exists()
+    assert server.hits == ["/senteval.tar"] * 2
 
 
 def test_archive_expanding_past_the_cap_is_refused_before_extraction(

@@ -75,3 +75,42 @@ def test_build_corpus_from_python_is_the_command(data_dir, tmp_path):
     with pytest.raises(dclr.ConfigError, match="unknown corpus 'no-such-corpus'"):
         dclr.build_corpus("no-such-corpus", tmp_path / "x.txt", data_dir)
     assert not (tmp_path / "x.txt").exists()
+
+
+# The builders promise the same bytes on every machine; building twice in one process cannot see
+# an order that follows str hashes (a set iterated, a seed ignored for hash order), so another
+# process with another PYTHONHASHSEED builds them too.
+HASH_SEED_BUILD = """
+import hashlib, json, sys
+from pathlib import Path
+from dclr.data.realistic import cluster_corpus, scraped_corpus
+from dclr.data.retrieval_tasks import write_task
+
+data, out = Path(sys.argv[1]), Path(sys.argv[2])
+digests = {name: hashlib.sha256("\\n".join(build(data)).encode()).hexdigest()
+           for name, build in (("scraped", scraped_corpus), ("clusters", cluster_corpus))}
+for name in ("paraphrase", "inli"):
+    folder, _ = write_task(name, data, out / name, "test")
+    for file in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        digests[f"{name}/{file}"] = hashlib.sha256((folder / file).read_bytes()).hexdigest()
+print(json.dumps(digests, sort_keys=True))
+"""
+
+
+@pytest.mark.slow
+def test_the_built_corpora_and_tasks_do_not_follow_the_hash_seed(data_dir, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    found = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", HASH_SEED_BUILD, str(data_dir), str(tmp_path / seed)],
+            capture_output=True, text=True, env=env, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        found.append(json.loads(done.stdout.splitlines()[-1]))
+    assert len(found[0]) == 8 and found[0] == found[1]
