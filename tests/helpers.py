@@ -111,6 +111,20 @@ def tiny_run_overrides(model_dir: Path, corpus_file: Path, out: Path, **extra) -
     }
 
 
+def resumed_from(call) -> str | None:
+    """The checkpoint `call()` (a resumed training) says it resumed from ("step-00000004 (step
+    4)"), from its `resume: from checkpoint ...` announcement; None when it said none. A run that
+    silently started over trains the same deterministic losses, so a resume test must check this
+    too."""
+    from dclr.progress import listening
+
+    said: list[str] = []
+    with listening(said.append):
+        call()
+    found = [s for s in said if s.startswith("resume: from checkpoint ")]
+    return found[0].removeprefix("resume: from checkpoint ").split(",")[0] if found else None
+
+
 def interrupt_on_call(real, n: int):
     """`real` wrapped to raise KeyboardInterrupt on its n-th call: a run killed mid-training."""
     calls = {"n": 0}

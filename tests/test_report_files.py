@@ -2,17 +2,20 @@
 and is None field by field where something is missing (no git, no repository) instead of
 failing the run; save_report writes both files whole and leaves no temporary file."""
 
+import errno
 import json
 import os
 import shutil
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import report_files  # noqa: E402
 
+from dclr import atomic  # noqa: E402
 from dclr._meta import __version__  # noqa: E402
 
 
@@ -112,3 +115,15 @@ def test_save_report_writes_both_files_whole_and_leaves_no_temp_file(tmp_path, c
     assert json.loads(out.read_text())["rows"] == [2]
     assert out.with_suffix(".md").read_text() == "| b |\n"
     assert "| b |" in capsys.readouterr().out
+
+    # a write that fails (a full disk) keeps the report there whole and leaves no temp file;
+    # a write in place would have truncated it
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(atomic.os, "fsync", full_disk)
+        with pytest.raises(OSError):
+            report_files.save_report(out, {"rows": [3]}, "| c |\n")
+    assert json.loads(out.read_text())["rows"] == [2]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bench@kind.json", "bench@kind.md"]

@@ -52,14 +52,15 @@ def test_runs_are_pooled_and_their_interval_is_over_the_runs():
     half = 4.302652729749462 * math.sqrt(sum((x - mean) ** 2 for x in logs) / 2) / math.sqrt(3)
     assert speedup == pytest.approx(math.exp(mean))
     assert (lo, hi) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
-    runs = [{1: {"tokens": 12, 1: [1.0, 1.0], 2: [1 / (1.2 + 0.2 * r)] * 2}} for r in range(3)]
+    # the runs out of order: the middle pass by position (1 / 1.6 s) is not the median
+    runs = [{1: {"tokens": 12, 1: [1.0, 1.0], 2: [1 / (1.2 + 0.2 * r)] * 2}} for r in (1, 2, 0)]
     (row,) = cpu_measure.scaling_rows(runs)
-    assert row["speedup_2t_runs"] == [1.2, 1.4, 1.6] and row["tokens"] == 12
+    assert row["speedup_2t_runs"] == [1.4, 1.6, 1.2] and row["tokens"] == 12
     assert row["speedup_2t"] == round(math.exp(mean), 2)
     assert row["speedup_2t_ci95"] == [round(math.exp(mean - half), 2),
                                       round(math.exp(mean + half), 2)]  # fmt: skip
     assert row["ms_1t"] == 1000.0 and row["ms_2t"] == round(1000 / 1.4, 2)  # median of 6 passes
-    (one_run,) = cpu_measure.scaling_rows(runs[:1])
+    (one_run,) = cpu_measure.scaling_rows(runs[2:])
     assert "speedup_2t_runs" not in one_run and one_run["speedup_2t_ci95"] == [1.2, 1.2]
 
 
@@ -84,6 +85,8 @@ def test_one_and_two_threads_are_timed_in_turn(monkeypatch):
 def test_the_kernel_and_the_int8_engine_by_their_rules():
     assert cpu_measure.kernel_choice({"a": 1.3, "b": 0.9, "bulk": 1.0}) == "onednn"  # gmean 1.05
     assert cpu_measure.kernel_choice({"a": 1.1, "b": 0.8, "bulk": 1.0}) == "aten"  # gmean 0.96
+    # the geometric mean decides, not the arithmetic one (1.15 here)
+    assert cpu_measure.kernel_choice({"a": 2.0, "b": 0.5, "bulk": 0.95}) == "aten"  # gmean 0.98
     assert cpu_measure.int8_engine({"static": 100.0, "dynamic": 119.0}) == "static"
     assert cpu_measure.int8_engine({"static": 100.0, "dynamic": 120.0}) == "dynamic"
 
@@ -127,13 +130,28 @@ def unrecorded_kind(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
-def test_a_measurement_is_kept_and_followed(unrecorded_kind, tiny_model_dir):
+def test_a_measurement_is_kept_and_followed(unrecorded_kind, tiny_model_dir, monkeypatch):
+    import errno
+
+    from dclr import atomic
+
     assert cpu_kind.cpu_policy() == cpu_kind.DEFAULT
     steps: list[str] = []
     record, path = cpu_measure.measure_this_machine(str(tiny_model_dir), step=steps.append)
     assert path == cpu_kind.user_policy_path("TestVendor-AVX2") and path.is_file()
     assert json.loads(path.read_text()) == record
-    assert not list(path.parent.glob(".*tmp"))  # written to a temporary name, then renamed
+    assert not list(path.parent.glob(".*tmp"))
+    kept = path.read_bytes()
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:  # a second measurement whose write fails
+        patch.setattr(atomic.os, "fsync", full_disk)
+        with pytest.raises(OSError):
+            cpu_measure.measure_this_machine(str(tiny_model_dir))
+    # written to a temporary name, then renamed: the first policy is there whole, no temp left
+    assert path.read_bytes() == kept and not list(path.parent.glob(".*tmp"))
     assert len(steps) == 3 and record["hardware_key"] == "TestVendor-AVX2"
     assert [r["texts"] for r in record["thread_scaling"]] == list(cpu_measure.PASS_SIZES)
     assert set(record["int8_bulk_texts_per_s"]) == {"static", "dynamic"}

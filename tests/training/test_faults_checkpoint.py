@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from helpers import interrupt_on_call, tiny_run_overrides
+from helpers import interrupt_on_call, resumed_from, tiny_run_overrides
 
 import dclr.losses.simcse as simcse_module
 from dclr.driver import trainer_for
@@ -67,8 +67,14 @@ def test_truncated_newest_checkpoint_falls_back_to_the_intact_one(
     file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])  # a torn write
     assert damaged in verify_checkpoint(newest)
 
+    real, trained = simcse_module.simcse_loss, []
+    monkeypatch.setattr(simcse_module, "simcse_loss",
+                        lambda *a, **k: trained.append(1) or real(*a, **k))  # fmt: skip
     with pytest.warns(CorruptCheckpointWarning, match=f"step-00000008/{damaged}"):
-        trainer_for(make_config(model_dir, corpus_file, run)).train(resume=True)
+        trainer = trainer_for(make_config(model_dir, corpus_file, run))
+        resumed = resumed_from(lambda: trainer.train(resume=True))
+    # not started over (that trains the same deterministic losses): steps 5-12 only
+    assert resumed == "step-00000004 (step 4)" and len(trained) == STEPS - 4
     assert losses(run) == reference  # from step 4 on, exactly the uninterrupted trajectory
     assert (run / "checkpoints" / "step-00000008.corrupt").is_dir()  # kept aside, never reused
     assert latest_checkpoint(run / "checkpoints").name == f"step-{STEPS:08d}"
@@ -121,7 +127,7 @@ def test_sigterm_before_the_first_save_leaves_a_resumable_checkpoint(
     assert err.value.step == 6 and "--resume" in str(err.value)
     assert latest_checkpoint(run / "checkpoints").name == "step-00000006"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler is removed"
-    trainer_for(config).train(resume=True)
+    assert resumed_from(lambda: trainer_for(config).train(resume=True)) == "step-00000006 (step 6)"
     assert losses(run) == reference
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import tiny_run_overrides
+from helpers import resumed_from, tiny_run_overrides
 from typer.testing import CliRunner
 
 from dclr.cli.main import app as cli_app
@@ -217,7 +217,7 @@ def test_resume_with_the_same_method_and_new_values_continues(model_dir, corpus_
     run = tmp_path / "run"
     _simcse_run_to_edit(model_dir, corpus_file, run)
     same = load_config(run / "config.yaml", {"optimisation.max_steps": 5})
-    run_training(same, resume=True)
+    assert resumed_from(lambda: run_training(same, resume=True)) == "step-00000003 (step 3)"
     assert [step for step, _ in _train_records(run)] == [1, 2, 3, 4, 5]
 
 
@@ -252,7 +252,11 @@ def test_the_api_resumes_a_run_folder_as_dclr_train_resume_does(model_dir, corpu
     _simcse_run_to_edit(model_dir, corpus_file, first)
     moved = tmp_path / "moved"
     first.rename(moved)
-    summary = dclr.train(resume=moved, overrides={"optimisation.max_steps": 5})
+    summary: dict = {}
+    resumed = resumed_from(
+        lambda: summary.update(dclr.train(resume=moved, overrides={"optimisation.max_steps": 5}))
+    )
+    assert resumed == "step-00000003 (step 3)"  # a fresh 5-step run writes the same records
     assert [step for step, _ in _train_records(moved)] == [1, 2, 3, 4, 5]
     assert not first.exists() and summary["steps"] == 5
     with pytest.raises(ConfigError, match="leave config out"):
