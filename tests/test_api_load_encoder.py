@@ -5,11 +5,14 @@ on a GPU machine)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import dclr
 from dclr.errors import ConfigError
+from dclr.models import cpu_kind, onednn
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.onednn import choose_kernel
 from dclr.models.precision import load_inference_encoder
@@ -40,6 +43,24 @@ def test_the_api_takes_the_clis_precision_and_device_options(tiny_model_dir):
     assert dclr.load_encoder(tiny_model_dir, "mean", device="cpu").device.type == "cpu"
     with pytest.raises(ConfigError, match="runs on a GPU only"):
         dclr.load_encoder(tiny_model_dir, "mean", precision="bf16", device="cpu")
+
+
+@pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
+def test_the_api_encoder_follows_a_cpu_kinds_recorded_kernel(tiny_model_dir, tmp_path, monkeypatch):
+    """On this machine the recorded kernel is the default one, so the test above cannot tell
+    the API follows the recording: a CPU kind recorded with PyTorch's kernel can."""
+    monkeypatch.setattr(cpu_kind, "POLICIES", tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no measurement of the user's
+    monkeypatch.setattr(cpu_kind, "hardware_key", lambda: "TestVendor-AVX2")
+    monkeypatch.delenv(onednn.KERNEL_ENV, raising=False)
+    (tmp_path / "TestVendor-AVX2.json").write_text(json.dumps({"linear_kernel": "aten"}))
+    cpu_kind.cpu_policy.cache_clear()
+    try:
+        assert dclr.load_encoder(tiny_model_dir, "mean").linear_kernel == "aten"
+        cli = load_inference_encoder(tiny_model_dir, "mean", "fp32", True, "auto")
+        assert cli.linear_kernel == "aten"
+    finally:
+        cpu_kind.cpu_policy.cache_clear()
 
 
 def test_an_inference_encoder_refuses_training_and_names_the_loader(tiny_model_dir):
