@@ -41,7 +41,7 @@ def blobs(n: int, nclasses: int, seed: int, dim: int = 6):
 DECIDING_GRID = (100.0, 1e-5, 1000.0, 1e-4)
 
 
-@pytest.fixture(params=["senteval", "deciding"])
+@pytest.fixture(params=["senteval", "deciding"])  # a test may name one (indirect)
 def grid_l2s(request, monkeypatch):
     """Each side's classifiers record the weight decay they are built with, in order: (dclr's,
     the reference's); with the "deciding" grid in both."""
@@ -73,11 +73,13 @@ def test_senteval_grid_is_the_default():
     assert list(transfer.L2_GRID) == ref.REGS == [1e-5, 1e-4, 1e-3, 1e-2]
 
 
-@pytest.mark.parametrize("settings", [TINY, SETTINGS["fasttest"]])
+@pytest.mark.parametrize(
+    ("settings", "grid_l2s"),
+    [(TINY, "senteval"), (SETTINGS["fasttest"], "senteval"), (TINY, "deciding")],
+    indirect=["grid_l2s"],  # the deciding grid once, on the quick settings
+)
 def test_inner_kfold_equals_senteval(settings, grid_l2s):
     grid, ours, theirs = grid_l2s
-    if grid == "deciding" and settings != TINY:
-        pytest.skip("the deciding grid once, on the quick settings")
     x, y = blobs(150, 2, 0)
     want = ref.inner_kfold(x, y, 2, as_params(settings), settings.kfold)
     assert inner_kfold(x, y, 2, settings) == want
