@@ -179,8 +179,9 @@ def assemble_rows(rows: np.ndarray, values: np.ndarray, total: int) -> np.ndarra
     most = max(int(c.item()) for c in counts)
     padded_rows = torch.full((most,), -1, dtype=torch.int64, device=device)
     padded_rows[: len(rows)] = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-    padded = torch.zeros((most, *values.shape[1:]), dtype=_torch_dtype(values), device=device)
-    padded[: len(values)] = torch.from_numpy(np.ascontiguousarray(values))
+    local = torch.from_numpy(np.ascontiguousarray(values))
+    padded = torch.zeros((most, *values.shape[1:]), dtype=local.dtype, device=device)
+    padded[: len(values)] = local
     all_rows = [torch.empty_like(padded_rows) for _ in range(world)]
     all_values = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(all_rows, padded_rows)
@@ -189,7 +190,3 @@ def assemble_rows(rows: np.ndarray, values: np.ndarray, total: int) -> np.ndarra
         k = int(n.item())
         out[got_rows[:k].cpu().numpy()] = got[:k].cpu().numpy()
     return out
-
-
-def _torch_dtype(values: np.ndarray) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype=values.dtype)).dtype

@@ -4,6 +4,7 @@ cache and followed, and `dclr cpu-policy` showing where the policy comes from.""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -12,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from dclr import atomic
 from dclr.cli.main import app
 from dclr.errors import InputError
 from dclr.models import cpu_kind, cpu_measure, onednn, static_int8
@@ -131,10 +133,6 @@ def unrecorded_kind(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear")
 def test_a_measurement_is_kept_and_followed(unrecorded_kind, tiny_model_dir, monkeypatch):
-    import errno
-
-    from dclr import atomic
-
     assert cpu_kind.cpu_policy() == cpu_kind.DEFAULT
     steps: list[str] = []
     record, path = cpu_measure.measure_this_machine(str(tiny_model_dir), step=steps.append)
