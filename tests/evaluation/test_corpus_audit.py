@@ -90,6 +90,41 @@ def test_drop_counts_are_monotone_in_phi():
     assert all(r["dropped"] == r["exact_copies"] + r["near_duplicates"] for r in rows)
 
 
+# Pairs at chosen cosines, one between each two values of the fixed grid (0.7, 0.8, 0.9, 0.95)
+# and one above it: BATCHES' cosines sit at ~0.06, 0.958 and 1, so over that grid their drop
+# counts are flat (5, 5, 5, 5) and say nothing of which pairs a phi drops.
+GRID_COSINES = {"p75": 0.75, "p85": 0.85, "p925": 0.925, "p97": 0.97}
+
+
+def exact_cosine_vectors(sentences: list[str]) -> np.ndarray:
+    """'NAME' and 'NAME too' (NAME in GRID_COSINES) meet at exactly that cosine; every other
+    text is an unrelated random vector (stub_vectors)."""
+    rows = []
+    for s in sentences:
+        name = s.removesuffix(" too")
+        base = _unit(name)
+        base /= np.linalg.norm(base)
+        if s.endswith(" too"):
+            other = _unit(s)
+            other -= (other @ base) * base  # orthogonal to the base vector
+            c = GRID_COSINES[name]
+            rows.append(c * base + np.sqrt(1 - c * c) * other / np.linalg.norm(other))
+        else:
+            rows.append(stub_vectors([s])[0])
+    return np.stack(rows)
+
+
+def test_each_phi_of_the_grid_drops_exactly_the_pairs_at_or_above_it():
+    batch = [w for name in GRID_COSINES for w in (name, f"{name} too")] + unrelated(4)
+    result = audit_pairs([batch], exact_cosine_vectors, {}, phis=FIXED_PHIS)
+    fixed = {r["phi"]: r["dropped"] for r in result["rules"] if r["rule"].startswith("fixed")}
+    # by hand: 0.7 drops all four pairs, 0.8 the three over it, 0.9 two, 0.95 the 0.97 pair
+    assert fixed == {0.7: 4, 0.8: 3, 0.9: 2, 0.95: 1}
+    examples = {r["phi"]: r["examples"] for r in result["rules"] if r["rule"].startswith("fixed")}
+    assert [e["cos"] for e in examples[0.95]] == [pytest.approx(0.97)]
+    assert all(e["cos"] >= phi for phi, rows in examples.items() for e in rows)
+
+
 def test_unrelated_sentences_mean_no_measurable_false_negatives():
     batches = [unrelated(16, 16 * k) for k in range(4)]
     result = audit_pairs(batches, stub_vectors, {"random_pairs q=0.001": 0.99})

@@ -128,6 +128,48 @@ def test_runs_cli(root: Path) -> None:
     assert "noise_ratio" in result.stdout
     result = runner.invoke(app, ["runs", "show", "nope", "--root", str(root)])
     assert result.exit_code == 2
+    assert "no run 'nope'" in " ".join(result.output.split())
+
+
+def test_runs_show_of_a_schedule_root_shows_its_stages_in_order(root: Path) -> None:
+    """A schedule (`sup_then_unsup`, ...) writes ROOT/stage-1 and ROOT/stage-2: its root's name
+    matches both runs, which `runs show` used to refuse as ambiguous."""
+    for k in (1, 2, 10):  # stage 10 sorts by number, after 2
+        write_run(root, f"sched/stage-{k}", method="simcse", avg=70.0 + k)
+    write_run(root, "sched-other", method="dclr", avg=73.0)  # holds "sched", no stage of it
+    runner = CliRunner()
+    for name in ("sched", "runs/sched", "runs/sched/"):
+        result = runner.invoke(app, ["runs", "show", name, "--root", str(root)])
+        assert result.exit_code == 0, result.output
+        said = result.stdout
+        assert "runs/sched: a schedule of 3 stages" in said
+        places = [said.index(f"runs/sched/stage-{k}  status") for k in (1, 2, 10)]
+        assert places == sorted(places)
+        assert "runs/sched-other" not in said
+    # one stage by its id, as before
+    result = runner.invoke(app, ["runs", "show", "runs/sched/stage-2", "--root", str(root)])
+    assert result.exit_code == 0 and "a schedule" not in result.stdout
+    assert "stage-1" not in result.stdout
+
+
+def test_an_ambiguous_run_names_the_runs_it_matches(root: Path) -> None:
+    for k in range(7):
+        write_run(root, f"seed-{k}", seed=k)
+    with Registry(root) as reg:
+        assert [r["run_id"] for r in reg.matches("seed")] == [f"runs/seed-{k}" for k in range(7)]
+        assert reg.stages("seed") == []  # runs, no schedule
+    for schedule in ("a/sched", "b/sched"):  # one name, two schedules' roots: no guess
+        for k in (1, 2):
+            write_run(root, f"{schedule}/stage-{k}")
+    with Registry(root, db_path=root / "other.sqlite") as reg:
+        assert reg.stages("sched") == []
+        assert [r["run_id"] for r in reg.stages("a/sched")] == ["runs/a/sched/stage-1",
+                                                               "runs/a/sched/stage-2"]  # fmt: skip
+    result = CliRunner().invoke(app, ["runs", "show", "seed", "--root", str(root)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert "7 runs match 'seed': runs/seed-0, runs/seed-1" in said
+    assert "runs/seed-4 and 2 more; name one of them" in said
 
 
 def test_runs_list_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -134,11 +134,18 @@ def runs_list(
     Console(width=max(out.width, 160)).print(table)  # whole run ids, even in a narrow pipe
 
 
+SHOWN_MATCHES = 5  # runs an ambiguous name lists
+
+
 def _get(registry: Registry, run: str) -> sqlite3.Row:
-    row = registry.get(run)
-    if row is None:
-        fail(KeyError(f"no run {run!r} (or several match): see `dclr runs list`"))
-    return row
+    rows = registry.matches(run)
+    if len(rows) == 1:
+        return rows[0]
+    if not rows:
+        fail(KeyError(f"no run {run!r}: see `dclr runs list`"))
+    ids = [r["run_id"] for r in rows[:SHOWN_MATCHES]]
+    more = f" and {len(rows) - SHOWN_MATCHES} more" if len(rows) > SHOWN_MATCHES else ""
+    fail(KeyError(f"{len(rows)} runs match {run!r}: {', '.join(ids)}{more}; name one of them"))
 
 
 @runs_app.command("show")
@@ -147,18 +154,30 @@ def runs_show(
         str,
         typer.Argument(
             help="Run id (runs/FOLDER as `dclr runs list` prints it), the folder's name, or a "
-            "unique prefix of either, a unique part of it, or a prefix of its config hash."
+            "unique prefix of either, a unique part of it, or a prefix of its config hash; a "
+            "schedule's root folder shows its stages."
         ),
     ],
     root: Root = DEFAULT_ROOT,
 ) -> None:
-    """A run's config, environment, scores and the experiments that use it."""
-    from dclr.lab_api import STS_TASKS
+    """A run's config, environment, scores and the experiments that use it; of a schedule's
+    root (`ROOT/stage-1`, `ROOT/stage-2`), each stage in order."""
     from dclr_lab.registry import Registry
 
     with Registry(root) as registry:
-        row = _get(registry, run)
-        labels = registry.labels(row["run_id"])
+        stages = [] if registry.get(run) is not None else registry.stages(run)
+        rows = stages or [_get(registry, run)]
+        labels = [registry.labels(row["run_id"]) for row in rows]
+    if stages:  # a schedule's root: its stages, in order
+        where = stages[0]["run_id"].rsplit("/", 1)[0]
+        out.print(escape(f"{where}: a schedule of {len(stages)} stages"), highlight=False)
+    for row, row_labels in zip(rows, labels, strict=True):
+        _show_run(row, row_labels)
+
+
+def _show_run(row: sqlite3.Row, labels: dict[str, list[dict[str, Any]]]) -> None:
+    from dclr.lab_api import STS_TASKS
+
     out.print(f"[bold]{row['run_id']}[/]  status {row['status']}  config {row['config_hash']}")
     out.print(f"experiments: {json.dumps(labels)}")
     out.print(f"env: {row['env_json']}")

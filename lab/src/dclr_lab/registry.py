@@ -14,6 +14,7 @@ import builtins  # annotations in Registry: its method `list` shadows the builti
 import hashlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,6 +161,11 @@ def read_run(path: Path, run_id: str) -> RunRecord:
                      load_json(LABELS_FILE) or {})  # fmt: skip
 
 
+def _like_text(text: str) -> str:
+    """`text` matched literally inside a LIKE pattern (ESCAPE '\\')."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def find_run_dirs(root: Path) -> Iterator[Path]:
     """Every run folder under `root`, in sorted order (models and checkpoints are not searched)."""
     for current, dirs, _files in os.walk(root):
@@ -276,21 +282,43 @@ class Registry:
     def get(self, run_id: str) -> sqlite3.Row | None:
         """A run by its id (runs/FOLDER) or its folder's name, else the one run whose id holds
         `run_id` (a part of the name, the hash in it) or whose config hash starts with it; None
-        when none or several match (never a guess between them)."""
+        when none or several match (never a guess between them: `matches` lists them)."""
+        rows = self.matches(run_id)
+        return rows[0] if len(rows) == 1 else None
+
+    def matches(self, run_id: str) -> builtins.list[sqlite3.Row]:
+        """The runs `get` chooses among, in order of preference: the id itself, a folder's
+        name, then every run whose id holds `run_id` or whose config hash starts with it."""
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None:
-            return row
-        text = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            return [row]
+        text = _like_text(run_id)
         rows = self.db.execute(  # a folder's name, as `dclr runs list` shows it under runs/
-            "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (f"%/{text}",)
+            "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id", (f"%/{text}",)
         ).fetchall()
-        if len(rows) != 1:
-            rows = self.db.execute(
-                "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' "
-                "OR config_hash LIKE ? ESCAPE '\\'",
-                (f"%{text}%", f"{text}%"),
-            ).fetchall()
-        return rows[0] if len(rows) == 1 else None
+        if len(rows) == 1:
+            return rows
+        return self.db.execute(
+            "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' "
+            "OR config_hash LIKE ? ESCAPE '\\' ORDER BY run_id",
+            (f"%{text}%", f"{text}%"),
+        ).fetchall()
+
+    def stages(self, root: str) -> builtins.list[sqlite3.Row]:
+        """The stages of the schedule whose root folder is `root` (its id, runs/ROOT, or its
+        name), in order: `ROOT/stage-1`, `ROOT/stage-2` (`dclr.driver.run_stages`); [] when
+        `root` names no schedule, or the name fits the roots of two schedules."""
+        text = _like_text(root.rstrip("/"))
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' OR run_id LIKE ? ESCAPE '\\' "
+            "ORDER BY run_id",
+            (f"{text}/stage-%", f"%/{text}/stage-%"),
+        ).fetchall()
+        rows = [r for r in rows if re.fullmatch(r"stage-\d+", r["run_id"].rsplit("/", 1)[1])]
+        roots = {r["run_id"].rsplit("/", 1)[0] for r in rows}
+        if len(roots) != 1:
+            return []
+        return sorted(rows, key=lambda r: int(r["run_id"].rsplit("-", 1)[1]))
 
     def labels(self, run_id: str) -> dict[str, builtins.list[dict[str, Any]]]:
         rows = self.db.execute(
