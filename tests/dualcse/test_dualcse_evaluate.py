@@ -48,12 +48,17 @@ def example(k: int) -> InliExample:
 
 def geometric_embedder(n: int) -> TableEmbedder:
     """Premise r at 0 deg, u at 90 deg; explicit hypothesis r at 10 deg (near r), implied at 80 (near
-    u), neutral at 45 (cos 0.71 to both), contradiction at 180. Threshold in (0.71, 0.98) separates."""
+    u), neutral at 45 (cos 0.71 to both), contradiction at 180. Threshold in (0.71, 0.98) separates.
+
+    Example k is turned by 40k deg as a whole (its own cosines unchanged), so a premise scored
+    against another example's hypothesis gets another score; a hypothesis's u is opposite its r,
+    so a score that read the hypothesis's u instead of its r would change too."""
     r, u = {}, {}
     for k in range(n):
-        r[f"p{k}"], u[f"p{k}"] = angle(0), angle(90)
+        turn = 40 * k
+        r[f"p{k}"], u[f"p{k}"] = angle(turn), angle(turn + 90)
         for name, deg in (("e", 10), ("i", 80), ("n", 45), ("c", 180)):
-            r[f"{name}{k}"] = u[f"{name}{k}"] = angle(deg)
+            r[f"{name}{k}"], u[f"{name}{k}"] = angle(turn + deg), angle(turn + deg + 180)
     return TableEmbedder(r, u)
 
 

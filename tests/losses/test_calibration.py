@@ -27,6 +27,11 @@ def test_paraphrase_recall_quantile_hand_computed() -> None:
     phi = phi_from_paraphrases(a, b, recall=0.5)
     assert phi == pytest.approx(np.quantile([1, 0.6, 0, 0.8], 0.5))  # 0.7
     assert ((np.array([1, 0.6, 0, 0.8]) >= phi).mean()) == 0.5  # half the pairs dropped
+    # recall 0.5 is its own complement (the r and 1 - r quantiles coincide): a recall of 0.25
+    # sits at the 0.75 quantile, 0.85, and drops only the pair at cosine 1 (a quarter)
+    phi = phi_from_paraphrases(a, b, recall=0.25)
+    assert phi == pytest.approx(0.85)
+    assert ((np.array([1, 0.6, 0, 0.8]) >= phi).mean()) == 0.25
 
 
 def test_target_outside_unit_interval_is_refused() -> None:

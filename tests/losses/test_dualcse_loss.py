@@ -136,12 +136,16 @@ class StubDual(torch.nn.Module):
 
 
 def test_module_embeds_four_blocks_and_calls_the_pure_function():
+    """Each semantics embeds its own features: the cross encoder tokenises a sentence with
+    another prompt word per semantics, so the two batches differ (with one tensor for both, u
+    from the explicit features would give the same loss)."""
     model, n = StubDual(), 3
-    x = torch.randn(4 * n, 6, generator=torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randn(4 * n, 6, generator=gen), torch.randn(4 * n, 6, generator=gen)
     parts = DualCSELoss(model, DualCSEOptions(temperature=PAPER_TAU))(
-        Batch({"explicit": {"x": x}, "implicit": {"x": x}})
+        Batch({"explicit": {"x": x}, "implicit": {"x": y}})
     )
-    r, u = model("explicit", x), model("implicit", x)
+    r, u = model("explicit", x), model("implicit", y)
     blocks = [DualEmbeddings(r[k * n : (k + 1) * n], u[k * n : (k + 1) * n]) for k in range(4)]
     expected = dualcse_loss(*blocks, PAPER_TAU)
     assert parts["loss"].item() == pytest.approx(expected["loss"].item())

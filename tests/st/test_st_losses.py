@@ -204,6 +204,30 @@ def test_forward_equals_the_loss_of_the_model_embeddings(models):
     torch.testing.assert_close(got, want["loss"])
 
 
+def test_one_column_is_encoded_twice_with_its_own_dropout_each(models):
+    """SimCSE style, in training: the two views of one text column are two forwards, each with
+    its own dropout masks, so they differ. (In eval mode, as above, one forward reused as both
+    views gives the same loss: only dropout tells the two apart.)"""
+    student, guide = models
+    student.train()  # dropout 0.1 (tiny_st)
+    sentences = ["a cat sleeps", "the dog runs", "a red car", "big blue house"]
+    features = student.tokenize(sentences)
+    torch.manual_seed(0)  # the guide encodes in eval mode: it draws no dropout masks
+    got = DCLRLoss(student, guide=guide, seed=2, false_negative_threshold=0.957)([features], None)
+    with torch.no_grad():
+        g = guide.encode(sentences, convert_to_tensor=True)
+    torch.manual_seed(0)
+    z1 = student(dict(features))["sentence_embedding"]
+    z2 = student(dict(features))["sentence_embedding"]
+    assert not torch.equal(z1, z2)  # dropout draws another mask for the second view
+    reference = DclrObjective.of(
+        None, FixedTeacher(cosine_matrix(g, g)), seed=2, false_negative_threshold=0.957
+    )
+    torch.testing.assert_close(got, reference.objective(z1, z2, Batch(features={}, step=0))["loss"])
+    same = reference.objective(z1, z1, Batch(features={}, step=0))["loss"]
+    assert not torch.allclose(got, same)  # one forward used twice would give this
+
+
 def test_guide_is_frozen_and_gets_no_gradient(models):
     student, guide = models
     guide.train()

@@ -245,6 +245,15 @@ def test_views_drawn_ahead_encode_as_views_drawn_in_the_step(batch, tiny_encoder
         assert torch.equal(a, b)
     other = views.draw(encoder, features, step=6)  # and a step's draw is its own
     assert any(not torch.equal(t, other[v][k]) for v, d in drawn.items() for k, t in d.items())
+    # the draw handed in is the one encoded, not a fresh draw of `step` (which would give
+    # `in_step` above whether or not `drawn` were read): step 6's draw at step 5 gives step 6's
+    torch.manual_seed(0)
+    at_six = views.encode(encoder, features, step=6)
+    torch.manual_seed(0)
+    handed = views.encode(encoder, features, step=5, drawn=other)
+    for a, b in zip(at_six, handed, strict=True):
+        assert torch.equal(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(handed, in_step, strict=True))
     loss = SimCSELoss(encoder, 0.1, views=views)
     assert loss.draw_ahead(Batch(features, step=5)).keys() == drawn.keys()
     assert SimCSELoss(encoder, 0.1).draw_ahead(Batch(features)) is None  # dropout: nothing
