@@ -130,12 +130,20 @@ def test_shard_round_trip(tmp_path, fmt, dtype):
 # ---- bulk encoding ---------------------------------------------------------------------------
 
 
-def test_bulk_equals_encode_and_skips_blank_rows(model_dir, encoder, text_file, tmp_path):
+@pytest.mark.parametrize(
+    ("shard_size", "batch_size", "n_shards"),
+    [(7, 128, 4), (10, 1, 3)],  # batch 1: chunks of 8 texts, so a shard of 9 or 10 takes two
+)
+def test_bulk_equals_encode_and_skips_blank_rows(
+    model_dir, encoder, text_file, tmp_path, shard_size, batch_size, n_shards
+):
+    """Every shard's texts are encoded in chunks of `CHUNK_BATCHES` batches; with the default
+    batch size a shard here is one chunk, so the second case makes shards of several chunks."""
+    settings = BulkSettings(shard_size=shard_size, batch_size=batch_size)
     manifest = bulk_encode(
-        str(model_dir), open_source(text_file), tmp_path / "out", BulkSettings(shard_size=7),
-        pooler="mean",
-    )  # fmt: skip
-    assert manifest["complete"] and manifest["rows"] == 25 and manifest["n_shards"] == 4
+        str(model_dir), open_source(text_file), tmp_path / "out", settings, pooler="mean"
+    )
+    assert manifest["complete"] and manifest["rows"] == 25 and manifest["n_shards"] == n_shards
     assert manifest["vectors"] == 23 and manifest["dim"] == 32
     rows, vectors = _all(tmp_path / "out")
     assert 3 not in rows and 10 not in rows and len(rows) == 23

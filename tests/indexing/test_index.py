@@ -80,12 +80,19 @@ def test_flat_index_equals_brute_force():
 
 
 def test_ivf_searching_every_cell_is_exact_and_approximate_kinds_recall_well():
+    """On unit vectors L2 distance ranks as inner product does, so equal ids alone would not
+    tell an L2 index from an inner-product one: the scores must be the cosines too."""
     corpus, queries = unit_vectors(2000, 16), unit_vectors(50, 16, seed=1)
     exact = brute_force(corpus, queries, 10)
+    cosines = queries @ corpus.T  # (q, n)
     every_cell = build_faiss(corpus, IndexParams("ivf", ivf_nlist=20, ivf_nprobe=20))
-    np.testing.assert_array_equal(every_cell.search(queries, 10)[1], exact)
+    scores, ids = every_cell.search(queries, 10)
+    np.testing.assert_array_equal(ids, exact)
+    np.testing.assert_allclose(scores, np.take_along_axis(cosines, ids, 1), atol=1e-5)
     hnsw = build_faiss(corpus, IndexParams("hnsw"))
-    assert recall_at(hnsw.search(queries, 10)[1], exact) >= 0.95
+    scores, ids = hnsw.search(queries, 10)
+    assert recall_at(ids, exact) >= 0.95
+    np.testing.assert_allclose(scores, np.take_along_axis(cosines, ids, 1), atol=1e-5)
     few_cells = build_faiss(corpus, IndexParams("ivf", ivf_nlist=20, ivf_nprobe=1))
     assert recall_at(few_cells.search(queries, 10)[1], exact) < 1.0  # nprobe does take effect
 

@@ -58,9 +58,22 @@ def client(tiny_model_dir):
 
 @pytest.mark.parametrize("encoding_format", ["float", "base64"])
 def test_the_fast_answer_is_the_routes_answer_to_the_byte(client, monkeypatch, encoding_format):
+    """The first answer comes from the fast path (the route never ran), the second from the
+    route: comparing two answers of the route would pass with the fast path switched off."""
+    from dclr.serving import service
+
     texts = ["A man is playing a guitar.", "The cat sleeps."]
     request = {"input": texts, "encoding_format": encoding_format}
+    routed: list[list[str]] = []  # the texts the route checked: it runs only when it answers
+    route_check = service.check_texts
+
+    def route_checks(limits, texts, *args):
+        routed.append(list(texts))
+        return route_check(limits, texts, *args)
+
+    monkeypatch.setattr(service, "check_texts", route_checks)
     fast = client.post("/v1/embeddings", json=request)
+    assert routed == [], "the fast path left a well-formed request to the route"
     seen: list[list[str]] = []
     original = parse_request
 
@@ -70,7 +83,7 @@ def test_the_fast_answer_is_the_routes_answer_to_the_byte(client, monkeypatch, e
 
     monkeypatch.setattr(fastpath, "parse_request", declined)
     route = client.post("/v1/embeddings", json=request)
-    assert seen == [texts]
+    assert seen == [texts] and routed == [texts]
     assert fast.status_code == route.status_code == 200
     assert fast.headers["content-type"] == route.headers["content-type"]
     assert fast.content == route.content

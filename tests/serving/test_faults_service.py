@@ -407,6 +407,47 @@ def test_body_that_never_arrives_gets_408():
     assert sent[0]["status"] == 408 and b"body_timeout" in sent[1]["body"]
 
 
+def test_past_max_in_flight_a_request_gets_503_and_a_freed_slot_is_taken_again():
+    """The cap that the slow-body test keeps free: without this, a cap that never refuses
+    would pass that test too. Two requests held inside the app fill max_in_flight=2; the third
+    gets 503 with Retry-After unread; once one finishes, the next is served."""
+    from dclr.serving.guard import InFlightMiddleware
+
+    async def scenario():
+        release = asyncio.Event()
+        entered: list[int] = []
+
+        async def app(scope, receive, send):
+            entered.append(scope["n"])
+            await release.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+
+        middleware = InFlightMiddleware(app, max_in_flight=2)
+
+        async def call(n):
+            sent = []
+
+            async def send(message):
+                sent.append(message)
+
+            await middleware({"type": "http", "n": n}, None, send)
+            return sent
+
+        held = [asyncio.ensure_future(call(n)) for n in (1, 2)]
+        await asyncio.sleep(0)
+        refused = await asyncio.wait_for(call(3), 2)  # a cap that lets it in: held, timeout
+        release.set()
+        await asyncio.gather(*held)
+        served = await call(4)
+        return entered, refused, served
+
+    entered, refused, served = asyncio.run(scenario())
+    assert entered == [1, 2, 4]
+    assert refused[0]["status"] == 503 and (b"retry-after", b"1") in refused[0]["headers"]
+    assert b"too_many_requests_in_flight" in refused[1]["body"]
+    assert served[0]["status"] == 200
+
+
 # ---- strangers ----------------------------------------------------------------------------------
 def test_api_key_is_required_and_compared(server):
     with httpx.Client(base_url=server.url, timeout=30) as anonymous:

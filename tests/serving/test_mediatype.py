@@ -39,15 +39,30 @@ def test_a_body_that_is_not_json_gets_415_on_every_route(client, content_type, p
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "Application/JSON; charset=utf-8"])
-def test_json_still_passes_on_both_paths(client, content_type):
+def test_json_still_passes_on_both_paths(client, monkeypatch, content_type):
+    """The first request is answered by the fast path, the second by the FastAPI route (which
+    parses the body only for a JSON type). An unknown field such as `user` does not send a body
+    to the route (the fast path ignores it, as the model does); `dimensions` does."""
+    from dclr.serving import service
+
+    routed: list[list[str]] = []  # the route's own limit check: it runs only on the route
+    route_check = service.check_texts
+
+    def route_checks(limits, texts, *args):
+        routed.append(list(texts))
+        return route_check(limits, texts, *args)
+
+    monkeypatch.setattr(service, "check_texts", route_checks)
     fast = client.post("/v1/embeddings", content=BODY, headers={"content-type": content_type})
     assert fast.status_code == 200, fast.text
+    assert routed == []
     route = client.post(  # a field the fast path leaves to the route
         "/v1/embeddings",
-        content=b'{"input": "a text", "user": "u"}',
+        content=b'{"input": "a text", "user": "u", "dimensions": 8}',
         headers={"content-type": content_type},
     )
     assert route.status_code == 200, route.text
+    assert routed == [["a text"]] and len(route.json()["data"][0]["embedding"]) == 8
 
 
 def test_is_json_reads_the_type_not_its_parameters():

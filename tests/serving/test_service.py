@@ -244,6 +244,25 @@ def test_invalid_requests_say_what_is_wrong(client, path, payload, status, code,
     assert words in error["message"]
 
 
+def test_a_request_at_every_limit_is_served(client):
+    """The limits are inclusive. `test_invalid_requests_say_what_is_wrong` sends one past each
+    limit; this sends each limit itself (max_texts texts of max_chars characters, k = max_k),
+    so a bound checked one too early (`>=` for `>`) fails here."""
+    from dclr.serving.settings import Limits
+
+    texts = [chr(ord("a") + i) * MAX_CHARS for i in range(MAX_TEXTS)]
+    embedded = client.post("/v1/embeddings", json={"input": texts})
+    assert embedded.status_code == 200, embedded.text[:300]
+    assert len(embedded.json()["data"]) == MAX_TEXTS
+    pairs = [[texts[i], texts[i + 1]] for i in range(0, MAX_TEXTS, 2)]
+    compared = client.post("/similarity", json={"pairs": pairs})
+    assert compared.status_code == 200, compared.text[:300]
+    assert len(compared.json()["scores"]) == MAX_TEXTS // 2
+    found = client.post("/search", json={"query": "q" * MAX_CHARS, "k": Limits().max_k})
+    assert found.status_code == 200, found.text[:300]
+    assert len(found.json()["results"]) == len(CORPUS)  # k beyond the index: every text
+
+
 def test_malformed_json_and_unknown_route(client):
     error = _error(
         client.post(
