@@ -125,12 +125,18 @@ def test_a_steps_seconds_count_the_wait_for_its_batch(
 def test_fused_adamw_and_length_buckets_give_the_same_run_to_rounding(
     model_dir, corpus_file, tmp_path
 ):
+    """Length buckets are compared on padded batches, as on a GPU: packing (the CPU's default)
+    strips every pad token before the backbone, so a bucket's extra padding never reached it
+    and a padded forward that attended to that padding gave the same run. Without dropout: its
+    masks are drawn per padded position, so a longer padded batch draws other masks."""
     base = run_losses(model_dir, corpus_file, tmp_path / "base")
     fused = run_losses(model_dir, corpus_file, tmp_path / "fused", fused_optimizer="on")
-    bucketed = run_losses(model_dir, corpus_file, tmp_path / "bucket", length_bucket=16)
-    for other in (fused, bucketed):
-        assert other.keys() == base.keys()
-        for step, loss in base.items():
+    padded = {"packing": "off", "dropout": 0.0}
+    unbucketed = run_losses(model_dir, corpus_file, tmp_path / "padded", **padded)
+    bucketed = run_losses(model_dir, corpus_file, tmp_path / "bucket", length_bucket=16, **padded)
+    for reference, other in ((base, fused), (unbucketed, bucketed)):
+        assert other.keys() == reference.keys() and len(other) == 6
+        for step, loss in reference.items():
             assert other[step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
 
 
@@ -299,13 +305,17 @@ def test_gradcache_refuses_the_compile_modes_that_record_cuda_graphs(
     )
 
 
+@pytest.mark.parametrize("chunk", [None, 4], ids=["plain", "gradcache"])
 def test_fp16_gradients_reach_clipping_unscaled_as_in_fp32(
-    model_dir, corpus_file, tmp_path, monkeypatch
+    model_dir, corpus_file, tmp_path, monkeypatch, chunk
 ):
     """The loss scale is applied once and taken off once: the gradient norm that clipping sees in
     fp16 (CPU autocast, GradScaler("cpu")) is fp32's, step for step, once the scale has backed off
     from the steps it skips (non-finite gradients). Scaled twice, it would be 2^14 or more times
-    larger; never taken off, the same."""
+    larger; never taken off, the same. GradCache runs its own backward with the scale the loop
+    hands it: a scale left out there makes the norm 2^14 or more times smaller, which the test
+    above (finite losses, a saved scale) does not see."""
+    options = {"grad_cache_chunk": chunk} if chunk else {}
     norms: dict[str, list[float]] = {"fp32": [], "fp16": []}
     real = torch.nn.utils.clip_grad_norm_
     key = "fp32"
@@ -319,7 +329,9 @@ def test_fp16_gradients_reach_clipping_unscaled_as_in_fp32(
     for key in ("fp32", "fp16"):
         if key == "fp16":
             monkeypatch.setattr(loop_module.Trainer, "_autocast_dtype", lambda self: torch.float16)
-        overrides = tiny_run_overrides(model_dir, corpus_file, tmp_path / key, max_steps=8)
+        overrides = tiny_run_overrides(
+            model_dir, corpus_file, tmp_path / key, max_steps=8, **options
+        )
         trainer_for(load_config(None, overrides)).train()
     finite = [(a, b) for a, b in zip(norms["fp32"], norms["fp16"], strict=True) if math.isfinite(b)]
     assert len(finite) >= 4  # the scale backed off within the first steps
