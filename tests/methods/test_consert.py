@@ -109,18 +109,22 @@ def test_bad_consert_options_are_rejected(override, message):
 
 
 def test_build_loss_wires_method_and_views():
+    # Every option off its default and the two rates apart: a loss built at ConSERT's default
+    # tau (0.1), a view taking the other view's rate or a fixed seed would all be seen.
     config = load_config(
         None,
-        {"model": "m", "method": "consert", "view1": "token_shuffle", "view2": "feature_cutoff",
-         "view2_rate": 0.2, "temperature": 0.1},
+        {"model": "m", "method": "consert", "view1": "token_cutoff", "view1_rate": 0.1,
+         "view2": "feature_cutoff", "view2_rate": 0.2, "temperature": 0.07, "seed": 3},
     )  # fmt: skip
     loss = build_loss(config, model=None)
     assert isinstance(loss, ConSERTLoss)
+    assert loss.temperature == 0.07
     assert (loss.views.view1.strategy, loss.views.view2.strategy) == (
-        "token_shuffle",
+        "token_cutoff",
         "feature_cutoff",
     )
-    assert loss.views.view2.rate == 0.2
+    assert (loss.views.view1.rate, loss.views.view2.rate) == (0.1, 0.2)
+    assert loss.views.seed == 3
     default = build_loss(load_config(None, {"model": "m"}), model=None)
     assert default.views is None  # the default keeps SimCSE's doubled forward
 

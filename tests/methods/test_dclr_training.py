@@ -15,6 +15,7 @@ from dclr.errors import InputError
 from dclr.losses.complementary import (
     CachedComplementary,
     OnTheFlyComplementary,
+    PlannedComplementary,
     TwoViewComplementary,
 )
 from dclr.models.encoder import SentenceEncoder
@@ -210,12 +211,28 @@ def test_dclr_trains_logs_its_parts_and_exports_only_the_encoder(model_dir, corp
     assert json.loads((result.final_dir / "dclr.json").read_text())["pooler"] == "cls_before_pooler"
 
 
-@pytest.mark.parametrize("mode", ["on_the_fly", "two_views"])
-def test_other_complementary_modes_train(model_dir, corpus_file, tmp_path, mode):
+@pytest.mark.parametrize(
+    ("mode", "scorer"),
+    [("on_the_fly", OnTheFlyComplementary), ("two_views", TwoViewComplementary)],
+)
+def test_other_complementary_modes_train(model_dir, corpus_file, tmp_path, monkeypatch, mode,
+                                         scorer):  # fmt: skip
+    """Each mode trains, and its steps' weights come from its own scorer: two steps logged by
+    another mode's scorer (the default cache, or on-the-fly for two_views) would pass too."""
+    called = []
+    for cls in (CachedComplementary, PlannedComplementary, OnTheFlyComplementary,
+                TwoViewComplementary):  # fmt: skip
+
+        def spy(self, indices, sentences, real=cls.similarities, cls=cls):
+            called.append(cls)
+            return real(self, indices, sentences)
+
+        monkeypatch.setattr(cls, "similarities", spy)
     trainer_for(
         dclr_config(model_dir, corpus_file, tmp_path / mode, complementary_mode=mode, max_steps=2)
     ).train()
     assert len(read_metrics(tmp_path / mode, "train")) == 2
+    assert called and set(called) == {scorer}
 
 
 @pytest.mark.parametrize(
@@ -228,12 +245,27 @@ def test_other_complementary_modes_train(model_dir, corpus_file, tmp_path, mode)
         {"dclr_form": "official"},
     ],
 )
-def test_every_ablation_runs(model_dir, corpus_file, tmp_path, overrides):
+def test_every_ablation_runs(model_dir, corpus_file, tmp_path, monkeypatch, overrides):
+    """Each ablation trains, and the loss it trains with holds the ablated option: a finite
+    loss alone is what the default (optimized noise, complementary weighting, the paper's
+    form) gives too."""
+    import dclr.losses.dclr as dclr_loss
+
+    built = []
+    real = dclr_loss.DCLRLoss.__init__
+
+    def spy(self, model, complementary, options, *args, **kwargs):
+        built.append(options)
+        real(self, model, complementary, options, *args, **kwargs)
+
+    monkeypatch.setattr(dclr_loss.DCLRLoss, "__init__", spy)
     trainer_for(
         dclr_config(model_dir, corpus_file, tmp_path / "run", max_steps=2, **overrides)
     ).train()
     rows = read_metrics(tmp_path / "run", "train")
     assert len(rows) == 2 and all(np.isfinite(r["loss"]) for r in rows)
+    (options,) = built
+    assert {key: getattr(options, key) for key in overrides} == overrides
 
 
 def test_dclr_with_both_parts_off_follows_simcse(model_dir, corpus_file, tmp_path):

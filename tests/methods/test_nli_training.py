@@ -409,6 +409,52 @@ def test_bad_adversarial_options(override, message):
         load_config(None, {"model": "m", **override})
 
 
+def built_objective(options, data):
+    """The objective `dclr train` builds (NLI's `build_objective`) for a recipe of `options` on
+    `data`, with no model: the options it hands the loss are read back from the loss."""
+    from types import SimpleNamespace
+
+    from dclr.contract import PreparedRun
+
+    cfg = load_config(None, {"method": "nli", "model.name": "m", "nli.nli_data": "x", **options})
+    method = get_method("nli")
+    methods = {name: get_method(name) for name in ("nli", cfg.section("nli").contrastive)}
+    encoder = SimpleNamespace(hidden_size=8)  # all `build_objective` reads of the run's model
+    run = PreparedRun(cfg, method, encoder, data, None, 2, 0, torch.device("cpu"), Path("."),
+                      methods=methods)  # fmt: skip
+    return method.build_objective(run, None)
+
+
+def test_the_built_objective_reads_the_nli_sections_options():
+    """Each option off its default, and off the contrastive section's value of the same name:
+    `nli.temperature` and `simcse.temperature` are both 0.05 by default, so a default-valued
+    check cannot tell which one the loss reads. The joint run's adversarial view is wired as
+    configured (epsilon, the other view with its rate, which view is first, the seed); the
+    training tests above only see a finite loss, whatever the view."""
+    from dclr.data.nli import NliPair, NliTriple
+    from dclr.losses.supervised import AdversarialView
+    from dclr.views.pair import ViewSpec
+
+    triples = [NliTriple("a", "b", "c")]
+    sup = built_objective({"nli.schedule": "sup", "nli.temperature": 0.1}, triples)
+    assert (sup.kind, sup.temperature, sup.hard_negatives) == ("simcse", 0.1, True)
+    pairs = [NliPair("a", "b", 0)]
+    joint = {"nli.schedule": "joint", "nli.supervised_loss": "nli_head", "nli.joint_weight": 0.3,
+             "nli.adversarial_epsilon": 0.5, "nli.contrastive": "consert",
+             "consert.temperature": 0.2, "run.seed": 3}  # fmt: skip
+    second = built_objective(
+        {**joint, "consert.view1": "token_cutoff", "consert.view1_rate": 0.2,
+         "consert.view2": "adversarial"}, pairs,
+    )  # fmt: skip
+    assert (second.kind, second.joint_weight, second.contrastive.temperature) == ("joint", 0.3, 0.2)
+    assert second.adversarial == AdversarialView(0.5, ViewSpec("token_cutoff", 0.2), False, 3)
+    first = built_objective(
+        {**joint, "consert.view1": "adversarial", "consert.view2": "span_cutoff",
+         "consert.view2_rate": 0.4}, pairs,
+    )  # fmt: skip
+    assert first.adversarial == AdversarialView(0.5, ViewSpec("span_cutoff", 0.4), True, 3)
+
+
 def test_resume_of_a_joint_run_restores_the_nli_head(model_dir, nli_folder, tmp_path, monkeypatch):
     options = {"schedule": "joint", "supervised_loss": "nli_head", "nli_data": str(nli_folder),
                "max_steps": 6, "save_steps": 2}  # fmt: skip

@@ -33,19 +33,32 @@ def test_numpy_padding_equals_the_tokenizers(encoder, side, monkeypatch):
 
 def test_outputs_held_on_the_device_land_in_their_rows(encoder, monkeypatch):
     """The GPU's way (held, read back in one go every FLUSH_ROWS), forced on the CPU with a
-    flush every few rows: the same array as writing each batch at once."""
-    plain = encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4)
-    real_init = _Outputs.__init__
+    flush every few rows: the same array as writing each batch at once. The texts are distinct
+    (`encode` encodes each distinct text once: repeated ones would leave too few rows for a
+    flush before the end)."""
+    texts = [f"{s} ({i})" for i, s in enumerate(SAMPLE_SENTENCES * 4)]
+    plain = encoder.encode(texts, batch_size=4)
+    real_init, real_flush = _Outputs.__init__, _Outputs.flush
+    reads: list[int] = []  # rows read back by each flush that read any
 
     def held(self, out, device):
         real_init(self, out, device)
         self.wait = True
 
+    def counted(self):
+        if self.held:
+            reads.append(sum(len(rows) for _, rows, _ in self.held))
+        real_flush(self)
+
     monkeypatch.setattr(_Outputs, "__init__", held)
+    monkeypatch.setattr(_Outputs, "flush", counted)
     monkeypatch.setattr(_Outputs, "FLUSH_ROWS", 5)
-    assert np.array_equal(encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4), plain)
+    assert np.array_equal(encoder.encode(texts, batch_size=4), plain)
+    assert len(reads) >= 3 and sum(reads) == len(texts)  # several reads on the way
+    reads.clear()
     monkeypatch.setattr(_Outputs, "FLUSH_ROWS", 10**9)  # one read at the end
-    assert np.array_equal(encoder.encode(SAMPLE_SENTENCES * 3, batch_size=4), plain)
+    assert np.array_equal(encoder.encode(texts, batch_size=4), plain)
+    assert reads == [len(texts)]
 
 
 def test_held_outputs_are_copies_not_views_of_the_batch():
