@@ -86,7 +86,8 @@ CASES = (
     Case("consert_joint_snli", (*TRAIN, "recipes/consert_joint_snli_minilm_cpu.yaml", *QUIET), 20),
     # DCLR's weighting at work: at the recipe's phi 0.9 the frozen MiniLM never scores an in-batch
     # pair of the STS corpus that high, so the `dclr` case drops no negative and pins the noise
-    # and the loss only. phi 0.5 drops some in every step (session 40; recorded on AVX512 Zen 4).
+    # and the loss only. phi 0.3 drops 0.6-1.7 % of every step's negatives (session 40; recorded
+    # on AVX512 Zen 4).
     Case(
         "dclr_dropping",
         (*TRAIN, "recipes/dclr_minilm_cpu.yaml", *QUIET, "--set", DROPPING_PHI),
@@ -130,7 +131,8 @@ def command(case: Case, run_dir: Path, short: bool) -> list[str]:
 
 def recording_path(case: Case, short: bool) -> Path:
     """This machine's recording (`<case>[-short]@<hardware_key>.json`, made from the pre-refactor
-    commit on such a CPU) when there is one, else the original recording."""
+    commit on such a CPU) when there is one, else the original recording; a `per_kind` case has
+    no original: always this kind's file, which may not exist."""
     stem = f"{case.name}{'-short' if short else ''}"
     own = RECORDINGS / f"{stem}@{hardware_key()}.json"
     return own if own.is_file() or case.per_kind else RECORDINGS / f"{stem}.json"
