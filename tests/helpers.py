@@ -125,6 +125,22 @@ def resumed_from(call) -> str | None:
     return found[0].removeprefix("resume: from checkpoint ").split(",")[0] if found else None
 
 
+def record_route_checks(monkeypatch) -> list[list[str]]:
+    """The texts of each `/v1/embeddings` request the FastAPI route answered (its own limit
+    check, which only the route runs, recorded): [] after a request the fast path answered."""
+    from dclr.serving import service
+
+    routed: list[list[str]] = []
+    route_check = service.check_texts
+
+    def route_checks(limits, texts, *args):
+        routed.append(list(texts))
+        return route_check(limits, texts, *args)
+
+    monkeypatch.setattr(service, "check_texts", route_checks)
+    return routed
+
+
 def interrupt_on_call(real, n: int):
     """`real` wrapped to raise KeyboardInterrupt on its n-th call: a run killed mid-training."""
     calls = {"n": 0}

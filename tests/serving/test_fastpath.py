@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import record_route_checks
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
@@ -60,18 +61,9 @@ def client(tiny_model_dir):
 def test_the_fast_answer_is_the_routes_answer_to_the_byte(client, monkeypatch, encoding_format):
     """The first answer comes from the fast path (the route never ran), the second from the
     route: comparing two answers of the route would pass with the fast path switched off."""
-    from dclr.serving import service
-
     texts = ["A man is playing a guitar.", "The cat sleeps."]
     request = {"input": texts, "encoding_format": encoding_format}
-    routed: list[list[str]] = []  # the texts the route checked: it runs only when it answers
-    route_check = service.check_texts
-
-    def route_checks(limits, texts, *args):
-        routed.append(list(texts))
-        return route_check(limits, texts, *args)
-
-    monkeypatch.setattr(service, "check_texts", route_checks)
+    routed = record_route_checks(monkeypatch)  # the texts the route answered
     fast = client.post("/v1/embeddings", json=request)
     assert routed == [], "the fast path left a well-formed request to the route"
     seen: list[list[str]] = []

@@ -5,6 +5,7 @@ preflight. Both paths now answer 415 before reading the body; JSON types still p
 from __future__ import annotations
 
 import pytest
+from helpers import record_route_checks
 
 from dclr.serving.mediatype import is_json
 
@@ -43,16 +44,7 @@ def test_json_still_passes_on_both_paths(client, monkeypatch, content_type):
     """The first request is answered by the fast path, the second by the FastAPI route (which
     parses the body only for a JSON type). An unknown field such as `user` does not send a body
     to the route (the fast path ignores it, as the model does); `dimensions` does."""
-    from dclr.serving import service
-
-    routed: list[list[str]] = []  # the route's own limit check: it runs only on the route
-    route_check = service.check_texts
-
-    def route_checks(limits, texts, *args):
-        routed.append(list(texts))
-        return route_check(limits, texts, *args)
-
-    monkeypatch.setattr(service, "check_texts", route_checks)
+    routed = record_route_checks(monkeypatch)  # the texts the route answered
     fast = client.post("/v1/embeddings", content=BODY, headers={"content-type": content_type})
     assert fast.status_code == 200, fast.text
     assert routed == []

@@ -138,7 +138,11 @@ SHOWN_MATCHES = 5  # runs an ambiguous name lists
 
 
 def _get(registry: Registry, run: str) -> sqlite3.Row:
-    rows = registry.matches(run)
+    return _one(registry.matches(run), run)
+
+
+def _one(rows: list[sqlite3.Row], run: str) -> sqlite3.Row:
+    """The one run `run` matched (`Registry.matches`), else exit naming none or those it fits."""
     if len(rows) == 1:
         return rows[0]
     if not rows:
@@ -165,8 +169,9 @@ def runs_show(
     from dclr_lab.registry import Registry
 
     with Registry(root) as registry:
-        stages = [] if registry.get(run) is not None else registry.stages(run)
-        rows = stages or [_get(registry, run)]
+        found = registry.matches(run)
+        stages = registry.stages(run) if len(found) != 1 else []
+        rows = stages or [_one(found, run)]
         labels = [registry.labels(row["run_id"]) for row in rows]
     if stages:  # a schedule's root: its stages, in order
         where = stages[0]["run_id"].rsplit("/", 1)[0]
