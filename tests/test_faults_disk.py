@@ -99,6 +99,16 @@ def test_export_on_a_full_disk(encoder, tmp_path, monkeypatch):
         export.save_encoder(encoder, tmp_path / "best")
     assert "this write needs about" in str(err.value)
     assert list(tmp_path.iterdir()) == []
+    # Over an earlier export, the failed one leaves that export as it was.
+    monkeypatch.undo()
+    best = export.save_encoder(encoder, tmp_path / "best")
+    before = {p.name: p.read_bytes() for p in best.iterdir() if p.is_file()}
+    monkeypatch.setattr(export, "_write_encoder", full)
+    with pytest.raises(StorageError, match="best: cannot write: the disk is full"):
+        export.save_encoder(encoder, best)
+    assert best.is_dir(), "the earlier export was removed"
+    assert {p.name: p.read_bytes() for p in best.iterdir() if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["best"]
 
 
 def test_shard_on_a_full_disk(tmp_path, monkeypatch):

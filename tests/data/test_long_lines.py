@@ -32,7 +32,10 @@ def test_cr_only_text_file_has_one_row_per_line(tmp_path):
     assert source.count() == 3
 
 
-def test_mixed_line_endings_count_as_rows(tmp_path):
+@pytest.mark.parametrize("chunk", [None, 2])  # 2 bytes: "a\r" | "\nb" splits the CRLF
+def test_mixed_line_endings_count_as_rows(tmp_path, monkeypatch, chunk):
+    if chunk is not None:  # `count` reads in chunks: a CRLF across two is still one line end
+        monkeypatch.setattr(readers, "_COUNT_CHUNK", chunk)
     path = tmp_path / "mixed.txt"
     path.write_bytes(b"a\r\nb\rc\nd")
     source = open_source(path)

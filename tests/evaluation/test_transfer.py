@@ -15,6 +15,7 @@ from dclr.evaluation.transfer import (
     inner_kfold,
     kfold,
     l2_scores,
+    single_thread,
     split_classifier,
 )
 
@@ -160,6 +161,22 @@ def test_evaluator_runs_every_task_on_a_stub_encoder(data_dir, monkeypatch):
     results = evaluator(encode)
     assert results["MR"] > 95
     assert {"TREC", "MRPC", "MRPC/f1", "avg", "MR/devacc"} <= set(results)
+    # MRPC classifies a pair (u, v) by [|u - v|, u * v], written out here from the same vectors.
+    sentences = evaluator.sentences()
+    index = {s: i for i, s in enumerate(sentences)}
+    vectors = encode(sentences)
+
+    def features(split):
+        u = vectors[[index[" ".join(t)] for t in split.first]]
+        v = vectors[[index[" ".join(t)] for t in split.second]]
+        return np.c_[np.abs(u - v), u * v], split.labels
+
+    mrpc = evaluator.data["MRPC"]
+    with single_thread():  # as the evaluator trains: the same bits
+        dev, acc, _ = kfold(features(mrpc["train"]), features(mrpc["test"]), 2, small)
+    assert (results["MRPC/devacc"], results["MRPC"]) == (dev, acc)
+    # avg: the plain mean of the three tasks' accuracies
+    assert results["avg"] == pytest.approx(np.mean([results[t] for t in ("MR", "TREC", "MRPC")]))
 
 
 def test_unknown_task_is_refused(data_dir):

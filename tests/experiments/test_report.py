@@ -44,6 +44,8 @@ def test_paired_difference_and_interval() -> None:
     assert p.high - p.mean == pytest.approx(4.3027 / 3**0.5, rel=1e-4)
     assert p.fmt() == "+2.00 [-0.48, +4.48]" and not p.beyond_noise
     assert Paired.of({1: 0.0, 2: 0.0}, {1: 1.0, 2: 1.1}).beyond_noise
+    drop = Paired.of({1: 1.0, 2: 1.1}, {1: 0.0, 2: 0.0})  # the same gap, the other way
+    assert drop.high < 0 and drop.beyond_noise  # a drop beyond the noise is beyond it too
     assert Paired.of({1: 0.0}, {2: 1.0}) is None  # no common seed
 
 

@@ -5,6 +5,7 @@ import torch
 from helpers import TINY, minilm_path
 from transformers import AutoTokenizer, BertConfig, BertModel, RobertaConfig, RobertaModel
 
+import dclr.models.encoder as encoder_module
 from dclr.models.encoder import SentenceEncoder
 from dclr.models.packing import pack, segment_first, segment_mean
 
@@ -15,6 +16,8 @@ SENTENCES = [
     "The cat sleeps.",
     "Stocks fell sharply on Monday after the report was released.",
 ]
+# 3 to 6 tokens each: rows of 16 tokens must hold three or more of them.
+SHORT = ["hi", "The cat sleeps.", "ok", "Dogs bark.", "yes", "A man sings."]
 
 
 def tiny(kind: str, dropout: float = 0.0):
@@ -78,12 +81,23 @@ def test_segment_pooling():
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
 @pytest.mark.parametrize("pooler", ["cls_before_pooler", "mean", "avg_first_last", "avg_top2"])
-def test_packed_equals_padded(kind, pooler):
+def test_packed_equals_padded(kind, pooler, monkeypatch):
     backbone, tokenizer = tiny(kind)
     encoder = SentenceEncoder(backbone, tokenizer, pooler).eval()
-    padded = encoder.encode(SENTENCES, batch_size=2)
+    padded = encoder.encode(SHORT, batch_size=len(SHORT))
     assert encoder.enable_packing()
-    packed = encoder.encode(SENTENCES, batch_size=2)
+    encoder.row_tokens = 16
+    sentences_per_row = []
+
+    def recorded(*args, **kwargs):
+        batch = pack(*args, **kwargs)
+        sentences_per_row.extend(len(set(row.tolist()) - {-1}) for row in batch.segment)
+        return batch
+
+    monkeypatch.setattr(encoder_module, "pack", recorded)
+    packed = encoder.encode(SHORT, batch_size=len(SHORT))
+    # Sentences really share rows (with whole rows each, a packing bug could not show here).
+    assert max(sentences_per_row) >= 3
     assert (padded - packed).__abs__().max() < 1e-5
 
 

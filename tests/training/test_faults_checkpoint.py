@@ -11,6 +11,7 @@ import signal
 import time
 
 import pytest
+import torch
 from helpers import interrupt_on_call, resumed_from, tiny_run_overrides
 
 import dclr.losses.simcse as simcse_module
@@ -21,6 +22,7 @@ from dclr.training.checkpoint import (
     CorruptCheckpoint,
     CorruptCheckpointWarning,
     latest_checkpoint,
+    resume_checkpoint,
     verify_checkpoint,
 )
 from dclr.training.runfolder import TrainingStopped
@@ -183,6 +185,21 @@ def test_manifest_lists_size_and_checksum_of_every_file(model_dir, corpus_file, 
         assert record["bytes"] == (checkpoint / name).stat().st_size
         assert len(record["sha256"]) == 64
     assert verify_checkpoint(checkpoint) is None
+    # A byte changed at the same size (a bit flip): the weights still load, so only the
+    # checksum can tell, and resuming must not load them.
+    weights = checkpoint / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # the last byte of the last tensor
+    weights.write_bytes(bytes(data))
+    assert "model.safetensors: its sha256 differs" in str(verify_checkpoint(checkpoint))
+    model = torch.nn.Linear(2, 2)  # never loaded: the checkpoint is refused before
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    with (
+        pytest.warns(CorruptCheckpointWarning, match="model.safetensors: its sha256 differs"),
+        pytest.raises(CorruptCheckpoint),
+    ):
+        resume_checkpoint(run / "checkpoints", model, optimizer, scheduler)
 
 
 def test_the_phase_table_after_resume_counts_this_process_only(

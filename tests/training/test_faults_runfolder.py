@@ -7,6 +7,8 @@ at once, `latest` then named a missing folder, and `--resume` silently resumed t
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -113,9 +115,12 @@ def test_lock_names_its_holder_and_dies_with_it(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(LockHeld, match=f"pid {holder.pid} on ") as err:
+        named = f"pid {holder.pid} on {re.escape(socket.gethostname())}, "  # pid and host
+        with pytest.raises(LockHeld, match=named) as err:
             FolderLock(tmp_path, "dclr train").acquire()
         assert "dclr train" in str(err.value)
+        # the holder's start time from its record (a lock file without one reads "started ?")
+        assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d: ", str(err.value))
     finally:
         holder.kill()  # kill -9: no clean-up runs
         holder.wait()
