@@ -111,6 +111,9 @@ def test_the_equivalence_is_not_vacuous(models):
 # ---- the pair rules: GIST's own masks on real (anchor, positive) pairs --------------------------
 ANCHORS = SENTENCES[0::2]
 POSITIVES = SENTENCES[1::2]
+# The tiny guide's pair cosines sit at 0.88-0.985: margin 0 drops 10 of the 30 in-batch
+# candidates, 0.01 16 and 0.03 22 (margin 0.1 would keep one: an equivalence on one negative).
+MARGINS = [0.0, 0.01, 0.03]
 
 
 def pair_loss_and_grads(loss_fn, student):
@@ -118,7 +121,7 @@ def pair_loss_and_grads(loss_fn, student):
 
 
 @pytest.mark.parametrize("strategy", ["absolute", "relative"])
-@pytest.mark.parametrize("margin", [0.0, 0.02, 0.1])
+@pytest.mark.parametrize("margin", MARGINS)
 def test_the_pair_rules_equal_gist_on_real_pairs(models, strategy, margin):
     """false_negative_rule pair_absolute / pair_relative is GISTEmbedLoss's mask, anchor by
     anchor, on pairs whose positives differ from their anchors."""
@@ -143,7 +146,7 @@ def pair_guide_cosines(guide) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("strategy", ["absolute", "relative"])
-@pytest.mark.parametrize("margin", [0.0, 0.02, 0.1])
+@pytest.mark.parametrize("margin", MARGINS)
 def test_the_pair_rules_mask_some_pairs_here(models, strategy, margin):
     """Not vacuous, at every rule and margin the equivalence above is checked on: the mask drops
     some in-batch candidates and keeps others, and dropping them moves GIST's loss and DCLRLoss's
@@ -154,7 +157,7 @@ def test_the_pair_rules_mask_some_pairs_here(models, strategy, margin):
     weights = pair_false_negative_weights(pair_guide_cosines(guide), margin, strategy == "relative")
     n = len(ANCHORS)
     dropped = int((weights == 0).sum())
-    assert 0 < dropped < n * (n - 1), (strategy, margin, dropped)
+    assert 5 <= dropped <= n * (n - 1) - 5, (strategy, margin, dropped)  # both sides tested
     plain = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
                      weighting="none")  # fmt: skip
     pair = DCLRLoss(student, guide=guide, form="paper", noise_mode="none", temperature=TAU,
