@@ -22,6 +22,23 @@ def test_report_counts_blank_duplicates_and_truncation():
     assert big["truncation_checked"] == 8 and "of 8 sampled" in describe(big)
 
 
+def test_truncation_is_counted_on_a_seeded_random_sample_not_the_first_lines():
+    """A corpus whose first `sample` lines are short and the rest long: the first lines would
+    report no truncation; a uniform sample reports about the long lines' share (3/4)."""
+    sample = 400
+    lines = [f"short {i}" for i in range(sample)] + [f"long {i} " + "w " * 9 for i in range(1200)]
+
+    def truncated(seed: int) -> int:
+        words = lambda texts: [len(t.split()) for t in texts]  # noqa: E731
+        report = data_report(lines, 0, words, 5, sample=sample, seed=seed)
+        assert report["truncation_checked"] == sample
+        return report["truncated"]
+
+    assert 0.65 * sample < truncated(3) < 0.85 * sample  # 3/4 expected, sd ~ 0.02 * sample
+    assert truncated(3) == truncated(3)  # the same seed, the same sample
+    assert len({truncated(seed) for seed in range(4)}) > 1  # the seed chooses the sample
+
+
 def test_dedup_keeps_the_first_copy_in_order():
     assert dedup_lines(["b", "A", "a ", "B", "c"]) == ["b", "A", "c"]
 

@@ -74,12 +74,14 @@ def write_tar(
 @dataclass
 class Server:
     """A local HTTP server over `folder`; `hits` counts GET requests; with `unannounced` it
-    sends no Content-Length (the body ends when the connection closes)."""
+    sends no Content-Length (the body ends when the connection closes); with `short_by` it
+    announces the file's length but closes the connection that many bytes early."""
 
     folder: Path
     base: str = ""
     hits: list[str] = field(default_factory=list)
     unannounced: bool = False
+    short_by: int = 0
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -94,13 +96,16 @@ def server(tmp_path: Path) -> Iterator[Server]:
     class Handler(SimpleHTTPRequestHandler):
         def do_GET(self) -> None:
             state.hits.append(self.path)
-            if not state.unannounced:
+            if not (state.unannounced or state.short_by):
                 super().do_GET()
                 return
             body = (folder / self.path.lstrip("/")).read_bytes()
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
-            self.end_headers()  # no Content-Length: HTTP/1.0, read until the close
+            if state.short_by:  # the full length announced, fewer bytes sent
+                self.send_header("Content-Length", str(len(body)))
+                body = body[: -state.short_by]
+            self.end_headers()  # without Content-Length: HTTP/1.0, read until the close
             self.wfile.write(body)
             self.close_connection = True
 
@@ -375,6 +380,50 @@ def test_a_download_without_a_length_is_cut_at_the_cap(tmp_path: Path, server: S
     root = download(tmp_path / "data", server.url("senteval.tar"))  # under the cap: read whole
     assert (root / "senteval" / "STS" / "STSBenchmark" / "sts-test.csv").exists()
     assert server.hits == ["/senteval.tar"] * 2
+
+
+def test_a_download_cut_short_of_its_announced_length_is_refused(
+    tmp_path: Path, server: Server
+) -> None:
+    """http.client returns b"" (no error) when the connection closes before Content-Length
+    bytes arrived: only the count after the loop tells a truncated archive from a whole one."""
+    archive = write_tar(server.folder / "senteval.tar", fake_senteval())
+    size = archive.stat().st_size
+    server.short_by = 512  # one tar block: the rest may still read as a valid archive
+    url = server.url("senteval.tar")
+    with pytest.raises(
+        InputError, match=f"connection closed after {size - 512} of {size} bytes"
+    ) as info:
+        download(tmp_path / "data", url)
+    assert url in str(info.value) and "fix:" in str(info.value)
+    assert not (tmp_path / "data" / "senteval").exists()
+    assert_no_leftovers(tmp_path / "data")
+
+
+def test_a_failed_swap_puts_the_old_folder_back(
+    tmp_path: Path, server: Server, monkeypatch
+) -> None:
+    """The old senteval/ is moved aside before the new one is renamed in; if that rename fails,
+    the old folder (with whatever the user kept there) is renamed back, not deleted with the
+    temporary folder."""
+    write_tar(server.folder / "senteval.tar", fake_senteval())
+    data_dir = tmp_path / "data"
+    download(data_dir, server.url("senteval.tar"))
+    kept = data_dir / "senteval" / "notes.txt"
+    kept.write_text("mine")
+    rename = Path.rename
+
+    def failing_rename(self: Path, target):
+        if Path(target) == data_dir / "senteval" and self.parent.name == "root":  # staged one
+            raise OSError("disk went away")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing_rename)
+    with pytest.raises(OSError, match="disk went away"):
+        download(data_dir, server.url("senteval.tar"), force=True)
+    assert kept.read_text() == "mine"
+    assert all(path.is_file() for path in required_files(data_dir))
+    assert_no_leftovers(data_dir)
 
 
 def test_archive_expanding_past_the_cap_is_refused_before_extraction(

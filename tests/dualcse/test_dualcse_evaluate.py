@@ -82,6 +82,20 @@ def test_separable_scores_give_100_and_the_one_embedding_view_does_not():
     assert RteEvaluator(examples, examples)(flat)["avg"] < 100.0
 
 
+def test_the_threshold_is_tuned_on_val_and_applied_to_test():
+    """Test's neutral hypotheses sit at 20 deg (cos 0.94), above val's threshold (midway between
+    cos 45 and cos 10): called entailed. A threshold tuned on test would separate test."""
+    model = geometric_embedder(4)
+    for k in (2, 3):
+        model.vectors["explicit"][f"n{k}"] = angle(40 * k + 20)
+    val, test = [example(0), example(1)], [example(2), example(3)]
+    results = RteEvaluator(val, test)(model)
+    cos10, cos45 = np.cos(np.radians(10)), np.cos(np.radians(45))
+    assert results["threshold"] == pytest.approx((cos10 + cos45) / 2, abs=1e-6)
+    assert results["val_accuracy"] == 100.0 and results["neutral"] == 0.0
+    assert results["explicit"] == results["implied"] == results["contradiction"] == 100.0
+
+
 def test_threshold_search_on_a_hand_worked_example():
     scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     entailed = np.array([0, 0, 1, 0, 1, 1], dtype=bool)
@@ -93,8 +107,10 @@ def test_threshold_search_on_a_hand_worked_example():
 
 
 def test_ties_cannot_be_split_by_a_threshold():
-    threshold, accuracy = tune_threshold(np.array([0.5, 0.5]), np.array([True, False]))
-    assert accuracy == 50.0
+    # In either order: a cut between the tied scores would get [False, True] 100 % right.
+    for entailed in ([True, False], [False, True]):
+        threshold, accuracy = tune_threshold(np.array([0.5, 0.5]), np.array(entailed))
+        assert accuracy == 50.0 and threshold != 0.5
     assert rte_accuracy({k: np.array([0.5]) for k in ("explicit", "implied", "neutral", "contradiction")}, threshold)["avg"] == 50.0  # fmt: skip
 
 
@@ -113,6 +129,8 @@ def test_accuracy_per_type_and_average():
         "contradiction": 0.0,
         "avg": 62.5,
     }
+    at = rte_accuracy({k: np.array([0.5]) for k in scores}, 0.5)  # equal is not above
+    assert (at["explicit"], at["implied"], at["neutral"], at["contradiction"]) == (0, 0, 100, 100)
 
 
 def test_eis_counts_correct_orderings_and_half_ties(tmp_path):

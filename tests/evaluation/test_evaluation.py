@@ -338,6 +338,17 @@ def test_non_numeric_score_is_an_error(sts13):
     assert_names(err.value, gold, 2)
 
 
+@pytest.mark.parametrize("score", ["nan", "inf", "-Infinity"])
+def test_non_finite_score_is_an_error(sts13, score):
+    """float() parses these, so only the finiteness check stops a NaN from reaching Spearman."""
+    gold = sts13 / "STS.gs.OnWN.txt"
+    gold.write_text(f"1.0\n2.0\n{score}\n")
+    with pytest.raises(InputError, match=f"{score!r} is not finite") as err:
+        load_sts13(sts13)
+    assert_names(err.value, gold, 3)
+    assert "replace it with a finite number" in str(err.value)
+
+
 def test_non_utf8_bytes_are_an_error(sts13):
     source = sts13 / "STS.input.FNWN.txt"
     source.write_bytes(b"a b\tc d\ne f\tg h\ncaf\xe9 latin-1\tk l\n")

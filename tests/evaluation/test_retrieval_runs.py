@@ -2,6 +2,7 @@
 of a built-in task as training text, and the in-domain experiment's report (issue 26 item 4)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from experiment_runs import write_run
@@ -65,6 +66,7 @@ def test_a_run_records_retrieval_before_and_after(tmp_path, monkeypatch):
     for part in ("before", "after"):
         assert all(0 <= first[part][m] <= 100 for m in METRICS)
         assert first[part]["n_queries"] == 15 and first[part]["n_passages"] == 60
+        assert first[part]["recall@100"] == 100.0  # x 100: all 60 passages are in the top 100
     assert second["before"] == first["before"]
     assert calls == []  # the driver's after-eval uses its own import, the start none at all
     assert first["after"] != first["before"]
@@ -72,6 +74,27 @@ def test_a_run_records_retrieval_before_and_after(tmp_path, monkeypatch):
     assert len(cached) == 1 and json.loads(cached[0].read_text()) == first["before"]
     saved = json.loads((tmp_path / "a" / "results.json").read_text())
     assert saved["retrieval"] == first
+
+
+def test_the_starting_scores_are_cached_per_pooler_and_target(tmp_path, monkeypatch, data_dir):
+    """The experiment's two settings start from one model with two poolers: each pooler (and
+    each target, folder or built-in task) has its own cached scores; the same arguments read
+    the cache."""
+    from dclr.evaluation import retrieval_runs
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls: list = []
+    monkeypatch.setattr(retrieval_runs, "retrieval_test_scores",
+                        lambda *a: calls.append(a[:3]) or {"ndcg@10": float(len(calls))})  # fmt: skip
+    model = make_tiny_model_dir(tmp_path / "model")
+    folders = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for i, folder in enumerate(folders):
+        write_beir_folder(Path(folder), [f"passage {i}"], ["query"], [(0, 0)], "test")
+    asked = [("mean", folders[0]), ("cls", folders[0]), ("mean", folders[1]),
+             ("mean", "paraphrase"), ("mean", "inli"), ("mean", folders[0])]  # fmt: skip
+    got = [retrieval_runs.starting_retrieval(str(model), pooler, target, str(data_dir))["ndcg@10"]
+           for pooler, target in asked]  # fmt: skip
+    assert got == [1.0, 2.0, 3.0, 4.0, 5.0, 1.0] and len(calls) == 5
 
 
 def test_the_experiment_trains_on_passages_and_scores_search_only():

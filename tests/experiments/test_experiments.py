@@ -80,6 +80,17 @@ def test_identical_configs_share_one_run(tmp_path: Path) -> None:
     assert len(sensitivity) == 9
 
 
+def test_a_moved_root_keeps_its_run_names(tmp_path: Path) -> None:
+    """Configs hold paths under the root (few-shot corpus subsets, paper-scale complementary
+    models); the names hash them with the root replaced, so a moved root finds its runs."""
+    for name, scale in (("few-shot", "cpu"), ("main", "paper")):
+        here, there = (
+            [p.run_dir.name for p in plan(name, scale, 1, tmp_path / root, RECIPES)]
+            for root in ("a", "moved")
+        )
+        assert here == there
+
+
 def test_paper_scale_dclr_uses_the_simcse_run_as_complementary(tmp_path: Path) -> None:
     planned = plan("ablation", "paper", 1, tmp_path, RECIPES)
     simcse = planned[0]
@@ -156,6 +167,10 @@ def test_search_grid_and_random(tmp_path: Path) -> None:
     assert 0.4 < sum(p["noise_step_size"] < 1e-3 for p in many) / 400 < 0.6
     linear = SearchSpace.parse([], ["noise_step_size=1e-4:1e-2"], [], 400, seed=1).points()
     assert sum(p["noise_step_size"] < 1e-3 for p in linear) / 400 < 0.2
+    # a grid with ranges: each trial takes a random grid point; an int field draws ints
+    mixed = SearchSpace.parse(["learning_rate=1e-5,3e-5"], ["noise_steps=1:9"], [], 20).points()
+    assert {p["learning_rate"] for p in mixed} == {1e-5, 3e-5}
+    assert all(type(p["noise_steps"]) is int and 1 <= p["noise_steps"] <= 9 for p in mixed)
 
 
 def test_search_trials_are_registered_runs(tmp_path: Path) -> None:
@@ -276,6 +291,8 @@ def test_only_keeps_the_runs_with_those_labels(tmp_path: Path) -> None:
             parse_only(bad)
     with pytest.raises(ConfigError, match="no run"):
         plan("dense", "cpu", 1, tmp_path, RECIPES, overrides, only={"setting": ["nope"]})
+    with pytest.raises(ConfigError, match="no run"):  # a label no run has matches none
+        plan("dense", "cpu", 1, tmp_path, RECIPES, overrides, only={"phi": ["0.9"]})
     one_seed = plan("dense", "cpu", 3, tmp_path, RECIPES, overrides, only={**only, "seed": ["44"]})
     assert len(one_seed) == 2 * 5 and {p.config.run.seed for p in one_seed} == {44}
 

@@ -290,9 +290,12 @@ def test_dense_pair_batches_hold_the_density_of_premise_pairs():
     batches = study.dense_pair_batches(groups, 16, 0.25, seed=1)
     rows = [r for b in batches for r in b]
     assert len(batches) == 50 and sorted(rows) == list(range(800))
+    counts = []
     for batch in batches:  # 2 premise pairs of 16 rows; random rows add a few more, rarely
         known = study.known_false_negatives(groups[np.asarray(batch)])
         assert known.sum() >= 4 and len(batch) == 16
+        counts.append(int(known.sum()))
+    assert np.median(counts) == 4  # round(0.25 * 16 / 2) = 2 pairs, not 4 (a share of 0.5)
     assert study.dense_pair_batches(groups, 16, 0.25, seed=1) == batches
     assert study.dense_pair_batches(groups, 16, 0.25, seed=1, epoch=1) != batches
     sparse = study.dense_pair_batches(groups, 16, 0.0, seed=1)
