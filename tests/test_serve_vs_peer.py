@@ -50,3 +50,23 @@ def test_a_run_under_isa_limits_says_it_is_emulated_and_on_which_host():
     shown = serve_vs_peer.markdown(report)
     assert "Emulated: kernels limited by ATEN_CPU_CAPABILITY=avx2 on a family 25 model 17" in shown
     assert "Emulated" not in serve_vs_peer.markdown({**report, "isa_limits": {}})
+
+
+def test_the_rounds_medians_and_the_ratio_column_are_dclr_over_infinity():
+    def rounds(*figures):  # (p50, texts/s) per round, out of order: the mean is not the median
+        return [{"scenarios": {s: {**_row(p50, None), "texts_per_s": rate}
+                               for s in serve_vs_peer.PLAN},
+                 "peak_rss_mib": 700.0} for p50, rate in figures]  # fmt: skip
+
+    dclr = serve_vs_peer.combine(rounds((9.0, 300.0), (20.0, 100.0), (10.0, 200.0)))
+    peer = serve_vs_peer.combine(rounds((40.0, 50.0), (20.0, 80.0), (21.0, 60.0)))
+    one = dclr["scenarios"]["c1x1"]
+    assert (one["latency"]["p50_ms"], one["texts_per_s"]) == (10.0, 200.0)  # medians, not means
+    report = {"servers": {"dclr": dclr, "infinity": peer}, "precision": "fp32", "model": "m",
+              "machine": {"cpus": 2, "cpu": "c"}, "load_start": [0], "load_end": [0],
+              "bulk_texts_per_s": 1000.0, "rounds": 3, "order": ["dclr", "infinity"],
+              "infinity_version": "0.0.0"}  # fmt: skip
+    rows = {line.split(" | ")[0][2:]: line
+            for line in serve_vs_peer.markdown(report).splitlines() if "| dclr |" in line}  # fmt: skip
+    assert rows["c1x1"].endswith("| p50 0.48× |")  # 10 / 21 ms: one client compares latency
+    assert rows["c32x1"].endswith("| 3.33× |")  # 200 / 60 texts/s: the others, throughput

@@ -111,3 +111,28 @@ def test_the_wheel_ships_the_recipes_and_reads_them_from_any_folder(tmp_path):
     shown = subprocess.run([sys.executable, "-c", probe], cwd=work, env=env, check=True,
                            capture_output=True, text=True, timeout=120).stdout.split()  # fmt: skip
     assert shown[0].startswith(str(tmp_path / "site")) and shown[1] == "dclr"
+
+
+# DCLR's four GPU recipes hold the paper's settings (../shared/papers/dclr.txt l.103): batch,
+# learning rate, phi and the noise ratio k per backbone; tau 0.05, sigma 1, t 4, beta 1e-3, 3
+# epochs, dev every 150 steps on STS-B + SICK-R for all four.
+DCLR_PAPER = {
+    "dclr_bert_base.yaml": (128, 3e-5, 0.90, 1.0),
+    "dclr_roberta_base.yaml": (128, 3e-5, 0.85, 2.5),
+    "dclr_bert_large.yaml": (256, 3e-5, 0.90, 4.0),
+    "dclr_roberta_large.yaml": (256, 1e-5, 0.85, 5.0),
+}
+
+
+@pytest.mark.parametrize(("name", "paper"), DCLR_PAPER.items(), ids=list(DCLR_PAPER))
+def test_the_dclr_recipes_hold_the_papers_settings(name, paper):
+    from dclr.recipe import load_config
+
+    config = load_config(CHECKOUT_RECIPES / name)
+    dclr = config.section("dclr")
+    shipped = (config.optimisation.batch_size, config.optimisation.learning_rate,
+               dclr.false_negative_threshold, dclr.noise_ratio)  # fmt: skip
+    assert shipped == paper
+    common = (dclr.temperature, dclr.noise_std, dclr.noise_steps, dclr.noise_step_size,
+              config.optimisation.epochs, config.run.eval_steps, config.run.eval_metric)  # fmt: skip
+    assert common == (0.05, 1.0, 4, 1e-3, 3, 150, "stsb_sick")

@@ -114,6 +114,23 @@ def test_the_recordings_in_the_package_are_valid():
         assert cpu_kind.read_policy(path).linear_kernel in cpu_kind.KERNEL_NAMES
 
 
+def test_each_packaged_recordings_choices_follow_from_its_own_figures():
+    """A recording edited by hand, or made under an older rule, would steer every machine of its
+    kind with choices its own figures do not support: each choice is the rule applied to them."""
+    from dclr.models import cpu_measure
+
+    for path in sorted(cpu_kind.POLICIES.glob("*.json")):
+        record = json.loads(path.read_text())
+        chosen = (record["linear_kernel"], record["one_thread_below_tokens"],
+                  record["int8_engine"])  # fmt: skip
+        assert chosen == (
+            cpu_measure.kernel_choice(record["speedups"]),
+            cpu_measure.one_thread_below(record["thread_scaling"]),
+            cpu_measure.int8_engine(record["int8_bulk_texts_per_s"],
+                                    record.get("int8_mean_cosine_to_fp32")),
+        ), path.name  # fmt: skip
+
+
 def test_the_hardware_key_names_vendor_and_kernel_set():
     vendor, _, capability = cpu_kind.hardware_key().rpartition("-")
     assert vendor and capability in {"DEFAULT", "AVX2", "AVX512", "ZVECTOR", "NO AVX", "VSX"}

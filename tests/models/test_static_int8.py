@@ -237,6 +237,11 @@ def test_minmax_ranges_hold_every_value_and_the_mean_ranges_lie_inside(tiny_mode
     assert wide.keys() == mean.keys()
     assert all(wide[m][0] <= mean[m][0] <= mean[m][1] <= wide[m][1] for m in wide)
     assert any(wide[m] != mean[m] for m in wide)
+    # the mean, sentence by sentence, of each one's own min and max (not their median)
+    each = [input_ranges(encoder, [s], "minmax") for s in SAMPLE_SENTENCES]
+    for m in mean:
+        lows, highs = zip(*(ranges[m] for ranges in each), strict=True)
+        assert mean[m] == pytest.approx((sum(lows) / len(lows), sum(highs) / len(highs)))
     with pytest.raises(ValueError, match="mean_minmax, minmax"):
         input_ranges(encoder, SAMPLE_SENTENCES, "percentile")
 

@@ -34,10 +34,12 @@ def test_overrides_are_typed():
                 "dropout=null",
                 "mlp_head=false",
                 "pooler=mean",
+                "weight-decay=0.01",  # a dash in a key reads as `_` (as the CLI's --max-steps)
             ]
         ),
     )
     assert config.optimisation.max_steps == 7 and config.optimisation.learning_rate == 1e-5
+    assert type(config.optimisation.max_steps) is int and config.optimisation.weight_decay == 0.01
     assert config.model.dropout is None and config.model.mlp_head is False
 
 
@@ -53,6 +55,7 @@ def test_overrides_are_typed():
         ({"precision": "fp8"}, "precision"),
         ({"no_such_option": 1}, "unknown option"),
         ({"max_steps": "ten"}, "number"),
+        ({"max_steps": 7.5}, "max_steps must be an integer"),
         ({"dropout": 1.5}, "dropout"),
     ],
 )
