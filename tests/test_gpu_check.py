@@ -417,3 +417,86 @@ def test_a_step_cell_times_its_steps_and_exports_nothing(tmp_path):
     assert row["seconds_per_step"] > 0
     assert (tmp_path / "cell" / "metrics.jsonl").exists()
     assert not (tmp_path / "cell" / "final").exists()
+    # model FLOPs: 6 (forward 2, backward 4) x linear weights x the tokens of both views. The
+    # tiny BERT (64 wide, 2 layers, 128 inner), its pooler and the MLP head, by hand:
+    weights = 2 * (4 * 64 * 64 + 2 * 64 * 128) + 64 * 64 + 64 * 64
+    assert row["flops_per_step"] == 6 * weights * row["tokens_per_step"]
+    from transformers import AutoTokenizer
+
+    from dclr.data.corpus import load_corpus
+
+    first = list(load_corpus("sts", None))[:256]  # the sample a step's tokens are counted on
+    ids = AutoTokenizer.from_pretrained(model)(first, truncation=True, max_length=32)["input_ids"]
+    assert row["tokens_per_step"] == int(8 * 2 * sum(map(len, ids)) / len(ids))  # 2 views
+
+
+def test_the_steady_step_time_leaves_the_warm_up_out(tmp_path):
+    """`train_seconds` logged at the last timed step minus at the end of the warm-up, over the
+    timed steps: 3 warm-up steps took 9 s (compiling), the 6 after them 0.2 s each."""
+    records = [(3, 9.0), (6, 9.6), (9, 10.2)]
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "kind": "train", "train_seconds": x}) + "\n" for s, x in records
+        )
+    )
+    assert paper_run_cost.steady_step_seconds(tmp_path, 3, 6) == pytest.approx(0.2)
+
+
+def test_a_step_rows_rates_are_the_hand_arithmetic():
+    """20 ms a step of batch 64 and 6e12 model FLOPs: 3,200 sentences/s, 300 TFLOP/s, half of a
+    600 TFLOP/s matmul rate."""
+    row = {"batch": 64, "seconds_per_step": 0.02, "flops_per_step": 6e12}
+    done = gpu_check.finish_row(dict(row), 600.0)
+    assert (done["ms_per_step"], done["sentences_per_s"]) == (20.0, 3200.0)
+    assert (done["model_tflops"], done["share_of_matmul"]) == (300.0, 0.5)
+    assert "share_of_matmul" not in gpu_check.finish_row(dict(row), None)  # a CPU: no rate
+
+
+def test_the_targets_read_the_right_cells_the_right_way_up():
+    """Issue 44's targets off a GPU report, by hand: the BERT-base shape's bf16 cells (not fp32,
+    not MiniLM), ratios as the targets state them (MNRL / SimCSE, DCLR / SimCSE, fp16 / fp32,
+    dclr / sentence-transformers fp32)."""
+
+    def cell(model, method, batch, precision, ms, share=None):
+        return {"model": model, "method": method, "batch": batch, "precision": precision,
+                "status": "ok", "ms_per_step": ms, "share_of_matmul": share}  # fmt: skip
+
+    base = "bert-base-shape"
+    steps = [cell(base, "simcse", 64, "bf16", 16.0), cell(base, "dclr", 64, "bf16", 17.6),
+             cell(base, "st-mnrl", 64, "bf16", 64.0), cell(base, "simcse", 512, "bf16", 100.0, 0.45),
+             cell(base, "dclr", 512, "bf16", 105.0), cell(base, gpu_check.TRANSFORMERS_MASK, 64,
+                                                          "bf16", 19.0),
+             cell(base, "simcse", 64, "fp32", 40.0), cell(base, "dclr", 64, "fp32", 50.0),
+             cell(base, "st-mnrl", 64, "fp32", 80.0), cell(base, "simcse", 512, "fp32", 300, 0.15),
+             cell(base, "dclr", 512, "fp32", 330.0), cell("minilm", "simcse", 64, "bf16", 5.0),
+             cell("minilm", "st-mnrl", 64, "bf16", 7.0)]  # fmt: skip
+    compiled = [cell(base, "simcse", 64, "bf16", 8.0), cell(base, "dclr", 64, "bf16", 8.8),
+                cell(base, "simcse", 512, "bf16", 60.0, 0.75),
+                cell(base, "dclr", 512, "bf16", 66.0)]  # fmt: skip
+    encode = [{"engine": engine, "precision": p, "sentences_per_s": rate}
+              for engine, p, rate in [("dclr", "fp32", 3000.0), ("dclr", "fp16", 6000.0),
+                                      ("dclr", "bf16", 4500.0),
+                                      ("sentence-transformers", "fp32", 750.0),
+                                      ("sentence-transformers", "fp16", 1500.0),
+                                      ("sentence-transformers", "bf16", 1000.0)]]  # fmt: skip
+    report = {"device": "cuda", "tiny": False, "steps": steps, "compiled_steps": compiled,
+              "encode": encode, "evaluation": [{"precision": "fp32", "seconds": 1.5},
+                                               {"precision": "fp16", "seconds": 0.9}],
+              "trajectory": {"passed": False}, "resume": {"passed": True}}  # fmt: skip
+    found = dict(gpu_check.targets(report))
+    assert found["bert-base-shape bf16 batch 64 SimCSE step <= 20 ms"] == (
+        "16.0 ms eager, 8.0 ms compiled"
+    )
+    assert found["... >= 3x sentence-transformers MNRL"] == "4.00 eager, 8.00 compiled"
+    assert found["batch 512 model FLOPs >= 40 % of the bf16 matmul"] == "45% eager, 75% compiled"
+    assert found["DCLR / SimCSE <= 1.10 (batch 64, 512; compiled 64, 512)"] == (
+        "1.10, 1.05; 1.10, 1.10"
+    )
+    assert found["7-task STS evaluation <= 2 s"] == "1.5 s"
+    assert found["fp16, bf16 encode >= 1.5x fp32"] == "2.00, 1.50"
+    assert found["fp32 encode >= 3.5x sentence-transformers"] == "4.00"
+    assert found["trajectory against the CPU"] == "FAILED"
+    assert found["resumed from background checkpoints"] == "passed"
+    assert found["... its step with transformers' own mask (prepared_mask off; GPU only)"] == (
+        "19.0 ms, against 16.0 ms prepared"
+    )

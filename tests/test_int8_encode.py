@@ -112,3 +112,27 @@ def test_the_table_names_the_machine_its_load_and_an_emulation():
     assert "fbgemm" in table
     plain = int8_encode.render({**result, "isa_limits": {}}, ["a"])
     assert "Emulated" not in plain and "fbgemm" not in plain
+
+
+def test_the_sts_columns_are_each_variant_less_fp32():
+    """Δ avg and the worst task's Δ are the variant's score minus dclr fp32's, by hand: int8
+    scores 81.0 against 82.0 on average (-1.00), its worst task 76.5 against 79.0 (-2.50), and
+    one task above fp32's (+0.50), which is not the worst."""
+    fp32 = {"STS12": 79.0, "STS13": 85.0, "avg": 82.0}
+    int8 = {"STS12": 76.5, "STS13": 85.5, "avg": 81.0}
+    result = {
+        "sts": {"dclr_fp32_packed": fp32, "dclr_int8_packed": int8},
+        "speedup_vs_dclr_fp32_packed": {"dclr_fp32_packed": 1.0, "dclr_int8_packed": 2.5},
+        "sentences_per_s": {"dclr_fp32_packed": 400.0, "dclr_int8_packed": 1000.0},
+        "peak_rss_mib": {}, "cosine_to_dclr_fp32": {}, "skipped": {},
+        "sentences": 3, "repeats": 1, "sts_mode": "test", "command": "python x",
+    }  # fmt: skip
+    table = int8_encode.render(result, ["dclr_fp32_packed", "dclr_int8_packed"])
+    assert "| STS avg | Δ avg | STS12 | STS13 | worst Δ task |" in table
+    assert (
+        "| dclr_fp32_packed | 400 | 1.00 | — | — | 82.00 | +0.00 | 79.00 | 85.00 | +0.00 |" in table
+    )
+    assert (
+        "| dclr_int8_packed | 1000 | 2.50 | — | — | 81.00 | -1.00 | 76.50 | 85.50 | -2.50 |"
+        in table
+    )
