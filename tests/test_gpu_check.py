@@ -483,7 +483,8 @@ def test_the_targets_read_the_right_cells_the_right_way_up():
               "encode": encode, "evaluation": [{"precision": "fp32", "seconds": 1.5},
                                                {"precision": "fp16", "seconds": 0.9}],
               "trajectory": {"passed": False}, "resume": {"passed": True}}  # fmt: skip
-    found = dict(gpu_check.targets(report))
+    found = {name: value for name, value, _ in gpu_check.targets(report)}
+    judged = {name: verdict for name, _, verdict in gpu_check.targets(report)}
     assert found["bert-base-shape bf16 batch 64 SimCSE step <= 20 ms"] == (
         "16.0 ms eager, 8.0 ms compiled"
     )
@@ -500,3 +501,28 @@ def test_the_targets_read_the_right_cells_the_right_way_up():
     assert found["... its step with transformers' own mask (prepared_mask off; GPU only)"] == (
         "19.0 ms, against 16.0 ms prepared"
     )
+    assert list(judged.values()) == [
+        "met (eager)", "met (eager)", "met (eager)", "met (eager)",  # 1.10 at 64 is the bound
+        "met", "met", "met", "missed", "met", "—", "(no target)",
+    ]  # fmt: skip
+    # the eager step misses where the compiled one meets; a target measured on neither side
+    slow = [{**c, "ms_per_step": 25.0} if c["method"] == "simcse" and c["batch"] == 64
+            else {**c, "ms_per_step": 150.0} if c["method"] == "dclr" and c["batch"] == 512
+            else c for c in steps]  # fmt: skip
+    slower = {"steps": slow, "compiled_steps": compiled[:1], "encode": encode[:2]}
+    judged = {name: verdict for name, _, verdict in gpu_check.targets({**report, **slower})}
+    assert judged["bert-base-shape bf16 batch 64 SimCSE step <= 20 ms"] == "met (compiled)"
+    assert judged["... >= 3x sentence-transformers MNRL"] == "met (compiled)"  # 64 / 8: 8x
+    assert judged["DCLR / SimCSE <= 1.10 (batch 64, 512; compiled 64, 512)"] == "missed"  # 1.5
+    assert judged["batch 512 model FLOPs >= 40 % of the bf16 matmul"] == "met"  # none compiled
+    assert judged["fp16, bf16 encode >= 1.5x fp32"] == "—"  # bf16 not measured
+    assert judged["fp32 encode >= 3.5x sentence-transformers"] == "—"
+    cpu = gpu_check.targets({**report, "device": "cpu"})
+    assert {verdict for name, _, verdict in cpu if "trajectory" not in name and "resumed" not in name
+            and "own mask" not in name} == {"— (a CPU run)"}  # fmt: skip
+    synced = {**report, "host_syncs": [{"method": "simcse", "ours_in_ordinary_steps": 0,
+                                        "syncs_in_ordinary_steps": 2, "ordinary_steps": 9}]}  # fmt: skip
+    sync = "no host sync in an ordinary step (eager, batch 64)"
+    assert {name: verdict for name, _, verdict in gpu_check.targets(synced)}[sync] == "met"
+    synced["host_syncs"][0]["ours_in_ordinary_steps"] = 1
+    assert {name: verdict for name, _, verdict in gpu_check.targets(synced)}[sync] == "missed"
