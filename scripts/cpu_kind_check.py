@@ -9,6 +9,8 @@ under the heavy-job lock (timings are never taken beside another heavy job):
   4. benchmarks/int8_rounding_speed.py       whether the int8 kernel's time depends on the
                                              weights' rounding (seconds);
   5. benchmarks/serve_faults.py --quick      the fault table: 0 good requests may fail;
+  6. benchmarks/cpu_targets.py               issue 46's targets judged from those tables
+                                             (cpu_targets@<name>.md; measures nothing);
 with the load average before and after each. Results land under benchmarks/results/ named by
 `recording_name()` (the hardware key; with the CPU model appended on another model of a kind the
 package has recorded, e.g. AuthenticAMD-AVX512-family25-model17, so that the first machine's
@@ -63,6 +65,7 @@ def steps(args: argparse.Namespace) -> list[tuple[str, list[str], dict[str, str]
         ("int8 time by weight rounding", [py, "benchmarks/int8_rounding_speed.py"], {}, None),
         ("fault table", [py, "benchmarks/serve_faults.py", "--quick", "--out",
                          f"benchmarks/results/serve_faults@{args.name}.json"], {}, None),
+        ("issue 46's targets", [py, "benchmarks/cpu_targets.py", "--name", args.name], {}, None),
     ]  # fmt: skip
 
 

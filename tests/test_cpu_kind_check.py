@@ -31,7 +31,8 @@ def test_dry_run_names_every_step_and_skips_a_missing_peer(tmp_path, capsys, mon
         in out
     )
     assert f"recorded as {name}," in out
-    assert out.count("flock /tmp/dclr-heavy.lock") == 4
+    assert f"benchmarks/cpu_targets.py --name {name}" in out  # the verdicts, last
+    assert out.count("flock /tmp/dclr-heavy.lock") == 5
 
 
 def test_an_emulated_kind_is_refused(monkeypatch):
