@@ -51,12 +51,12 @@ def serving_rows(serve: dict[str, Any] | None) -> list[Row]:
     many = scenario(ours, "c32x1")["texts_per_s"] / scenario(peer, "c32x1")["texts_per_s"]
     one = scenario(ours, "c1x1")["latency"]["p50_ms"] / scenario(peer, "c1x1")["latency"]["p50_ms"]
     bulk = scenario(ours, "c8x64")["texts_per_s"] / scenario(peer, "c8x64")["texts_per_s"]
-    refused = scenario(ours, "c8x64")["errors"]
+    refused = scenario(ours, "c8x64")["errors"]  # every answer but 200 (503s among them)
     memory = (ours["peak_rss_mib"], peer["peak_rss_mib"])
     return [
         (names[0], f"{many:.2f}×", _verdict(many >= 1.5)),
         (names[1], f"{one:.2f}×", _verdict(one <= 0.75)),
-        (names[2], f"{bulk:.2f}×, {refused} refused", _verdict(bulk >= 1.5 and refused == 0)),
+        (names[2], f"{bulk:.2f}×, {refused} refused or failed", _verdict(bulk >= 1.5 and refused == 0)),
         (names[3], f"{memory[0]:.0f} MiB against {memory[1]:.0f} MiB",
          _verdict(memory[0] <= memory[1])),
     ]  # fmt: skip

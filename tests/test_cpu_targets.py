@@ -22,13 +22,13 @@ def test_the_serving_targets_are_dclr_over_the_peer():
                          "infinity": server(200.0, 24.0, 300.0, 0, 800.0)}}  # fmt: skip
     rows = cpu_targets.serving_rows(serve)
     assert [(m, v) for _, m, v in rows] == [
-        ("1.50×", "met"), ("0.50×", "met"), ("1.50×, 0 refused", "met"),
+        ("1.50×", "met"), ("0.50×", "met"), ("1.50×, 0 refused or failed", "met"),
         ("700 MiB against 800 MiB", "met"),
     ]  # fmt: skip
     serve["servers"]["dclr"] = server(290.0, 19.0, 600.0, 3, 801.0)
     rows = cpu_targets.serving_rows(serve)
     assert [(m, v) for _, m, v in rows] == [
-        ("1.45×", "missed"), ("0.79×", "missed"), ("2.00×, 3 refused", "missed"),
+        ("1.45×", "missed"), ("0.79×", "missed"), ("2.00×, 3 refused or failed", "missed"),
         ("801 MiB against 800 MiB", "missed"),
     ]  # fmt: skip
     del serve["servers"]["infinity"]
