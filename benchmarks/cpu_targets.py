@@ -25,7 +25,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-POLICIES = ROOT / "src" / "dclr" / "models" / "cpu_policies"
 INT8_VARIANT = {"static": "dclr_int8_packed", "dynamic": "dclr_int8_dynamic_packed"}
 
 Row = tuple[str, str, str]
@@ -110,12 +109,14 @@ def fault_rows(faults: dict[str, Any] | None) -> list[Row]:
 
 
 def int8_engine(name: str) -> str:
-    """The int8 engine the recording `name` (or its hardware key's) picks; static without one."""
+    """The int8 engine the packaged recording `name` (else its hardware key's, as
+    `dclr.models.cpu_kind.cpu_policy` falls back) picks; the default without one."""
+    from dclr.models.cpu_kind import DEFAULT, policy_path, read_policy
+
     for candidate in (name, name.split("-family")[0]):
-        path = POLICIES / f"{candidate}.json"
-        if path.is_file():
-            return str(json.loads(path.read_text()).get("int8_engine", "static"))
-    return "static"
+        if policy_path(candidate).is_file():
+            return read_policy(policy_path(candidate)).int8_engine
+    return DEFAULT.int8_engine
 
 
 def read(kind: str, name: str) -> dict[str, Any] | None:

@@ -79,11 +79,15 @@ def test_one_failed_good_request_misses_the_fault_target():
 
 
 def test_the_command_writes_the_table_of_a_recording(tmp_path, monkeypatch, capsys):
+    from dclr.models import cpu_kind
+
     monkeypatch.setattr(cpu_targets, "RESULTS", tmp_path)
     policies = tmp_path / "policies"
     policies.mkdir()
-    (policies / "Kind-X.json").write_text(json.dumps({"int8_engine": "dynamic"}))
-    monkeypatch.setattr(cpu_targets, "POLICIES", policies)
+    (policies / "Kind-X.json").write_text(
+        json.dumps({"linear_kernel": "aten", "int8_engine": "dynamic"})
+    )
+    monkeypatch.setattr(cpu_kind, "POLICIES", policies)
     rates = {"dclr_fp32_packed": 500.0, "dclr_int8_dynamic_packed": 800.0}
     (tmp_path / "int8_encode@Kind-X-family1-model2.json").write_text(
         json.dumps(int8_result(rates, {}))

@@ -483,8 +483,12 @@ def test_the_targets_read_the_right_cells_the_right_way_up():
               "encode": encode, "evaluation": [{"precision": "fp32", "seconds": 1.5},
                                                {"precision": "fp16", "seconds": 0.9}],
               "trajectory": {"passed": False}, "resume": {"passed": True}}  # fmt: skip
+
+    def verdicts(report: dict) -> dict[str, str]:
+        return {name: verdict for name, _, verdict in gpu_check.targets(report)}
+
     found = {name: value for name, value, _ in gpu_check.targets(report)}
-    judged = {name: verdict for name, _, verdict in gpu_check.targets(report)}
+    judged = verdicts(report)
     assert found["bert-base-shape bf16 batch 64 SimCSE step <= 20 ms"] == (
         "16.0 ms eager, 8.0 ms compiled"
     )
@@ -510,7 +514,7 @@ def test_the_targets_read_the_right_cells_the_right_way_up():
             else {**c, "ms_per_step": 150.0} if c["method"] == "dclr" and c["batch"] == 512
             else c for c in steps]  # fmt: skip
     slower = {"steps": slow, "compiled_steps": compiled[:1], "encode": encode[:2]}
-    judged = {name: verdict for name, _, verdict in gpu_check.targets({**report, **slower})}
+    judged = verdicts({**report, **slower})
     assert judged["bert-base-shape bf16 batch 64 SimCSE step <= 20 ms"] == "met (compiled)"
     assert judged["... >= 3x sentence-transformers MNRL"] == "met (compiled)"  # 64 / 8: 8x
     assert judged["DCLR / SimCSE <= 1.10 (batch 64, 512; compiled 64, 512)"] == "missed"  # 1.5
@@ -523,6 +527,6 @@ def test_the_targets_read_the_right_cells_the_right_way_up():
     synced = {**report, "host_syncs": [{"method": "simcse", "ours_in_ordinary_steps": 0,
                                         "syncs_in_ordinary_steps": 2, "ordinary_steps": 9}]}  # fmt: skip
     sync = "no host sync in an ordinary step (eager, batch 64)"
-    assert {name: verdict for name, _, verdict in gpu_check.targets(synced)}[sync] == "met"
+    assert verdicts(synced)[sync] == "met"
     synced["host_syncs"][0]["ours_in_ordinary_steps"] = 1
-    assert {name: verdict for name, _, verdict in gpu_check.targets(synced)}[sync] == "missed"
+    assert verdicts(synced)[sync] == "missed"
